@@ -1,0 +1,69 @@
+#!/usr/bin/env python3
+"""Set up and run reactor from a fresh checkout, with nothing but python3.
+
+    python3 dev.py demo           run the demo
+    python3 dev.py test [-- ARGS] lint (ruff), types (mypy --strict), docs (mkdocs
+                                  --strict), then the test suite (pytest ARGS)
+    python3 dev.py pytest ARGS    the test suite alone
+
+The virtual environment lives in .venv; it is (re)installed when pyproject.toml changes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+import tempfile
+import venv
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent
+VENV = ROOT / ".venv"
+BIN = VENV / ("Scripts" if os.name == "nt" else "bin")
+STAMP = VENV / ".reactor-installed"
+
+
+def run(*command: str | Path) -> None:
+    print("+", " ".join(str(part) for part in command), flush=True)
+    done = subprocess.run([str(part) for part in command], cwd=ROOT, check=False)
+    if done.returncode != 0:
+        sys.exit(done.returncode)
+
+
+def ensure_environment() -> None:
+    """Create .venv and install reactor with its dev extras, if not done for this pyproject."""
+    wanted = hashlib.sha256((ROOT / "pyproject.toml").read_bytes()).hexdigest()
+    if STAMP.exists() and STAMP.read_text() == wanted:
+        return
+    if not (BIN / "python").exists():
+        print(f"creating {VENV}", flush=True)
+        venv.create(VENV, with_pip=True)
+    run(BIN / "python", "-m", "pip", "install", "--quiet", "--upgrade", "pip")
+    run(BIN / "python", "-m", "pip", "install", "--quiet", "-e", ".[dev,bench]")
+    STAMP.write_text(wanted)
+
+
+def main(argv: list[str]) -> None:
+    command, rest = (argv[0], argv[1:]) if argv else ("test", [])
+    if rest[:1] == ["--"]:
+        rest = rest[1:]
+    ensure_environment()
+    if command == "demo":
+        run(BIN / "reactor", "demo", *rest)
+    elif command == "test":
+        run(BIN / "ruff", "check", ".")
+        run(BIN / "ruff", "format", "--check", ".")
+        run(BIN / "mypy", "reactor")
+        with tempfile.TemporaryDirectory() as site:
+            run(BIN / "mkdocs", "build", "--strict", "--quiet", "--site-dir", site)
+        run(BIN / "python", "-m", "pytest", *rest)
+    elif command == "pytest":
+        run(BIN / "python", "-m", "pytest", *rest)
+    else:
+        sys.exit(__doc__)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,5 @@
+"""``python -m reactor``: the same as the ``reactor`` command."""
+
+from .cli import main
+
+main()

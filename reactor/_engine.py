@@ -1,0 +1,308 @@
+"""Engines: one per database per process, shared by every handle ``open()`` returns.
+
+An engine owns the store, the scope actors (through their mailboxes), the TTL sweeper
+and the statistics. Handles count references; the last one to close stops it all.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import math
+import os
+import threading
+import weakref
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, Final
+
+from ._actor import Mailbox, Work, shard_index
+from ._clock import Clock, SystemClock
+from ._sqlite import SQLiteStore
+from ._stats import EVENT_COUNTERS, Stats
+from ._store import ChangeRecord
+from ._values import DEFAULT_MAX_DEPTH, DEFAULT_MAX_VALUE_BYTES, MAX_DEPTH_LIMIT, encode
+from ._writes import expire_keys
+from .errors import ClosedError, InvalidArgumentError, OperationTimeout
+
+__all__ = ["Engine", "Options", "acquire_engine"]
+
+logger = logging.getLogger("reactor")
+
+DEFAULT_PATH: Final = Path("~/.reactor/state.db")
+SWEEP_INTERVAL: Final = 0.25  # seconds between sweeps: expiry events within a second
+SWEEP_BATCH: Final = 1000
+DURABILITIES: Final = ("normal", "full", "memory")
+
+
+@dataclass(frozen=True)
+class Options:
+    """The options of ``open``, resolved."""
+
+    durability: str = "normal"
+    max_value_bytes: int = DEFAULT_MAX_VALUE_BYTES
+    max_depth: int = DEFAULT_MAX_DEPTH
+    max_actors: int = 64
+    log_retention: int | None = 100_000
+    log_retention_seconds: float | None = None
+    timeout: float = 30.0
+    clock: Clock = field(default_factory=SystemClock, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.durability not in DURABILITIES:
+            raise InvalidArgumentError(
+                f"durability must be one of {', '.join(DURABILITIES)}, not {self.durability!r}"
+            )
+        _positive_int("max_value_bytes", self.max_value_bytes)
+        _positive_int("max_depth", self.max_depth)
+        if self.max_depth > MAX_DEPTH_LIMIT:
+            raise InvalidArgumentError(f"max_depth is at most {MAX_DEPTH_LIMIT}")
+        _positive_int("max_actors", self.max_actors)
+        if self.log_retention is not None:
+            _positive_int("log_retention", self.log_retention)
+        if self.log_retention_seconds is not None:
+            _positive_number("log_retention_seconds", self.log_retention_seconds)
+        _positive_number("timeout", self.timeout)
+        if not callable(getattr(self.clock, "time", None)):
+            raise InvalidArgumentError("clock must have a time() method")
+
+
+def _positive_int(name: str, value: object) -> None:
+    if type(value) is not int or value <= 0:
+        raise InvalidArgumentError(f"{name} must be an int > 0, not {value!r}")
+
+
+def _positive_number(name: str, value: object) -> None:
+    if (
+        type(value) not in (int, float)
+        or not math.isfinite(value)  # type: ignore[arg-type]
+        or value <= 0  # type: ignore[operator]
+    ):
+        raise InvalidArgumentError(f"{name} must be a number > 0, not {value!r}")
+
+
+class Engine:
+    """The shared state of one database in this process."""
+
+    def __init__(self, key: str, path: Path | None, options: Options) -> None:
+        self.key = key
+        self.options = options
+        self.clock = options.clock
+        self.stats = Stats()
+        self.store = SQLiteStore(path, durability=options.durability, timeout=options.timeout)
+        self.closed = False
+        self._handles = 0
+        self._lock = threading.Lock()
+        self._mailboxes: list[Mailbox | None] = [None] * options.max_actors
+        self._sweeping: set[Any] = set()
+        self._stop = threading.Event()
+        self._sweeper = threading.Thread(
+            target=self._sweep_loop, name=f"reactor-sweeper[{key}]", daemon=True
+        )
+        self._sweeper.start()
+        _live_engines.add(self)
+
+    # -- time and values -----------------------------------------------------------
+    def now(self) -> float:
+        return self.clock.time()
+
+    def encode(self, value: Any) -> str:
+        return encode(
+            value, max_depth=self.options.max_depth, max_bytes=self.options.max_value_bytes
+        )
+
+    # -- writes --------------------------------------------------------------------
+    def mailbox(self, scope: str) -> Mailbox:
+        index = shard_index(scope, len(self._mailboxes))
+        mailbox = self._mailboxes[index]
+        if mailbox is None:
+            with self._lock:
+                if self.closed:
+                    raise ClosedError("the engine is closed")
+                mailbox = self._mailboxes[index]
+                if mailbox is None:
+                    mailbox = Mailbox(f"{self.key}#{index}", self.store, self.now, self._on_commit)
+                    self._mailboxes[index] = mailbox
+        return mailbox
+
+    def write(self, scope: str, work: Work) -> Any:
+        """Run ``work`` on the actor that owns ``scope``; wait for its commit.
+
+        Raises:
+            OperationTimeout: no answer within the engine's timeout.
+        """
+        future = self.mailbox(scope).submit(work)
+        try:
+            return future.result(self.options.timeout)
+        except FutureTimeout:
+            withdrawn = future.cancel()
+            raise OperationTimeout(
+                f"scope {scope!r} did not answer within {self.options.timeout} s"
+                + ("; the write was withdrawn" if withdrawn else "; it may still commit")
+            ) from None
+
+    def _on_commit(self, records: list[ChangeRecord]) -> None:
+        expired = sum(1 for record in records if record.type == "expired")
+        if expired:
+            self.stats.count("keys_expired", expired)
+
+    # -- expiry --------------------------------------------------------------------
+    def _sweep_loop(self) -> None:
+        while not self._stop.wait(SWEEP_INTERVAL):
+            try:
+                self.sweep()
+            except ClosedError:
+                return
+            except Exception:
+                logger.exception("the TTL sweeper failed; it will try again")
+
+    def sweep(self) -> None:
+        """Send the actors the keys whose deadline has passed (one request per scope)."""
+        if self._sweeping:
+            return  # the previous sweep is still in flight
+        by_scope: dict[str, list[str]] = {}
+        for scope, key in self.store.expired(self.now(), SWEEP_BATCH):
+            by_scope.setdefault(scope, []).append(key)
+        for scope, keys in by_scope.items():
+            future = self.mailbox(scope).submit(expire_keys(scope, keys))
+            self._sweeping.add(future)
+            future.add_done_callback(self._swept)
+
+    def _swept(self, future: Any) -> None:
+        self._sweeping.discard(future)
+        if not future.cancelled() and future.exception() is not None:
+            logger.warning("expiring keys failed: %s", future.exception())
+
+    # -- lifetime ------------------------------------------------------------------
+    def attach(self) -> None:
+        with self._lock:
+            if self.closed:
+                raise ClosedError("the engine is closed")
+            self._handles += 1
+
+    def detach(self) -> None:
+        """Forget one handle; the last one closes the engine."""
+        with self._lock:
+            self._handles -= 1
+            last = self._handles <= 0
+        if last:
+            self.close()
+
+    def close(self) -> None:
+        """Finish queued writes, stop the actors and the sweeper, release the database."""
+        with self._lock:
+            if self.closed:
+                return
+            self.closed = True
+        _forget(self)
+        self._stop.set()
+        if self._sweeper is not threading.current_thread():
+            self._sweeper.join(self.options.timeout)
+        for mailbox in self._mailboxes:
+            if mailbox is not None:
+                mailbox.close(self.options.timeout)
+        self.store.close()
+        logger.debug("closed engine %s", self.key)
+
+    def stats_snapshot(self) -> dict[str, Any]:
+        counts = self.store.counts(self.now())
+        recorded = self.stats.snapshot()
+        counters = recorded["counters"]
+        return {
+            "database": self.store.location,
+            "database_bytes": self.store.size_bytes(),
+            "scopes": counts,
+            "keys": sum(counts.values()),
+            "operations": recorded["operations"],
+            "events": {name: counters.get(f"events_{name}", 0) for name in EVENT_COUNTERS},
+            "keys_expired": counters.get("keys_expired", 0),
+            "locks_held": 0,
+            "actors": sum(1 for mailbox in self._mailboxes if mailbox is not None),
+            "latency_ms": recorded["latency_ms"],
+        }
+
+
+# -- the registry: one engine per database per process ------------------------------
+_registry: dict[str, Engine] = {}
+_registry_lock = threading.Lock()
+_live_engines: weakref.WeakSet[Engine] = weakref.WeakSet()
+
+
+def _forget(engine: Engine) -> None:
+    with _registry_lock:
+        if _registry.get(engine.key) is engine:
+            del _registry[engine.key]
+        _live_engines.discard(engine)
+
+
+def locate(
+    target: str | os.PathLike[str] | None, durability: str
+) -> tuple[str | None, Path | None]:
+    """The registry key and file path for what ``open`` was given.
+
+    The key is None for a private in-memory database; the path is None in memory.
+    """
+    if target is None:
+        target = os.environ.get("REACTOR_DB") or DEFAULT_PATH
+    if isinstance(target, os.PathLike):
+        target = os.fspath(target)
+    if not isinstance(target, str) or not target:
+        raise InvalidArgumentError(f"open() takes a path or URL, not {target!r}")
+    if target in (":memory:", "sqlite://", "sqlite:///:memory:"):
+        return None, None
+    if target.startswith(":memory:"):
+        return f"memory:{target[len(':memory:') :]}", None
+    if "://" in target:
+        scheme, _, rest = target.partition("://")
+        if scheme not in ("sqlite", "sqlite+pysqlite"):
+            raise InvalidArgumentError(
+                f"unsupported database URL scheme {scheme!r}: use a file path, "
+                "':memory:', or a sqlite:/// URL"
+            )
+        if not rest.startswith("/"):
+            raise InvalidArgumentError(f"a sqlite URL needs three slashes: {target!r}")
+        target = rest[1:].partition("?")[0]
+        if target in ("", ":memory:"):
+            return None, None
+    path = Path(target).expanduser().absolute()
+    if durability == "memory":
+        return f"memory-file:{path}", None
+    return f"file:{os.path.realpath(path)}", path
+
+
+def acquire_engine(target: str | os.PathLike[str] | None, given: dict[str, Any]) -> Engine:
+    """The engine for ``target``, started if need be, with one more handle attached.
+
+    Raises:
+        InvalidArgumentError: an option is out of range, or differs from the options the
+            running engine for this database was opened with.
+    """
+    options = Options(**given)
+    key, path = locate(target, options.durability)
+    with _registry_lock:
+        engine = _registry.get(key) if key is not None else None
+        if engine is not None:
+            for item in fields(Options):
+                if item.name in given and getattr(engine.options, item.name) != given[item.name]:
+                    raise InvalidArgumentError(
+                        f"{target!s} is already open in this process with "
+                        f"{item.name}={getattr(engine.options, item.name)!r}"
+                    )
+        else:
+            if path is not None and path.parent == DEFAULT_PATH.expanduser().parent:
+                path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            engine = Engine(key or f"memory#{id(options)}", path, options)
+            if key is not None:
+                _registry[key] = engine
+        engine.attach()
+    return engine
+
+
+@atexit.register
+def _close_all() -> None:
+    for engine in list(_live_engines):
+        try:
+            engine.close()
+        except Exception:
+            logger.exception("closing %s at exit failed", engine.key)

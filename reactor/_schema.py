@@ -1,0 +1,109 @@
+"""The database schema, its version, and the migrations between versions.
+
+Tables are portable SQLAlchemy Core; each migration creates or alters what its version
+added, so a database of any older version reaches the current one step by step. A table
+that a later version alters must get a frozen copy of its old shape in its migration.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Final
+
+import sqlalchemy as sa
+
+from .errors import SchemaError
+
+__all__ = ["SCHEMA_VERSION", "changes", "kv", "meta", "migrate"]
+
+SCHEMA_VERSION: Final = 2
+
+metadata = sa.MetaData()
+
+# name -> integer: "schema_version", and "revision", the last revision assigned.
+meta = sa.Table(
+    "reactor_meta",
+    metadata,
+    sa.Column("name", sa.String(64), primary_key=True),
+    sa.Column("value", sa.BigInteger, nullable=False),
+)
+
+# One row per live (or expired, not yet swept) key. value is JSON text.
+kv = sa.Table(
+    "reactor_kv",
+    metadata,
+    sa.Column("scope", sa.String(1024), primary_key=True),
+    sa.Column("key", sa.String(1024), primary_key=True),
+    sa.Column("value", sa.Text, nullable=False),
+    sa.Column("expires_at", sa.Float, nullable=True),  # epoch seconds; NULL: no expiry
+    sa.Column("revision", sa.BigInteger, nullable=False),  # revision of the last change
+    sqlite_with_rowid=False,
+)
+_kv_expiry = sa.Index(
+    "reactor_kv_expiry",
+    kv.c.expires_at,
+    sqlite_where=kv.c.expires_at.is_not(None),
+    postgresql_where=kv.c.expires_at.is_not(None),
+)
+
+# The change log: one row per committed change, written in the write's transaction.
+changes = sa.Table(
+    "reactor_changes",
+    metadata,
+    sa.Column("revision", sa.BigInteger, primary_key=True, autoincrement=False),
+    sa.Column("scope", sa.String(1024), nullable=False),
+    sa.Column("key", sa.String(1024), nullable=False),
+    sa.Column("type", sa.String(16), nullable=False),
+    sa.Column("old_value", sa.Text, nullable=True),
+    sa.Column("new_value", sa.Text, nullable=True),
+    sa.Column("ops", sa.Text, nullable=True),
+    sa.Column("timestamp", sa.Float, nullable=False),
+)
+
+
+def _to_v1(conn: sa.Connection) -> None:
+    meta.create(conn)
+    kv.create(conn)
+    conn.execute(meta.insert().values(name="revision", value=0))
+
+
+def _to_v2(conn: sa.Connection) -> None:
+    changes.create(conn)
+
+
+MIGRATIONS: Final[dict[int, Callable[[sa.Connection], None]]] = {1: _to_v1, 2: _to_v2}
+
+
+def stored_version(conn: sa.Connection) -> int:
+    """The schema version a database holds; 0 for an empty database."""
+    if not sa.inspect(conn).has_table(meta.name):
+        return 0
+    found = conn.execute(
+        sa.select(meta.c.value).where(meta.c.name == "schema_version")
+    ).scalar_one_or_none()
+    return int(found) if found is not None else 0
+
+
+def migrate(engine: sa.Engine, target: int = SCHEMA_VERSION) -> int:
+    """Bring the database to version ``target`` in one transaction; return the old version.
+
+    Raises:
+        SchemaError: the database is from a newer version of reactor (nothing is written).
+    """
+    with engine.begin() as conn:
+        version = stored_version(conn)
+        if version > SCHEMA_VERSION:
+            raise SchemaError(
+                f"the database has schema version {version}, newer than this reactor "
+                f"understands ({SCHEMA_VERSION}); upgrade reactor to open it"
+            )
+        for step in range(version + 1, target + 1):
+            MIGRATIONS[step](conn)
+        if target > version:
+            if version == 0:
+                conn.execute(meta.insert().values(name="schema_version", value=target))
+            else:
+                conn.execute(
+                    meta.update().where(meta.c.name == "schema_version").values(value=target)
+                )
+    return version

@@ -1,0 +1,342 @@
+"""The SQLite store: a file in WAL mode, or a database in memory.
+
+SQLAlchemy opens every connection (pragmas in its ``connect`` event) and runs the
+schema and migrations; the hot statements run on the DBAPI connections it made, since
+SQLAlchemy Core costs tens of microseconds a statement over them. All SQL of this
+backend lives here.
+
+Concurrency, as SQLite allows it: any number of readers, one writer at a time per file.
+Readers take an idle connection from a free list (no thread hop, no lock); WAL gives
+each statement a snapshot of the last commit. Writers in this process queue on one lock
+(``_gate``) and share one connection, so they never meet in SQLite's busy handler,
+which sleeps; other processes are waited for by ``busy_timeout``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+import threading
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from typing import Any, Final, TypeVar
+
+import sqlalchemy as sa
+from sqlalchemy.pool import NullPool, StaticPool
+
+from ._keys import Pattern
+from ._schema import migrate
+from ._store import ChangeRecord, Row, WriteTxn
+from .errors import BusyError, ClosedError, ReactorError, StorageError
+
+__all__ = ["SQLiteStore"]
+
+T = TypeVar("T")
+
+_LIVE: Final = "(expires_at IS NULL OR expires_at > ?)"
+GET: Final = f"SELECT value FROM reactor_kv WHERE scope = ? AND key = ? AND {_LIVE}"
+GET_ENTRY: Final = (
+    f"SELECT value, expires_at FROM reactor_kv WHERE scope = ? AND key = ? AND {_LIVE}"
+)
+ITEMS: Final = f"SELECT key, value FROM reactor_kv WHERE scope = ? AND {_LIVE}"
+KEYS: Final = f"SELECT key FROM reactor_kv WHERE scope = ? AND {_LIVE}"
+RANGE: Final = " AND key >= ?"
+RANGE_END: Final = " AND key < ?"
+SCOPES: Final = f"SELECT DISTINCT scope FROM reactor_kv WHERE {_LIVE} ORDER BY scope"
+COUNTS: Final = f"SELECT scope, COUNT(*) FROM reactor_kv WHERE {_LIVE} GROUP BY scope"
+EXPIRED: Final = (
+    "SELECT scope, key FROM reactor_kv WHERE expires_at IS NOT NULL AND expires_at <= ? "
+    "ORDER BY expires_at LIMIT ?"
+)
+ROW: Final = "SELECT value, expires_at, revision FROM reactor_kv WHERE scope = ? AND key = ?"
+ROWS: Final = "SELECT key, value, expires_at, revision FROM reactor_kv WHERE scope = ?"
+UPSERT: Final = (
+    "INSERT INTO reactor_kv (scope, key, value, expires_at, revision) VALUES (?, ?, ?, ?, ?) "
+    "ON CONFLICT (scope, key) DO UPDATE SET value = excluded.value, "
+    "expires_at = excluded.expires_at, revision = excluded.revision"
+)
+DELETE: Final = "DELETE FROM reactor_kv WHERE scope = ? AND key = ?"
+LOG: Final = (
+    "INSERT INTO reactor_changes "
+    "(revision, scope, key, type, old_value, new_value, ops, timestamp) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+)
+REVISION: Final = "SELECT value FROM reactor_meta WHERE name = 'revision'"
+SET_REVISION: Final = "UPDATE reactor_meta SET value = ? WHERE name = 'revision'"
+_IN_CHUNK: Final = 500  # keys per IN (...) list, well under SQLite's variable limit
+
+SYNCHRONOUS: Final = {"normal": "NORMAL", "full": "FULL", "memory": "OFF"}
+
+
+class _Statements:
+    """The write-path statements, bound to the writer connection."""
+
+    __slots__ = ("_conn",)
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self._conn = conn
+
+    def fetch_row(self, scope: str, key: str) -> Row | None:
+        found = self._conn.execute(ROW, (scope, key)).fetchall()
+        return Row(*found[0]) if found else None
+
+    def fetch_rows(
+        self, scope: str, bounds: tuple[str, str | None] | None
+    ) -> list[tuple[str, Row]]:
+        sql, params = _ranged(ROWS, scope, bounds)
+        return [
+            (key, Row(value, expires_at, revision))
+            for key, value, expires_at, revision in self._conn.execute(sql, params)
+        ]
+
+    def flush(
+        self,
+        upserts: list[tuple[str, str, str, float | None, int]],
+        deletes: list[tuple[str, str]],
+        records: list[ChangeRecord],
+        revision: int | None,
+    ) -> None:
+        conn = self._conn
+        if deletes:
+            conn.executemany(DELETE, deletes)
+        if upserts:
+            conn.executemany(UPSERT, upserts)
+        if records:
+            conn.executemany(
+                LOG,
+                [
+                    (
+                        r.revision,
+                        r.scope,
+                        r.key,
+                        r.type,
+                        r.old_value,
+                        r.new_value,
+                        r.ops,
+                        r.timestamp,
+                    )
+                    for r in records
+                ],
+            )
+        if revision is not None:
+            conn.execute(SET_REVISION, (revision,))
+
+
+def _ranged(
+    sql: str, scope: str, bounds: tuple[str, str | None] | None, *live: float
+) -> tuple[str, tuple[Any, ...]]:
+    params: tuple[Any, ...] = (scope, *live)
+    if bounds is not None:
+        low, high = bounds
+        sql += RANGE
+        params += (low,)
+        if high is not None:
+            sql += RANGE_END
+            params += (high,)
+    return sql, params
+
+
+def translate(exc: sqlite3.Error) -> ReactorError:
+    """The reactor error for a driver error (chain it with ``raise ... from exc``)."""
+    if isinstance(exc, sqlite3.ProgrammingError) and "closed" in str(exc):
+        return ClosedError("the database is closed")
+    if isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc):
+        return BusyError(f"the database stayed locked past the busy timeout: {exc}")
+    return StorageError(f"the database failed: {exc}")
+
+
+class SQLiteStore:
+    """A SQLite database, as a file (``path``) or in memory (``path=None``)."""
+
+    def __init__(self, path: Path | None, *, durability: str, timeout: float) -> None:
+        self.location = str(path) if path is not None else ":memory:"
+        self._in_memory = path is None
+        self._timeout = timeout
+        self._synchronous = SYNCHRONOUS[durability]
+        self._closed = False
+        self._gate = threading.Lock()
+        self._idle: deque[sqlite3.Connection] = deque()
+        self._opened: list[Any] = []  # every pool connection handed out, to close them
+        self._opened_lock = threading.Lock()
+        if path is not None:
+            _create_private(path)
+            url = sa.URL.create("sqlite", database=str(path))
+            self._engine = sa.create_engine(
+                url,
+                poolclass=NullPool,
+                connect_args={"check_same_thread": False, "timeout": timeout},
+            )
+        else:
+            self._engine = sa.create_engine(
+                "sqlite://",
+                poolclass=StaticPool,
+                connect_args={"check_same_thread": False},
+            )
+        sa.event.listen(self._engine, "connect", self._on_connect)
+        sa.event.listen(self._engine, "begin", _begin_immediate)
+        try:
+            migrate(self._engine)
+            self._writer = self._connect()
+        except sqlite3.Error as exc:
+            self.close()
+            raise translate(exc) from exc
+        except sa.exc.DBAPIError as exc:
+            self.close()
+            raise translate(exc.orig) from exc  # type: ignore[arg-type]
+        except BaseException:
+            self.close()
+            raise
+
+    # -- connections ---------------------------------------------------------------
+    def _on_connect(self, dbapi_conn: sqlite3.Connection, _record: object) -> None:
+        # Take control of transactions: the driver's legacy mode does not BEGIN before
+        # a SELECT, so a read-then-write would not be atomic. We BEGIN ourselves.
+        dbapi_conn.isolation_level = None
+        dbapi_conn.execute(f"PRAGMA busy_timeout = {int(self._timeout * 1000)}")
+        if not self._in_memory:
+            dbapi_conn.execute("PRAGMA journal_mode = WAL")
+        dbapi_conn.execute(f"PRAGMA synchronous = {self._synchronous}")
+
+    def _connect(self) -> sqlite3.Connection:
+        proxy = self._engine.raw_connection()
+        with self._opened_lock:
+            self._opened.append(proxy)
+        conn = proxy.driver_connection
+        assert isinstance(conn, sqlite3.Connection)
+        return conn
+
+    @contextlib.contextmanager
+    def _reading(self) -> Iterator[sqlite3.Connection]:
+        if self._closed:
+            raise ClosedError("the database is closed")
+        if self._in_memory:
+            # One connection serves everything in memory; the gate keeps a reader out
+            # of a write transaction in progress.
+            with self._gate:
+                yield self._writer
+            return
+        try:
+            conn = self._idle.pop()
+        except IndexError:
+            conn = self._connect()
+        try:
+            yield conn
+        finally:
+            self._idle.append(conn)
+
+    def _query(self, sql: str, params: tuple[Any, ...]) -> list[Any]:
+        try:
+            with self._reading() as conn:
+                return conn.execute(sql, params).fetchall()
+        except sqlite3.Error as exc:
+            raise translate(exc) from exc
+
+    # -- reads ---------------------------------------------------------------------
+    def get(self, scope: str, key: str, now: float) -> str | None:
+        found = self._query(GET, (scope, key, now))
+        return found[0][0] if found else None
+
+    def get_entry(self, scope: str, key: str, now: float) -> tuple[str, float | None] | None:
+        found = self._query(GET_ENTRY, (scope, key, now))
+        return (found[0][0], found[0][1]) if found else None
+
+    def get_many(self, scope: str, keys: Iterable[str], now: float) -> dict[str, str]:
+        wanted = list(dict.fromkeys(keys))
+        found: dict[str, str] = {}
+        for start in range(0, len(wanted), _IN_CHUNK):
+            chunk = wanted[start : start + _IN_CHUNK]
+            sql = f"{ITEMS} AND key IN ({', '.join('?' * len(chunk))})"
+            found.update(self._query(sql, (scope, now, *chunk)))
+        return {key: found[key] for key in wanted if key in found}
+
+    def items(self, scope: str, pattern: Pattern, now: float) -> list[tuple[str, str]]:
+        sql, params = _ranged(ITEMS, scope, pattern.bounds(), now)
+        rows = self._query(sql + " ORDER BY key", params)
+        if pattern.matches_all:
+            return rows
+        return [(key, value) for key, value in rows if pattern.matches(key)]
+
+    def keys(self, scope: str, pattern: Pattern, now: float) -> list[str]:
+        sql, params = _ranged(KEYS, scope, pattern.bounds(), now)
+        return [
+            key for (key,) in self._query(sql + " ORDER BY key", params) if pattern.matches(key)
+        ]
+
+    def scopes(self, now: float) -> list[str]:
+        return [scope for (scope,) in self._query(SCOPES, (now,))]
+
+    def counts(self, now: float) -> dict[str, int]:
+        return dict(self._query(COUNTS, (now,)))
+
+    def expired(self, now: float, limit: int) -> list[tuple[str, str]]:
+        return [(scope, key) for scope, key in self._query(EXPIRED, (now, limit))]
+
+    def revision(self) -> int:
+        return int(self._query(REVISION, ())[0][0])
+
+    def size_bytes(self) -> int:
+        if self._in_memory:
+            pages = self._query("PRAGMA page_count", ())[0][0]
+            return int(pages) * int(self._query("PRAGMA page_size", ())[0][0])
+        total = 0
+        for suffix in ("", "-wal", "-shm"):
+            with contextlib.suppress(OSError):
+                total += os.stat(self.location + suffix).st_size
+        return total
+
+    # -- writes --------------------------------------------------------------------
+    def write(self, work: Callable[[WriteTxn], T], now: float) -> tuple[T, list[ChangeRecord]]:
+        """Run ``work`` in one write transaction and commit; return its result and the
+        change records it committed.
+
+        Raises:
+            BusyError: another process held the database past the busy timeout.
+            StorageError: the database failed; nothing was committed.
+        """
+        with self._gate:
+            if self._closed:
+                raise ClosedError("the database is closed")
+            conn = self._writer
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    start = int(conn.execute(REVISION).fetchall()[0][0])
+                    txn = WriteTxn(_Statements(conn), now, start)
+                    result = work(txn)
+                    records = txn.flush(start)
+                    conn.execute("COMMIT")
+                except BaseException:
+                    if conn.in_transaction:
+                        conn.execute("ROLLBACK")
+                    raise
+            except sqlite3.Error as exc:
+                raise translate(exc) from exc
+            return result, records
+
+    def close(self) -> None:
+        """Close every connection; later calls raise ``ClosedError``. Idempotent."""
+        with self._gate:
+            self._closed = True
+            with self._opened_lock:
+                opened, self._opened = self._opened, []
+            for proxy in opened:
+                with contextlib.suppress(Exception):
+                    proxy.close()
+            self._idle.clear()
+            self._engine.dispose()
+
+
+def _begin_immediate(conn: sa.Connection) -> None:
+    # BEGIN IMMEDIATE: a deferred read-then-write transaction can fail with
+    # SQLITE_BUSY_SNAPSHOT when another connection commits in between.
+    conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+
+def _create_private(path: Path) -> None:
+    """Create the database file, and its folder, readable by its owner only."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # SQLite gives the -wal and -shm files the mode of the database file.
+    fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o600)
+    os.close(fd)

@@ -1,0 +1,221 @@
+"""What the engine needs from a database, and the write transaction every write runs in.
+
+A store answers reads from any thread and runs write transactions one at a time. A
+write transaction stages its changes in memory (``WriteTxn``): each request in a batch
+can be undone on its own when it fails, and the batch reaches the database as a few
+statements just before the commit, together with its change-log records.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Final, Protocol, TypeVar
+
+from ._keys import Pattern
+
+__all__ = ["ChangeRecord", "Row", "Store", "WriteTxn"]
+
+T = TypeVar("T")
+Key = tuple[str, str]
+
+_ABSENT: Final = object()
+
+
+@dataclass(slots=True)
+class Row:
+    """A stored key: its JSON text, absolute deadline and the revision of its last change."""
+
+    value: str
+    expires_at: float | None
+    revision: int
+
+    def live(self, now: float) -> bool:
+        return self.expires_at is None or self.expires_at > now
+
+
+@dataclass(slots=True)
+class ChangeRecord:
+    """One committed change, as the change log stores it."""
+
+    scope: str
+    key: str
+    type: str
+    old_value: str | None
+    new_value: str | None
+    ops: str | None
+    revision: int
+    timestamp: float
+
+
+class Statements(Protocol):
+    """The statements a write transaction runs, bound to one connection."""
+
+    def fetch_row(self, scope: str, key: str) -> Row | None: ...
+
+    def fetch_rows(
+        self, scope: str, bounds: tuple[str, str | None] | None
+    ) -> list[tuple[str, Row]]: ...
+
+    def flush(
+        self,
+        upserts: list[tuple[str, str, str, float | None, int]],
+        deletes: list[tuple[str, str]],
+        records: list[ChangeRecord],
+        revision: int | None,
+    ) -> None: ...
+
+
+class WriteTxn:
+    """The staged state of one write transaction (one batch of requests).
+
+    Reads see the database as this transaction has changed it so far; writes are kept
+    here until :meth:`flush`. :meth:`savepoint` and :meth:`rollback_to` undo one
+    request's writes without touching the others'.
+    """
+
+    __slots__ = ("_changes", "_revision", "_staged", "_statements", "_undo", "now")
+
+    def __init__(self, statements: Statements, now: float, revision: int) -> None:
+        self.now = now
+        self._statements = statements
+        self._revision = revision
+        self._staged: dict[Key, Row | None] = {}
+        self._changes: list[ChangeRecord] = []
+        self._undo: list[tuple[Key, object]] = []
+
+    # -- reading -------------------------------------------------------------------
+    def row(self, scope: str, key: str) -> Row | None:
+        """The stored row, live or not yet swept, as this transaction sees it."""
+        staged = self._staged.get((scope, key), _ABSENT)
+        if staged is not _ABSENT:
+            return staged  # type: ignore[return-value]
+        return self._statements.fetch_row(scope, key)
+
+    def live_row(self, scope: str, key: str) -> Row | None:
+        """The row if it is live. A row past its deadline is expired here and now."""
+        row = self.row(scope, key)
+        if row is not None and not row.live(self.now):
+            self.write(scope, key, row, None, None, change_type="expired")
+            return None
+        return row
+
+    def live_rows(self, scope: str, pattern: Pattern) -> list[tuple[str, Row]]:
+        """Every live row of ``scope`` whose key matches, sorted by key."""
+        found = dict(self._statements.fetch_rows(scope, pattern.bounds()))
+        for (row_scope, key), staged in self._staged.items():
+            if row_scope == scope:
+                if staged is None:
+                    found.pop(key, None)
+                else:
+                    found[key] = staged
+        matching: list[tuple[str, Row]] = []
+        for key in sorted(found):
+            if not pattern.matches(key):
+                continue
+            row = found[key]
+            if row.live(self.now):
+                matching.append((key, row))
+            else:
+                self.write(scope, key, row, None, None, change_type="expired")
+        return matching
+
+    # -- writing -------------------------------------------------------------------
+    def write(
+        self,
+        scope: str,
+        key: str,
+        old: Row | None,
+        value: str | None,
+        expires_at: float | None,
+        *,
+        change_type: str | None = None,
+        ops: str | None = None,
+    ) -> None:
+        """Stage ``value`` (None deletes) over ``old``, the row ``row()`` returned.
+
+        A write that leaves the JSON text as it was records no change (though a new
+        deadline is still stored); every other write records one, with a new revision.
+        """
+        if value is None:
+            if old is None:
+                return
+            self._stage((scope, key), None)
+            self._record(scope, key, change_type or "deleted", old.value, None, ops)
+            return
+        if old is not None and old.value == value:
+            if old.expires_at != expires_at:
+                self._stage((scope, key), Row(value, expires_at, old.revision))
+            return
+        kind = change_type or ("created" if old is None else "updated")
+        revision = self._record(scope, key, kind, old.value if old else None, value, ops)
+        self._stage((scope, key), Row(value, expires_at, revision))
+
+    def _stage(self, key: Key, row: Row | None) -> None:
+        self._undo.append((key, self._staged.get(key, _ABSENT)))
+        self._staged[key] = row
+
+    def _record(
+        self, scope: str, key: str, kind: str, old: str | None, new: str | None, ops: str | None
+    ) -> int:
+        self._revision += 1
+        self._changes.append(
+            ChangeRecord(scope, key, kind, old, new, ops, self._revision, self.now)
+        )
+        return self._revision
+
+    # -- undo and flush ------------------------------------------------------------
+    def savepoint(self) -> tuple[int, int, int]:
+        return len(self._undo), len(self._changes), self._revision
+
+    def rollback_to(self, mark: tuple[int, int, int]) -> None:
+        undo_len, changes_len, revision = mark
+        while len(self._undo) > undo_len:
+            key, previous = self._undo.pop()
+            if previous is _ABSENT:
+                del self._staged[key]
+            else:
+                self._staged[key] = previous  # type: ignore[assignment]
+        del self._changes[changes_len:]
+        self._revision = revision
+
+    def flush(self, start_revision: int) -> list[ChangeRecord]:
+        """Write what is staged; return the change records, in revision order."""
+        upserts = [
+            (scope, key, row.value, row.expires_at, row.revision)
+            for (scope, key), row in self._staged.items()
+            if row is not None
+        ]
+        deletes = [key for key, row in self._staged.items() if row is None]
+        revision = self._revision if self._revision != start_revision else None
+        if upserts or deletes or self._changes:
+            self._statements.flush(upserts, deletes, self._changes, revision)
+        return self._changes
+
+
+class Store(Protocol):
+    """A database as the engine uses it. Implementations: ``_sqlite.SQLiteStore``."""
+
+    location: str
+
+    def get(self, scope: str, key: str, now: float) -> str | None: ...
+
+    def get_entry(self, scope: str, key: str, now: float) -> tuple[str, float | None] | None: ...
+
+    def get_many(self, scope: str, keys: Iterable[str], now: float) -> dict[str, str]: ...
+
+    def items(self, scope: str, pattern: Pattern, now: float) -> list[tuple[str, str]]: ...
+
+    def keys(self, scope: str, pattern: Pattern, now: float) -> list[str]: ...
+
+    def scopes(self, now: float) -> list[str]: ...
+
+    def counts(self, now: float) -> dict[str, int]: ...
+
+    def expired(self, now: float, limit: int) -> list[tuple[str, str]]: ...
+
+    def size_bytes(self) -> int: ...
+
+    def write(self, work: Callable[[WriteTxn], T], now: float) -> tuple[T, list[ChangeRecord]]: ...
+
+    def close(self) -> None: ...

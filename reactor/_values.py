@@ -1,0 +1,116 @@
+"""JSON values: validation, encoding and JSON equality.
+
+A value is encoded once, in the caller's thread, before it goes anywhere: the encoded
+text is what the actor stores, so mutating the caller's object afterwards changes
+nothing, and decoding makes a fresh copy for every reader.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from typing import Any, Final
+
+import orjson
+
+from .errors import InvalidValueError
+
+__all__ = ["MISSING", "Missing", "decode", "encode", "encode_trusted", "json_equal"]
+
+DEFAULT_MAX_VALUE_BYTES: Final = 16 * 1024 * 1024
+DEFAULT_MAX_DEPTH: Final = 64
+# orjson refuses to encode more than 254 levels; a limit above it could never be met.
+MAX_DEPTH_LIMIT: Final = 250
+
+
+class Missing(enum.Enum):
+    """The type of :data:`MISSING`."""
+
+    MISSING = "MISSING"
+
+    def __repr__(self) -> str:
+        return "reactor.MISSING"
+
+
+MISSING: Final = Missing.MISSING
+"""Stands for "no such key" in ``compare_and_swap``."""
+
+
+def encode(value: Any, *, max_depth: int, max_bytes: int) -> str:
+    """Validate ``value`` as JSON and return its text.
+
+    Raises:
+        InvalidValueError: NaN or infinity, a non-``str`` dict key, a type JSON lacks,
+            nesting deeper than ``max_depth`` (cycles included), an integer outside
+            64 bits, a string that is not valid Unicode, or text over ``max_bytes``.
+    """
+    _check(value, 0, max_depth)
+    try:
+        data = orjson.dumps(value)
+    except orjson.JSONEncodeError as exc:  # integers beyond 64 bits, lone surrogates
+        raise InvalidValueError(f"value is not storable JSON: {exc}") from None
+    if len(data) > max_bytes:
+        raise InvalidValueError(
+            f"value is {len(data):,} bytes as JSON, over the limit of {max_bytes:,}"
+        )
+    return data.decode()
+
+
+def encode_trusted(value: Any) -> str:
+    """Encode a value known to be valid (read from the database, or cut from one)."""
+    return orjson.dumps(value).decode()
+
+
+def decode(text: str | bytes) -> Any:
+    """Return a fresh Python object for stored JSON text."""
+    return orjson.loads(text)
+
+
+def _check(value: Any, depth: int, max_depth: int) -> None:
+    kind = type(value)
+    if kind is str or kind is int or kind is bool or value is None:
+        return
+    if kind is float:
+        if not math.isfinite(value):
+            raise InvalidValueError(f"{value!r} is not a JSON number")
+        return
+    if isinstance(value, dict):
+        if depth >= max_depth:
+            raise _too_deep(max_depth)
+        for key, item in value.items():
+            if type(key) is not str:
+                raise InvalidValueError(
+                    f"dict keys must be str, not {type(key).__name__} ({key!r})"
+                )
+            _check(item, depth + 1, max_depth)
+        return
+    if isinstance(value, list):
+        if depth >= max_depth:
+            raise _too_deep(max_depth)
+        for item in value:
+            _check(item, depth + 1, max_depth)
+        return
+    raise InvalidValueError(
+        f"{kind.__name__} is not a JSON type (use dict, list, str, int, float, bool or None)"
+    )
+
+
+def _too_deep(max_depth: int) -> InvalidValueError:
+    return InvalidValueError(f"value nests deeper than {max_depth} levels (or contains a cycle)")
+
+
+def json_equal(left: Any, right: Any) -> bool:  # noqa: PLR0911 - one return per JSON type
+    """Equality as JSON sees it: ``1 == 1.0``, but ``True != 1`` and ``0 != False``."""
+    if isinstance(left, bool) or isinstance(right, bool):
+        return type(left) is type(right) and left == right
+    if isinstance(left, int | float) and isinstance(right, int | float):
+        return bool(left == right)
+    if isinstance(left, dict):
+        if not isinstance(right, dict) or left.keys() != right.keys():
+            return False
+        return all(json_equal(item, right[key]) for key, item in left.items())
+    if isinstance(left, list):
+        if not isinstance(right, list) or len(left) != len(right):
+            return False
+        return all(json_equal(a, b) for a, b in zip(left, right, strict=True))
+    return type(left) is type(right) and bool(left == right)

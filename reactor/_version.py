@@ -1,0 +1,8 @@
+"""The installed version of reactor."""
+
+from importlib.metadata import PackageNotFoundError, version
+
+try:
+    __version__ = version("reactor")
+except PackageNotFoundError:  # a source tree that is not installed
+    __version__ = "0.0.0"

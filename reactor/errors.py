@@ -1,0 +1,108 @@
+"""The errors reactor raises: one tree, rooted at :class:`ReactorError`.
+
+```text
+ReactorError
+├── ClosedError                    the handle (or its engine) is closed
+├── SchemaError                    the database was written by a newer reactor
+├── StorageError                   the database failed; the cause is chained
+│   └── BusyError (TimeoutError)   another process held the database too long
+├── OperationTimeout (TimeoutError) the scope's actor did not answer in time
+├── InvalidValueError (ValueError) a value that is not storable JSON
+├── InvalidKeyError (ValueError)   a key or scope name that is not allowed
+├── InvalidArgumentError (ValueError) a bad argument (ttl <= 0, NaN, ...)
+├── InvalidOpError (ValueError)    update ops that are not a list of op dicts
+├── TypeMismatchError (TypeError)  the stored value has the wrong type for the verb
+├── ReentrancyError (RuntimeError) a call that would wait on itself
+├── LockNotOwnedError              releasing a lock this holder does not own
+├── LockTimeout (TimeoutError)     a lock was not acquired in time
+└── RevisionCompactedError (LookupError) the change log no longer holds a revision
+```
+
+Errors from SQLAlchemy, the database driver and pykka never reach a caller as such:
+they are translated at the boundary, with the original chained as ``__cause__``.
+Every error means the operation changed nothing, except where its text says otherwise.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "BusyError",
+    "ClosedError",
+    "InvalidArgumentError",
+    "InvalidKeyError",
+    "InvalidOpError",
+    "InvalidValueError",
+    "LockNotOwnedError",
+    "LockTimeout",
+    "OperationTimeout",
+    "ReactorError",
+    "ReentrancyError",
+    "RevisionCompactedError",
+    "SchemaError",
+    "StorageError",
+    "TypeMismatchError",
+]
+
+
+class ReactorError(Exception):
+    """The root of every error reactor raises."""
+
+
+class ClosedError(ReactorError):
+    """The handle, or a scope taken from it, is used after ``close()``."""
+
+
+class SchemaError(ReactorError):
+    """The database was written by a newer version of reactor; it is left untouched."""
+
+
+class StorageError(ReactorError):
+    """The database failed the operation; nothing was applied. The cause is chained."""
+
+
+class BusyError(StorageError, TimeoutError):
+    """Another process kept the database locked beyond the timeout; nothing was applied."""
+
+
+class OperationTimeout(ReactorError, TimeoutError):
+    """The scope's actor did not answer within the timeout.
+
+    A write that had not started is withdrawn; one already running may still commit.
+    """
+
+
+class InvalidValueError(ReactorError, ValueError):
+    """A value that would not come back equal from the database (see SPEC §2)."""
+
+
+class InvalidKeyError(ReactorError, ValueError):
+    """A key or scope name that is not a non-empty ``str`` of at most 1,024 characters."""
+
+
+class InvalidArgumentError(ReactorError, ValueError):
+    """An argument out of its range: a ``ttl`` that is not a number > 0, a NaN, ..."""
+
+
+class InvalidOpError(ReactorError, ValueError):
+    """``update`` ops that are not a list of dicts, or that mix the two op styles."""
+
+
+class TypeMismatchError(ReactorError, TypeError):
+    """The verb does not apply to the type of the stored value (or of an argument)."""
+
+
+class ReentrancyError(ReactorError, RuntimeError):
+    """A call that would wait on the caller itself, such as using a scope's own handle
+    inside its transaction."""
+
+
+class LockNotOwnedError(ReactorError):
+    """Releasing or extending a lock that expired or belongs to another holder."""
+
+
+class LockTimeout(ReactorError, TimeoutError):
+    """A lock was not acquired within its timeout."""
+
+
+class RevisionCompactedError(ReactorError, LookupError):
+    """The change log no longer holds the revision asked for (it was compacted)."""

@@ -1,0 +1,211 @@
+"""Opening engines: targets, sharing, closing, options and the schema (SPEC §1)."""
+
+from __future__ import annotations
+
+import sqlite3
+import stat
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+import reactor
+from reactor import _schema
+
+Opener = Callable[..., reactor.State]
+
+
+def test_a_file_path_creates_the_file_and_its_folders(open_state: Opener, tmp_path: Path) -> None:
+    path = tmp_path / "a" / "b" / "state.db"
+    state = open_state(path)
+    state.scope("s").set("k", 1)
+    assert path.exists()
+    assert state.location == str(path)
+
+
+def test_state_survives_closing_and_reopening(open_state: Opener, db_path: Path) -> None:
+    with reactor.open(db_path) as state:
+        state.scope("s").set("k", {"v": [1, 2]})
+    with reactor.open(str(db_path)) as state:
+        assert state.scope("s").get("k") == {"v": [1, 2]}
+
+
+def test_sqlite_urls(open_state: Opener, tmp_path: Path) -> None:
+    path = tmp_path / "url.db"
+    with reactor.open(f"sqlite:///{path}") as state:
+        state.scope("s").set("k", "via url")
+    with reactor.open(path) as state:
+        assert state.scope("s").get("k") == "via url"
+
+
+def test_private_memory_engines_share_nothing(open_state: Opener) -> None:
+    first, second = open_state(":memory:"), open_state(":memory:")
+    first.scope("s").set("k", 1)
+    assert second.scope("s").get("k") is None
+    assert open_state("sqlite://").scope("s").get("k") is None
+
+
+def test_named_memory_engines_are_shared_in_process(open_state: Opener) -> None:
+    first, second = open_state(":memory:jobs"), open_state(":memory:jobs")
+    first.scope("s").set("k", 1)
+    assert second.scope("s").get("k") == 1
+    assert open_state(":memory:other").scope("s").get("k") is None
+
+
+def test_a_named_memory_engine_forgets_when_its_last_handle_closes() -> None:
+    with reactor.open(":memory:temp") as state:
+        state.scope("s").set("k", 1)
+    with reactor.open(":memory:temp") as state:
+        assert state.scope("s").get("k") is None
+
+
+def test_memory_durability_keeps_nothing_on_disk(open_state: Opener, tmp_path: Path) -> None:
+    path = tmp_path / "never.db"
+    state = open_state(path, durability="memory")
+    state.scope("s").set("k", 1)
+    assert open_state(path, durability="memory").scope("s").get("k") == 1
+    assert not path.exists()
+
+
+def test_default_database_is_reactor_db_then_home(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("REACTOR_DB", str(tmp_path / "env.db"))
+    with reactor.open() as state:
+        state.scope("s").set("k", 1)
+    assert (tmp_path / "env.db").exists()
+
+    monkeypatch.delenv("REACTOR_DB")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    with reactor.open() as state:
+        state.scope("s").set("k", 2)
+    home_db = tmp_path / "home" / ".reactor" / "state.db"
+    assert home_db.exists()
+    assert stat.S_IMODE(home_db.parent.stat().st_mode) == 0o700
+
+
+def test_handles_to_one_database_share_one_engine(open_state: Opener, db_path: Path) -> None:
+    first = open_state()
+    second = open_state(str(db_path.parent / "." / db_path.name))
+    assert first._engine is second._engine
+    first.close()
+    second.scope("s").set("still", "open")  # the engine lives while a handle does
+    assert second.scope("s").get("still") == "open"
+
+
+def test_closed_handles_and_their_scopes_raise(open_state: Opener) -> None:
+    state = open_state()
+    scope = state.scope("s")
+    state.close()
+    state.close()  # idempotent
+    assert state.closed
+    with pytest.raises(reactor.ClosedError):
+        scope.get("k")
+    with pytest.raises(reactor.ClosedError):
+        scope.set("k", 1)
+    with pytest.raises(reactor.ClosedError):
+        state.scope("s")
+    with pytest.raises(reactor.ClosedError):
+        state.scopes()
+
+
+def test_context_manager_closes(db_path: Path) -> None:
+    with reactor.open(db_path) as state:
+        scope = state.scope("s")
+    with pytest.raises(reactor.ClosedError):
+        scope.get("k")
+
+
+def test_close_stops_every_thread_the_engine_started(db_path: Path) -> None:
+    before = set(threading.enumerate())
+    state = reactor.open(db_path)
+    for i in range(20):
+        state.scope(f"scope-{i}").set("k", i)
+    assert len(set(threading.enumerate()) - before) > 1
+    state.close()
+    assert set(threading.enumerate()) - before == set()
+
+
+def test_options_are_checked(open_state: Opener) -> None:
+    with pytest.raises(reactor.InvalidArgumentError):
+        open_state(durability="sometimes")
+    with pytest.raises(reactor.InvalidArgumentError):
+        open_state(max_depth=0)
+    with pytest.raises(reactor.InvalidArgumentError):
+        open_state(max_actors=-1)
+    with pytest.raises(reactor.InvalidArgumentError):
+        open_state(timeout=float("nan"))
+    with pytest.raises(reactor.InvalidArgumentError):
+        open_state("postgres-ish://x")
+
+
+def test_conflicting_options_for_a_running_engine_are_refused(open_state: Opener) -> None:
+    open_state(max_depth=10)
+    assert open_state(max_depth=10) is not None
+    assert open_state() is not None  # no options: join whatever runs
+    with pytest.raises(reactor.InvalidArgumentError, match="max_depth=10"):
+        open_state(max_depth=11)
+
+
+@pytest.mark.parametrize(("durability", "synchronous"), [("normal", 1), ("full", 2)])
+def test_durability_sets_wal_and_synchronous(
+    open_state: Opener, durability: str, synchronous: int
+) -> None:
+    state = open_state(durability=durability)
+    store = state._engine_or_raise().store
+    with store._reading() as conn:  # type: ignore[attr-defined]
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        assert conn.execute("PRAGMA synchronous").fetchone()[0] == synchronous
+
+
+def test_database_files_are_private(open_state: Opener, db_path: Path) -> None:
+    open_state().scope("s").set("k", 1)
+    for suffix in ("", "-wal", "-shm"):
+        path = Path(f"{db_path}{suffix}")
+        assert path.exists(), path
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
+
+
+def _raw_version(path: Path) -> int:
+    with sqlite3.connect(path) as conn:
+        return int(
+            conn.execute("SELECT value FROM reactor_meta WHERE name = 'schema_version'").fetchone()[
+                0
+            ]
+        )
+
+
+def test_a_new_database_has_the_current_schema_version(open_state: Opener, db_path: Path) -> None:
+    open_state()
+    assert _raw_version(db_path) == _schema.SCHEMA_VERSION
+
+
+def test_an_older_database_is_migrated(db_path: Path) -> None:
+    import sqlalchemy as sa
+
+    engine = sa.create_engine(f"sqlite:///{db_path}")
+    assert _schema.migrate(engine, target=1) == 0  # a database as version 1 left it
+    with engine.begin() as conn:
+        conn.execute(_schema.kv.insert().values(scope="s", key="k", value="41", revision=0))
+        assert not sa.inspect(conn).has_table("reactor_changes")
+    engine.dispose()
+
+    with reactor.open(db_path) as state:
+        assert state.scope("s").increment("k") == 42
+    assert _raw_version(db_path) == _schema.SCHEMA_VERSION
+    with sqlite3.connect(db_path) as conn:
+        logged = conn.execute("SELECT key, type, new_value FROM reactor_changes").fetchall()
+    assert logged == [("k", "updated", "42")]
+
+
+def test_a_newer_database_raises_schema_error_and_stays_untouched(db_path: Path) -> None:
+    with reactor.open(db_path) as state:
+        state.scope("s").set("k", 1)
+    with sqlite3.connect(db_path) as conn:
+        conn.execute("UPDATE reactor_meta SET value = 99 WHERE name = 'schema_version'")
+    before = db_path.read_bytes()
+    with pytest.raises(reactor.SchemaError, match="99"):
+        reactor.open(db_path)
+    assert db_path.read_bytes() == before
+    assert _raw_version(db_path) == 99

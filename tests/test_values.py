@@ -1,0 +1,188 @@
+"""Values (SPEC §2): what is refused before anything is written, and isolation."""
+
+from __future__ import annotations
+
+import collections
+import datetime as dt
+import decimal
+import enum
+import sqlite3
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import reactor
+
+
+class Colour(enum.Enum):
+    RED = "red"
+
+
+def _cycle() -> dict[str, Any]:
+    value: dict[str, Any] = {}
+    value["self"] = value
+    return value
+
+
+def _nested(depth: int) -> Any:
+    value: Any = 1
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+BAD_VALUES = {
+    "nan": float("nan"),
+    "infinity": float("inf"),
+    "minus infinity": float("-inf"),
+    "nan inside": {"a": [1, float("nan")]},
+    "int key": {1: "a"},
+    "int and str keys": {1: "a", "1": "b"},
+    "tuple key": {(1, 2): "a"},
+    "none key": {None: 1},
+    "tuple": (1, 2),
+    "set": {1, 2},
+    "frozenset": frozenset(),
+    "bytes": b"abc",
+    "bytearray": bytearray(b"abc"),
+    "object": object(),
+    "datetime": dt.datetime(2024, 1, 1, tzinfo=dt.UTC),
+    "decimal": decimal.Decimal("1.5"),
+    "uuid": uuid.uuid4(),
+    "enum": Colour.RED,
+    "complex": 1j,
+    "function": len,
+    "cycle": _cycle(),
+    "too deep": _nested(65),
+    "far too deep": _nested(100_000),
+    "int over 64 bits": 2**64,
+    "int under 64 bits": -(2**63) - 1,
+    "lone surrogate": "\ud800",
+    "lone surrogate key": {"\udfff": 1},
+    "nested tuple": {"a": [(1,)]},
+}
+
+
+@pytest.mark.parametrize("value", BAD_VALUES.values(), ids=BAD_VALUES.keys())
+def test_bad_values_are_refused_and_nothing_is_written(
+    state: reactor.State, db_path: Path, value: Any
+) -> None:
+    scope = state.scope("s")
+    scope.set("existing", "before")
+    writes: list[Callable[[], object]] = [
+        lambda: scope.set("k", value),
+        lambda: scope.set("existing", value),
+        lambda: scope.set_many({"k": 1, "k2": value}),
+        lambda: scope.push("list", 1, value),
+        lambda: scope.compare_and_swap("existing", "before", value),
+        lambda: scope.compare_and_swap("existing", value, "after"),
+    ]
+    for write in writes:
+        with pytest.raises(reactor.InvalidValueError):
+            write()
+    assert scope.list() == {"existing": "before"}
+    with sqlite3.connect(db_path) as conn:
+        assert conn.execute("SELECT COUNT(*) FROM reactor_changes").fetchone()[0] == 1
+
+
+GOOD_VALUES = {
+    "none": None,
+    "true": True,
+    "false": False,
+    "zero": 0,
+    "int64 max": 2**63 - 1,
+    "int64 min": -(2**63),
+    "float": 1.5,
+    "float that is whole": 2.0,
+    "tiny float": 5e-324,
+    "huge float": 1.7e308,
+    "empty string": "",
+    "unicode": "héllo ✓ 🚀 \u0000 nul inside",
+    "empty list": [],
+    "empty dict": {},
+    "nested": {"a": [1, {"b": [None, True, 2.5, "x"]}], "": {"": []}},
+    "max depth": _nested(63),
+    "ordered dict": collections.OrderedDict([("b", 1), ("a", 2)]),
+}
+
+
+@pytest.mark.parametrize("value", GOOD_VALUES.values(), ids=GOOD_VALUES.keys())
+def test_json_values_round_trip_with_their_types(state: reactor.State, value: Any) -> None:
+    scope = state.scope("s")
+    change = scope.set("k", value)
+    stored = scope.get("k")
+    assert stored == value
+    assert type(stored) is (dict if isinstance(value, dict) else type(value))
+    assert change.new_value == value
+    if isinstance(value, float):
+        assert type(change.new_value) is float
+
+
+def test_bool_and_int_are_different_values(state: reactor.State) -> None:
+    scope = state.scope("s")
+    scope.set("flag", True)
+    change = scope.set("flag", 1)
+    assert change.old_value is True
+    assert scope.get("flag") == 1
+    assert type(scope.get("flag")) is int
+
+
+def test_values_are_copied_in(state: reactor.State) -> None:
+    scope = state.scope("s")
+    value = {"items": [1, 2]}
+    change = scope.set("k", value)
+    value["items"].append(3)
+    change.new_value["items"].append(4)
+    assert scope.get("k") == {"items": [1, 2]}
+
+
+def test_values_are_copied_out(state: reactor.State) -> None:
+    scope = state.scope("s")
+    scope.set("k", {"items": [1]})
+    first = scope.get("k")
+    first["items"].append(2)
+    assert scope.get("k") == {"items": [1]}
+    assert scope.get("k") is not scope.get("k")
+    listed = scope.list()
+    listed["k"]["items"].clear()
+    assert scope.get_many(["k"]) == {"k": {"items": [1]}}
+
+
+def test_the_size_limit_is_configurable(open_state: Callable[..., reactor.State]) -> None:
+    scope = open_state(max_value_bytes=100).scope("s")
+    scope.set("fits", "x" * 98)  # 100 bytes as JSON, with its quotes
+    with pytest.raises(reactor.InvalidValueError, match="over the limit of 100"):
+        scope.set("big", "x" * 99)
+    scope.set("text", "x" * 90)
+    with pytest.raises(reactor.InvalidValueError):
+        scope.append("text", "y" * 20)
+    assert scope.get("text") == "x" * 90
+    assert not scope.exists("big")
+
+
+def test_the_depth_limit_is_configurable(open_state: Callable[..., reactor.State]) -> None:
+    scope = open_state(max_depth=3).scope("s")
+    scope.set("ok", [[[1]]])
+    with pytest.raises(reactor.InvalidValueError, match="deeper than 3"):
+        scope.set("deep", [[[[1]]]])
+    scope.set("list", [[1]])
+    with pytest.raises(reactor.InvalidValueError):
+        scope.push("list", [[[2]]])  # the list it would make nests 4 levels
+    assert scope.get("list") == [[1]]
+
+
+def test_increment_beyond_64_bits_is_refused(state: reactor.State) -> None:
+    scope = state.scope("s")
+    scope.set("n", 2**63 - 1)
+    assert scope.increment("n") == 2**63  # still within orjson's unsigned range
+    scope.set("n", 2**64 - 1)
+    with pytest.raises(reactor.InvalidValueError):
+        scope.increment("n")
+    assert scope.get("n") == 2**64 - 1
+    scope.set("f", 1e308)
+    with pytest.raises(reactor.InvalidValueError):
+        scope.increment("f", 1e308)
+    assert scope.get("f") == 1e308
