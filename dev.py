@@ -27,7 +27,8 @@ STAMP = VENV / ".reactor-installed"
 
 def run(*command: str | Path) -> None:
     print("+", " ".join(str(part) for part in command), flush=True)
-    done = subprocess.run([str(part) for part in command], cwd=ROOT, check=False)
+    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
+    done = subprocess.run([str(part) for part in command], cwd=ROOT, env=env, check=False)
     if done.returncode != 0:
         sys.exit(done.returncode)
 

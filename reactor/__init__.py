@@ -10,16 +10,19 @@ with reactor.open("state.db") as state:
 ```
 """
 
+from . import errors, ops
 from ._clock import Clock
 from ._open import open  # noqa: A004 - reactor.open, as the spec names it
-from ._results import Change
+from ._results import Change, Snapshot, UpdateResult
 from ._scope import Scope
 from ._state import State
+from ._transaction import Transaction
 from ._values import MISSING, Missing
 from ._version import __version__
 from .errors import (
     BusyError,
     ClosedError,
+    ConflictError,
     InvalidArgumentError,
     InvalidKeyError,
     InvalidOpError,
@@ -41,6 +44,7 @@ __all__ = [
     "Change",
     "Clock",
     "ClosedError",
+    "ConflictError",
     "InvalidArgumentError",
     "InvalidKeyError",
     "InvalidOpError",
@@ -54,9 +58,14 @@ __all__ = [
     "RevisionCompactedError",
     "SchemaError",
     "Scope",
+    "Snapshot",
     "State",
     "StorageError",
+    "Transaction",
     "TypeMismatchError",
+    "UpdateResult",
     "__version__",
+    "errors",
     "open",
+    "ops",
 ]

@@ -8,6 +8,10 @@ A write is a request queued in the owner's mailbox; the actor takes every queued
 request at once and runs them in one database transaction (group commit), answering
 each caller after the commit. A request that fails is undone alone; a commit that fails
 fails the whole batch, and nothing of it is applied.
+
+A transaction takes a scope for itself: from its ``begin`` request on, the actor defers
+every other request for that scope (and goes on with other scopes) until the
+transaction's commit or rollback releases it.
 """
 
 from __future__ import annotations
@@ -42,12 +46,18 @@ def shard_index(scope: str, shards: int) -> int:
 
 
 class Request:
-    """One write: the work to run in the transaction, and the caller's future."""
+    """One write: the work to run in the transaction, and the caller's future.
 
-    __slots__ = ("future", "work")
+    ``owner`` marks the requests of a transaction holding ``scope``; a request with
+    no work is a transaction's ``begin``.
+    """
 
-    def __init__(self, work: Work) -> None:
+    __slots__ = ("future", "owner", "scope", "work")
+
+    def __init__(self, work: Work | None, scope: str, owner: object = None) -> None:
         self.work = work
+        self.scope = scope
+        self.owner = owner
         self.future: Future[Any] = Future()
 
 
@@ -77,42 +87,81 @@ class Mailbox:
         self._clock = clock
         self._on_commit = on_commit
         self._pending: deque[Request] = deque()
+        self._deferred: deque[Request] = deque()  # requests for scopes a transaction holds
+        self._owners: dict[str, object] = {}  # scope -> the transaction holding it
         self._lock = threading.Lock()
         self._scheduled = False
         self._closed = False
         self._actor: pykka.ActorRef[Any] | None = None
 
-    def submit(self, work: Work) -> Future[Any]:
-        """Queue ``work`` for the actor; the future holds its result after commit.
+    def submit(self, work: Work | None, scope: str, owner: object = None) -> Future[Any]:
+        """Queue ``work`` on ``scope`` for the actor; the future holds its result after
+        commit. ``owner`` is the transaction the work belongs to, if any; ``work=None``
+        asks for the scope for that transaction (the future is done once it is held).
 
         Raises:
             ClosedError: the engine is closing.
         """
-        request = Request(work)
+        request = Request(work, scope, owner)
         with self._lock:
             if self._closed:
                 raise ClosedError("the engine is closed")
             self._pending.append(request)
-            if self._scheduled:
-                return request.future
-            self._scheduled = True
-            if self._actor is None:
-                self._actor = _ScopeActor.start(self)
-                logger.debug("started scope actor %s", self._name)
-            actor = self._actor
+            self._schedule()
+        return request.future
+
+    def release(self, scope: str, owner: object) -> None:
+        """End ``owner``'s hold on ``scope``; the requests it deferred run next."""
+        with self._lock:
+            if self._owners.get(scope) is not owner:
+                return
+            del self._owners[scope]
+            if self._deferred:
+                self._pending.extendleft(reversed(self._deferred))
+                self._deferred.clear()
+                if not self._closed:
+                    self._schedule()
+
+    def _schedule(self) -> None:
+        """Make sure the actor will look at the queue (called with the lock held)."""
+        if self._scheduled:
+            return
+        self._scheduled = True
+        if self._actor is None:
+            self._actor = _ScopeActor.start(self)
+            logger.debug("started scope actor %s", self._name)
         # tell, not ask: run_pending never raises (each failure goes to its request's
         # future), so nothing here can stop the actor, and nobody waits on a reply.
         # If close() stopped the actor meanwhile, it fails what is still queued.
         with contextlib.suppress(pykka.ActorDeadError):
-            actor.tell(_DRAIN)
-        return request.future
+            self._actor.tell(_DRAIN)
 
     def run_pending(self) -> None:
-        """Run every queued request in one transaction (on the actor's thread)."""
+        """Run every queued request, in order, in as few transactions as the scopes
+        that transactions take allow (on the actor's thread)."""
         with self._lock:
-            batch = [r for r in self._pending if r.future.set_running_or_notify_cancel()]
+            queued = list(self._pending)
             self._pending.clear()
             self._scheduled = False
+        batch: list[Request] = []
+        for request in queued:
+            with self._lock:
+                owner = self._owners.get(request.scope)
+                if owner is not None and owner is not request.owner:
+                    self._deferred.append(request)  # the scope is held: wait for release
+                    continue
+            if not request.future.set_running_or_notify_cancel():
+                continue  # its caller gave up waiting
+            if request.work is not None:
+                batch.append(request)
+                continue
+            # A transaction's begin: what came before it commits first.
+            if batch:
+                self._run(batch)
+                batch = []
+            with self._lock:
+                self._owners[request.scope] = request.owner
+            request.future.set_result(None)
         if batch:
             self._run(batch)
 
@@ -122,8 +171,9 @@ class Mailbox:
             for request in batch:
                 mark = txn.savepoint()
                 try:
+                    assert request.work is not None
                     outcomes.append((True, request.work(txn)))
-                except StorageError:
+                except (StorageError, ClosedError):
                     raise  # the transaction itself failed: the whole batch fails
                 except Exception as exc:  # noqa: BLE001 - it goes back to its caller
                     txn.rollback_to(mark)
@@ -158,8 +208,9 @@ class Mailbox:
                 pass
             logger.debug("stopped scope actor %s", self._name)
         with self._lock:
-            leftover = list(self._pending)
+            leftover = [*self._pending, *self._deferred]
             self._pending.clear()
+            self._deferred.clear()
         for request in leftover:
             if request.future.set_running_or_notify_cancel():
                 request.future.set_exception(ClosedError("the engine closed before this write ran"))

@@ -12,6 +12,7 @@ import math
 import os
 import threading
 import weakref
+from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -132,7 +133,14 @@ class Engine:
         Raises:
             OperationTimeout: no answer within the engine's timeout.
         """
-        future = self.mailbox(scope).submit(work)
+        return self.wait(scope, self.mailbox(scope).submit(work, scope))
+
+    def wait(self, scope: str, future: Future[Any]) -> Any:
+        """The result of a request to ``scope``'s actor, within the engine's timeout.
+
+        Raises:
+            OperationTimeout: no answer in time (the request is withdrawn if it can be).
+        """
         try:
             return future.result(self.options.timeout)
         except FutureTimeout:
@@ -165,7 +173,7 @@ class Engine:
         for scope, key in self.store.expired(self.now(), SWEEP_BATCH):
             by_scope.setdefault(scope, []).append(key)
         for scope, keys in by_scope.items():
-            future = self.mailbox(scope).submit(expire_keys(scope, keys))
+            future = self.mailbox(scope).submit(expire_keys(scope, keys), scope)
             self._sweeping.add(future)
             future.add_done_callback(self._swept)
 

@@ -14,9 +14,9 @@ import sqlalchemy as sa
 
 from .errors import SchemaError
 
-__all__ = ["SCHEMA_VERSION", "changes", "kv", "meta", "migrate"]
+__all__ = ["SCHEMA_VERSION", "changes", "kv", "locks", "meta", "migrate"]
 
-SCHEMA_VERSION: Final = 2
+SCHEMA_VERSION: Final = 3
 
 metadata = sa.MetaData()
 
@@ -61,6 +61,19 @@ changes = sa.Table(
 )
 
 
+# Lock leases. A released lock keeps its row: the next token follows the last one.
+locks = sa.Table(
+    "reactor_locks",
+    metadata,
+    sa.Column("name", sa.String(1024), primary_key=True),
+    sa.Column("owner", sa.String(64), nullable=True),  # NULL: free
+    sa.Column("token", sa.BigInteger, nullable=False),  # fencing token of the last holder
+    sa.Column("expires_at", sa.Float, nullable=True),
+)
+# A transaction's commit asks whether its scope changed since it began.
+_changes_by_scope = sa.Index("reactor_changes_scope", changes.c.scope, changes.c.revision)
+
+
 def _to_v1(conn: sa.Connection) -> None:
     meta.create(conn)
     kv.create(conn)
@@ -68,10 +81,15 @@ def _to_v1(conn: sa.Connection) -> None:
 
 
 def _to_v2(conn: sa.Connection) -> None:
-    changes.create(conn)
+    changes.create(conn)  # with its index of version 3, hence checkfirst below
 
 
-MIGRATIONS: Final[dict[int, Callable[[sa.Connection], None]]] = {1: _to_v1, 2: _to_v2}
+def _to_v3(conn: sa.Connection) -> None:
+    locks.create(conn)
+    _changes_by_scope.create(conn, checkfirst=True)
+
+
+MIGRATIONS: Final[dict[int, Callable[[sa.Connection], None]]] = {1: _to_v1, 2: _to_v2, 3: _to_v3}
 
 
 def stored_version(conn: sa.Connection) -> int:

@@ -28,7 +28,7 @@ from sqlalchemy.pool import NullPool, StaticPool
 
 from ._keys import Pattern
 from ._schema import migrate
-from ._store import ChangeRecord, Row, WriteTxn
+from ._store import ChangeRecord, LockRow, Row, WriteTxn
 from .errors import BusyError, ClosedError, ReactorError, StorageError
 
 __all__ = ["SQLiteStore"]
@@ -64,6 +64,15 @@ LOG: Final = (
     "VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
 )
 REVISION: Final = "SELECT value FROM reactor_meta WHERE name = 'revision'"
+CHANGED_SINCE: Final = "SELECT 1 FROM reactor_changes WHERE scope = ? AND revision > ? LIMIT 1"
+OLDEST_CHANGE: Final = "SELECT MIN(revision) FROM reactor_changes"
+LOCK: Final = "SELECT owner, token, expires_at FROM reactor_locks WHERE name = ?"
+SAVE_LOCK: Final = (
+    "INSERT INTO reactor_locks (name, owner, token, expires_at) VALUES (?, ?, ?, ?) "
+    "ON CONFLICT (name) DO UPDATE SET owner = excluded.owner, token = excluded.token, "
+    "expires_at = excluded.expires_at"
+)
+LOCKS_HELD: Final = "SELECT COUNT(*) FROM reactor_locks WHERE owner IS NOT NULL AND expires_at > ?"
 SET_REVISION: Final = "UPDATE reactor_meta SET value = ? WHERE name = 'revision'"
 _IN_CHUNK: Final = 500  # keys per IN (...) list, well under SQLite's variable limit
 
@@ -71,15 +80,25 @@ SYNCHRONOUS: Final = {"normal": "NORMAL", "full": "FULL", "memory": "OFF"}
 
 
 class _Statements:
-    """The write-path statements, bound to the writer connection."""
+    """The write-path statements, bound to the writer connection.
+
+    Driver errors become reactor errors here, so that the actor can tell a failed
+    transaction (which fails its whole batch) from a request that does not apply.
+    """
 
     __slots__ = ("_conn",)
 
     def __init__(self, conn: sqlite3.Connection) -> None:
         self._conn = conn
 
+    def _all(self, sql: str, params: tuple[Any, ...]) -> list[Any]:
+        try:
+            return self._conn.execute(sql, params).fetchall()
+        except sqlite3.Error as exc:
+            raise translate(exc) from exc
+
     def fetch_row(self, scope: str, key: str) -> Row | None:
-        found = self._conn.execute(ROW, (scope, key)).fetchall()
+        found = self._all(ROW, (scope, key))
         return Row(*found[0]) if found else None
 
     def fetch_rows(
@@ -88,7 +107,7 @@ class _Statements:
         sql, params = _ranged(ROWS, scope, bounds)
         return [
             (key, Row(value, expires_at, revision))
-            for key, value, expires_at, revision in self._conn.execute(sql, params)
+            for key, value, expires_at, revision in self._all(sql, params)
         ]
 
     def flush(
@@ -122,6 +141,55 @@ class _Statements:
             )
         if revision is not None:
             conn.execute(SET_REVISION, (revision,))
+
+    def changed_since(self, scope: str, revision: int) -> bool:
+        if self._all(CHANGED_SINCE, (scope, revision)):
+            return True
+        # A log compacted past the revision can no longer tell: assume a change.
+        oldest = self._all(OLDEST_CHANGE, ())[0][0]
+        return oldest is not None and oldest > revision + 1
+
+    def fetch_lock(self, name: str) -> LockRow | None:
+        found = self._all(LOCK, (name,))
+        return LockRow(*found[0]) if found else None
+
+    def save_lock(self, name: str, row: LockRow) -> None:
+        self._all(SAVE_LOCK, (name, row.owner, row.token, row.expires_at))
+
+
+class _Reader:
+    """The read statements of a write transaction, for a transaction body: each runs
+    on a reader connection, outside any database transaction."""
+
+    __slots__ = ("_store",)
+
+    def __init__(self, store: SQLiteStore) -> None:
+        self._store = store
+
+    def fetch_row(self, scope: str, key: str) -> Row | None:
+        found = self._store._query(ROW, (scope, key))
+        return Row(*found[0]) if found else None
+
+    def fetch_rows(
+        self, scope: str, bounds: tuple[str, str | None] | None
+    ) -> list[tuple[str, Row]]:
+        sql, params = _ranged(ROWS, scope, bounds)
+        return [
+            (key, Row(value, expires_at, revision))
+            for key, value, expires_at, revision in self._store._query(sql, params)
+        ]
+
+    def flush(self, *_: object) -> None:
+        raise AssertionError("a transaction body never flushes")
+
+    def changed_since(self, *_: object) -> bool:
+        raise AssertionError("only a commit checks for changes")
+
+    def fetch_lock(self, *_: object) -> LockRow | None:
+        raise AssertionError("locks are not part of transactions")
+
+    def save_lock(self, *_: object) -> None:
+        raise AssertionError("locks are not part of transactions")
 
 
 def _ranged(
@@ -161,7 +229,10 @@ class SQLiteStore:
         self._opened: list[Any] = []  # every pool connection handed out, to close them
         self._opened_lock = threading.Lock()
         if path is not None:
-            _create_private(path)
+            try:
+                _create_private(path)
+            except OSError as exc:
+                raise StorageError(f"cannot create the database {path}: {exc}") from exc
             url = sa.URL.create("sqlite", database=str(path))
             self._engine = sa.create_engine(
                 url,
@@ -275,6 +346,27 @@ class SQLiteStore:
 
     def revision(self) -> int:
         return int(self._query(REVISION, ())[0][0])
+
+    def reader(self) -> _Reader:
+        return _Reader(self)
+
+    def locks_held(self, now: float) -> int:
+        return int(self._query(LOCKS_HELD, (now,))[0][0])
+
+    def snapshot(self, scope: str, now: float) -> tuple[list[tuple[str, str]], int]:
+        """Every live key-value of ``scope`` and the revision they are current at."""
+        try:
+            with self._reading() as conn:
+                # One read transaction: WAL gives both statements the same snapshot.
+                conn.execute("BEGIN")
+                try:
+                    revision = int(conn.execute(REVISION).fetchall()[0][0])
+                    rows = conn.execute(ITEMS + " ORDER BY key", (scope, now)).fetchall()
+                finally:
+                    conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            raise translate(exc) from exc
+        return rows, revision
 
     def size_bytes(self) -> int:
         if self._in_memory:

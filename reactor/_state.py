@@ -17,8 +17,11 @@ class State:
     """A handle to an engine: scopes, and what spans them.
 
     Handles to the same database in one process share one engine, which stops when its
-    last handle closes. Use it as a context manager, or call :meth:`close`.
+    last handle closes. Use it as a context manager, or call `close()`.
     """
+
+    location: str
+    """Where the database is: a file path, or ``":memory:"``."""
 
     def __init__(self, engine: Engine) -> None:
         self._engine: Engine | None = engine

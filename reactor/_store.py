@@ -14,7 +14,7 @@ from typing import Final, Protocol, TypeVar
 
 from ._keys import Pattern
 
-__all__ = ["ChangeRecord", "Row", "Store", "WriteTxn"]
+__all__ = ["ChangeRecord", "LockRow", "Row", "Store", "WriteTxn"]
 
 T = TypeVar("T")
 Key = tuple[str, str]
@@ -65,6 +65,24 @@ class Statements(Protocol):
         revision: int | None,
     ) -> None: ...
 
+    def changed_since(self, scope: str, revision: int) -> bool: ...
+
+    def fetch_lock(self, name: str) -> LockRow | None: ...
+
+    def save_lock(self, name: str, row: LockRow) -> None: ...
+
+
+@dataclass(slots=True)
+class LockRow:
+    """A lock's lease: its holder (None when free), fencing token and deadline."""
+
+    owner: str | None
+    token: int
+    expires_at: float | None
+
+    def held(self, now: float) -> bool:
+        return self.owner is not None and self.expires_at is not None and self.expires_at > now
+
 
 class WriteTxn:
     """The staged state of one write transaction (one batch of requests).
@@ -74,11 +92,11 @@ class WriteTxn:
     request's writes without touching the others'.
     """
 
-    __slots__ = ("_changes", "_revision", "_staged", "_statements", "_undo", "now")
+    __slots__ = ("_changes", "_revision", "_staged", "_undo", "now", "statements")
 
     def __init__(self, statements: Statements, now: float, revision: int) -> None:
         self.now = now
-        self._statements = statements
+        self.statements = statements
         self._revision = revision
         self._staged: dict[Key, Row | None] = {}
         self._changes: list[ChangeRecord] = []
@@ -90,7 +108,7 @@ class WriteTxn:
         staged = self._staged.get((scope, key), _ABSENT)
         if staged is not _ABSENT:
             return staged  # type: ignore[return-value]
-        return self._statements.fetch_row(scope, key)
+        return self.statements.fetch_row(scope, key)
 
     def live_row(self, scope: str, key: str) -> Row | None:
         """The row if it is live. A row past its deadline is expired here and now."""
@@ -102,7 +120,7 @@ class WriteTxn:
 
     def live_rows(self, scope: str, pattern: Pattern) -> list[tuple[str, Row]]:
         """Every live row of ``scope`` whose key matches, sorted by key."""
-        found = dict(self._statements.fetch_rows(scope, pattern.bounds()))
+        found = dict(self.statements.fetch_rows(scope, pattern.bounds()))
         for (row_scope, key), staged in self._staged.items():
             if row_scope == scope:
                 if staged is None:
@@ -189,8 +207,27 @@ class WriteTxn:
         deletes = [key for key, row in self._staged.items() if row is None]
         revision = self._revision if self._revision != start_revision else None
         if upserts or deletes or self._changes:
-            self._statements.flush(upserts, deletes, self._changes, revision)
+            self.statements.flush(upserts, deletes, self._changes, revision)
         return self._changes
+
+    @property
+    def changed(self) -> bool:
+        """Whether anything is staged."""
+        return bool(self._staged)
+
+    def adopt(self, other: WriteTxn, base: int) -> None:
+        """Stage what ``other`` staged, a transaction that began at revision ``base``;
+        its changes take the next revisions of this one, in their order."""
+        offset = self._revision - base
+        for record in other._changes:
+            record.revision += offset
+            record.timestamp = self.now
+            self._changes.append(record)
+        self._revision += len(other._changes)
+        for key, staged in other._staged.items():
+            if staged is not None and staged.revision > base:
+                staged = Row(staged.value, staged.expires_at, staged.revision + offset)  # noqa: PLW2901
+            self._stage(key, staged)
 
 
 class Store(Protocol):
@@ -215,6 +252,14 @@ class Store(Protocol):
     def expired(self, now: float, limit: int) -> list[tuple[str, str]]: ...
 
     def size_bytes(self) -> int: ...
+
+    def revision(self) -> int: ...
+
+    def snapshot(self, scope: str, now: float) -> tuple[list[tuple[str, str]], int]: ...
+
+    def locks_held(self, now: float) -> int: ...
+
+    def reader(self) -> Statements: ...
 
     def write(self, work: Callable[[WriteTxn], T], now: float) -> tuple[T, list[ChangeRecord]]: ...
 

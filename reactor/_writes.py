@@ -12,7 +12,8 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ._keys import Pattern
-from ._results import Change
+from ._ops import apply_patch, apply_update_ops
+from ._results import Change, UpdateResult
 from ._store import Row, WriteTxn
 from ._values import MISSING, Missing, decode, encode_trusted, json_equal
 from .errors import TypeMismatchError
@@ -29,6 +30,7 @@ __all__ = [
     "push",
     "set_many",
     "set_value",
+    "update",
 ]
 
 Work = Callable[[WriteTxn], Any]
@@ -193,5 +195,46 @@ def compare_and_swap(scope: str, key: str, expected: Any, new_text: str | Missin
         else:
             txn.write(scope, key, old, new_text, old.expires_at if old else None)
         return True
+
+    return work
+
+
+def update(
+    scope: str,
+    key: str,
+    ops_text: str,
+    patch: bool,
+    atomic: bool,
+    encode: Encoder,
+    max_depth: int,
+    max_bytes: int,
+) -> Work:
+    """Apply update ops or a JSON Patch (``patch``) to the value at ``key``."""
+
+    def work(txn: WriteTxn) -> UpdateResult:
+        old = txn.live_row(scope, key)
+        ops = decode(ops_text)
+        doc = None if old is None else decode(old.value)
+        if patch:
+            size = 0 if old is None else len(old.value)
+            outcome = apply_patch(doc, old is not None, ops, max_depth, max_bytes, size)
+        else:
+            outcome = apply_update_ops(doc, old is not None, ops, atomic, max_depth)
+        old_value = None if old is None else decode(old.value)
+        if not outcome.applied or (outcome.errors and atomic):
+            return UpdateResult(
+                old_value, None if old is None else decode(old.value), outcome.errors
+            )
+        if len(outcome.applied) == len(ops):
+            applied = ops_text
+        else:  # the ops as given: those applied may have been changed since, in the value
+            given = decode(ops_text)
+            applied = encode_trusted([given[index] for index in outcome.applied])
+        if not outcome.created:
+            txn.write(scope, key, old, None, None, ops=applied)
+            return UpdateResult(old_value, None, outcome.errors)
+        text = encode(outcome.doc)
+        txn.write(scope, key, old, text, None if old is None else old.expires_at, ops=applied)
+        return UpdateResult(old_value, decode(text), outcome.errors)
 
     return work

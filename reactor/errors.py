@@ -13,6 +13,7 @@ ReactorError
 ├── InvalidOpError (ValueError)    update ops that are not a list of op dicts
 ├── TypeMismatchError (TypeError)  the stored value has the wrong type for the verb
 ├── ReentrancyError (RuntimeError) a call that would wait on itself
+├── ConflictError                  another process changed a transaction's scope
 ├── LockNotOwnedError              releasing a lock this holder does not own
 ├── LockTimeout (TimeoutError)     a lock was not acquired in time
 └── RevisionCompactedError (LookupError) the change log no longer holds a revision
@@ -28,6 +29,7 @@ from __future__ import annotations
 __all__ = [
     "BusyError",
     "ClosedError",
+    "ConflictError",
     "InvalidArgumentError",
     "InvalidKeyError",
     "InvalidOpError",
@@ -94,6 +96,11 @@ class TypeMismatchError(ReactorError, TypeError):
 class ReentrancyError(ReactorError, RuntimeError):
     """A call that would wait on the caller itself, such as using a scope's own handle
     inside its transaction."""
+
+
+class ConflictError(ReactorError):
+    """Another process committed to a transaction's scope while its body ran; the
+    transaction was not applied (run it again)."""
 
 
 class LockNotOwnedError(ReactorError):

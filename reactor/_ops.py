@@ -1,0 +1,392 @@
+"""Applying ``update`` operations: update ops (``"type"``) and JSON Patch (``"op"``).
+
+Update ops are implemented here directly: they are the hot path. JSON Patch goes
+through the jsonpatch library, one operation at a time on a document that is already a
+private copy (decoded from the database), with three guards of ours: ``test`` compares
+as JSON does (``1`` is not ``true``, ``1`` equals ``1.0``); ``copy`` and ``move`` are
+checked for size and depth before they run, so a patch cannot grow a document past the
+limits or nest it until recursion fails; and a failed patch leaves nothing behind,
+since the caller keeps the original text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import jsonpatch
+import jsonpointer
+import orjson
+
+from ._values import json_equal
+from .errors import InvalidOpError, InvalidValueError
+
+__all__ = ["Outcome", "apply_patch", "apply_update_ops", "op_style"]
+
+UPDATE_OPS: Final = frozenset({"set", "merge", "increment", "decrement", "append", "remove"})
+PATCH_OPS: Final = frozenset({"add", "remove", "replace", "move", "copy", "test"})
+
+
+def op_style(ops: object) -> str:
+    """``"update"`` or ``"patch"``: the style of an ``update`` call's ops.
+
+    Raises:
+        InvalidOpError: ``ops`` is not a list of dicts, or mixes the two styles.
+    """
+    if not isinstance(ops, list):
+        raise InvalidOpError(f"ops must be a list of dicts, not {type(ops).__name__}")
+    styles = set()
+    for index, op in enumerate(ops):
+        if not isinstance(op, dict):
+            raise InvalidOpError(f"ops[{index}] is {type(op).__name__}, not a dict")
+        if "type" in op:
+            styles.add("update")
+        if "op" in op:
+            styles.add("patch")
+    if len(styles) > 1:
+        raise InvalidOpError(
+            'one update uses one style: update ops ("type") or JSON Patch ("op"), not both'
+        )
+    return styles.pop() if styles else "update"
+
+
+@dataclass
+class Outcome:
+    """The document after the ops, whether it exists, the errors and the applied ops."""
+
+    doc: Any
+    exists: bool
+    errors: list[dict[str, Any]] = field(default_factory=list)
+    applied: list[int] = field(default_factory=list)
+    implicit: bool = False  # the document exists only as the {} a field op started
+
+    def start(self) -> None:
+        """A missing value starts as ``{}`` when an op names a field in it."""
+        if not self.exists:
+            self.doc, self.exists, self.implicit = {}, True, True
+
+    @property
+    def created(self) -> bool:
+        """Whether the document exists as something more than an untouched start."""
+        return self.exists and not (self.implicit and self.doc == {})
+
+
+class _OpError(Exception):
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def _error(index: int, op: Any, code: str, message: str) -> dict[str, Any]:
+    return {"index": index, "op": op, "code": code, "message": message}
+
+
+# -- update ops -------------------------------------------------------------------------
+Segment = str | int
+
+
+def _segments(op: Mapping[str, Any], required: bool, max_depth: int) -> list[Segment]:
+    if "path" not in op or op["path"] is None:
+        if required:
+            raise _OpError("invalid_op", f"a {op.get('type')!r} op needs a 'path'")
+        return []
+    path = op["path"]
+    if isinstance(path, str):
+        if path == "":
+            return []
+        parts: list[Segment] = list(path.split("."))
+        if "" in parts:
+            raise _OpError(
+                "invalid_op",
+                f"path {path!r} has an empty segment (use a list of segments for such keys)",
+            )
+    elif isinstance(path, list):
+        parts = path
+        for part in parts:
+            if type(part) not in (str, int):
+                raise _OpError("invalid_op", f"a path segment must be a str or an int: {part!r}")
+    else:
+        raise _OpError("invalid_op", f"a path is a dotted str or a list, not {path!r}")
+    if len(parts) > max_depth:
+        raise _OpError("invalid_op", f"path is deeper than the {max_depth} levels a value may nest")
+    return parts
+
+
+def _index(segment: Segment) -> int | None:
+    if isinstance(segment, int):
+        return segment if segment >= 0 else None
+    if segment.isascii() and segment.isdigit() and (segment == "0" or segment[0] != "0"):
+        return int(segment)
+    return None
+
+
+def _name(path: list[Segment], upto: int) -> str:
+    return ".".join(str(part) for part in path[:upto]) or "the value"
+
+
+def _container(doc: Any, path: list[Segment], create: bool) -> Any:
+    """The object or list that holds the last segment of ``path``."""
+    node = doc
+    for depth, segment in enumerate(path[:-1]):
+        if isinstance(node, dict):
+            key = segment if isinstance(segment, str) else str(segment)
+            if key not in node:
+                if not create:
+                    raise _OpError("path_not_found", f"{_name(path, depth + 1)} does not exist")
+                node[key] = {}
+            node = node[key]
+        elif isinstance(node, list):
+            index = _index(segment)
+            if index is None or index >= len(node):
+                raise _OpError("path_not_found", f"{_name(path, depth + 1)} does not exist")
+            node = node[index]
+        else:
+            raise _OpError(
+                "type_mismatch", f"{_name(path, depth)} is {_kind(node)}, not an object or a list"
+            )
+    return node
+
+
+def _kind(value: Any) -> str:
+    return "null" if value is None else type(value).__name__
+
+
+class _Slot:
+    """The place the last segment of a path names: read it, write it."""
+
+    __slots__ = ("container", "key", "path")
+
+    def __init__(self, doc: Any, path: list[Segment], create: bool) -> None:
+        self.path = path
+        self.container = _container(doc, path, create)
+        last = path[-1]
+        if isinstance(self.container, dict):
+            self.key: Segment = last if isinstance(last, str) else str(last)
+        elif isinstance(self.container, list):
+            index = _index(last)
+            if index is None or index >= len(self.container):
+                raise _OpError("path_not_found", f"{_name(path, len(path))} does not exist")
+            self.key = index
+        else:
+            raise _OpError(
+                "type_mismatch",
+                f"{_name(path, len(path) - 1)} is {_kind(self.container)}, not an object or a list",
+            )
+
+    def exists(self) -> bool:
+        return isinstance(self.container, list) or self.key in self.container
+
+    def get(self) -> Any:
+        return self.container[self.key] if self.exists() else None
+
+    def put(self, value: Any) -> None:
+        self.container[self.key] = value
+
+
+def _number(op: Mapping[str, Any]) -> int | float:
+    by = op.get("by", 1)
+    if type(by) not in (int, float):
+        raise _OpError("invalid_op", f"'by' must be a number, not {by!r}")
+    return by  # type: ignore[no-any-return]
+
+
+def _combine(kind: str, current: Any, present: bool, op: Mapping[str, Any], where: str) -> Any:
+    """The new value of a target for a merge, increment/decrement or append op."""
+    if kind == "merge":
+        value = op.get("value")
+        if not isinstance(value, dict):
+            raise _OpError("invalid_op", f"merge needs an object 'value', not {_kind(value)}")
+        if current is None:
+            return dict(value)
+        if not isinstance(current, dict):
+            raise _OpError("type_mismatch", f"cannot merge into {where}: it is {_kind(current)}")
+        current.update(value)
+        return current
+    if kind in ("increment", "decrement"):
+        by = _number(op)
+        if not present:
+            current = 0
+        if type(current) not in (int, float):
+            raise _OpError("type_mismatch", f"cannot {kind} {where}: it is {_kind(current)}")
+        return current + by if kind == "increment" else current - by
+    # append
+    if "value" not in op:
+        raise _OpError("invalid_op", "append needs a 'value'")
+    value = op["value"]
+    if current is None:
+        return [value]
+    if isinstance(current, list):
+        current.append(value)
+        return current
+    if isinstance(current, str) and isinstance(value, str):
+        return current + value
+    raise _OpError(
+        "type_mismatch", f"cannot append {_kind(value)} to {where}: it is {_kind(current)}"
+    )
+
+
+def _apply_one(outcome: Outcome, op: Mapping[str, Any], max_depth: int) -> None:
+    kind = op.get("type")
+    if kind not in UPDATE_OPS:
+        raise _OpError("invalid_op", f"unknown update op type {kind!r}")
+    path = _segments(op, kind in ("set", "increment", "decrement", "remove"), max_depth)
+    if not path:
+        _apply_root(outcome, kind, op)
+        return
+    outcome.start()
+    if kind == "remove":
+        try:
+            slot = _Slot(outcome.doc, path, create=False)
+        except _OpError:
+            return  # removing what is not there is not an error
+        if isinstance(slot.container, dict):
+            slot.container.pop(slot.key, None)
+        else:
+            del slot.container[slot.key]
+        return
+    if kind == "set":
+        if "value" not in op:
+            raise _OpError("invalid_op", "set needs a 'value'")
+        _Slot(outcome.doc, path, create=True).put(op["value"])
+        return
+    slot = _Slot(outcome.doc, path, create=True)
+    slot.put(_combine(kind, slot.get(), slot.exists(), op, _name(path, len(path))))
+
+
+def _apply_root(outcome: Outcome, kind: str, op: Mapping[str, Any]) -> None:
+    outcome.implicit = False
+    if kind == "remove":
+        outcome.doc, outcome.exists = None, False
+        return
+    if kind == "set":
+        if "value" not in op:
+            raise _OpError("invalid_op", "set needs a 'value'")
+        outcome.doc = op["value"]
+    else:
+        outcome.doc = _combine(kind, outcome.doc, outcome.exists, op, "the value")
+    outcome.exists = True
+
+
+def apply_update_ops(
+    doc: Any, exists: bool, ops: list[dict[str, Any]], atomic: bool, max_depth: int
+) -> Outcome:
+    """Apply update ops in order to ``doc`` (a private copy, changed in place).
+
+    An op that cannot apply is skipped and reported; with ``atomic`` any error means
+    the original document is kept (the caller keeps its text).
+    """
+    outcome = Outcome(doc, exists)
+    for index, op in enumerate(ops):
+        try:
+            _apply_one(outcome, op, max_depth)
+        except _OpError as exc:
+            outcome.errors.append(_error(index, op, exc.code, str(exc)))
+            if atomic:
+                break
+        else:
+            outcome.applied.append(index)
+    return outcome
+
+
+# -- JSON Patch -------------------------------------------------------------------------
+class _JsonTest(jsonpatch.TestOperation):
+    """``test`` with JSON's equality, whatever the installed jsonpatch does."""
+
+    def apply(self, obj: Any) -> Any:
+        try:
+            subobj, part = self.pointer.to_last(obj)
+            found = subobj if part is None else self.pointer.walk(subobj, part)
+        except jsonpointer.JsonPointerException as exc:
+            raise jsonpatch.JsonPatchTestFailed(str(exc)) from None
+        if "value" not in self.operation:
+            raise jsonpatch.InvalidJsonPatch("test needs a 'value'")
+        if not json_equal(found, self.operation["value"]):
+            raise jsonpatch.JsonPatchTestFailed(
+                f"{self.location or 'the value'} is {found!r}, not {self.operation['value']!r}"
+            )
+        return obj
+
+
+_OPERATIONS: Final[Mapping[str, type[jsonpatch.PatchOperation]]] = {
+    **jsonpatch.JsonPatch.operations,
+    "test": _JsonTest,
+}
+
+
+def _operation(raw: dict[str, Any]) -> jsonpatch.PatchOperation:
+    name = raw.get("op")
+    if not isinstance(name, str) or name not in _OPERATIONS:
+        raise jsonpatch.InvalidJsonPatch(f"unknown JSON Patch op {name!r}")
+    return _OPERATIONS[name](raw)
+
+
+def _depth(value: Any, limit: int) -> int:
+    """Levels of nesting of ``value``, counting no further than ``limit + 1``."""
+    deepest, stack = 0, [(value, 0)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, dict | list) and depth < limit + 1:
+            items = node.values() if isinstance(node, dict) else node
+            stack.extend((item, depth + 1) for item in items)
+            deepest = max(deepest, depth + 1)
+    return deepest
+
+
+def _guard_growth(doc: Any, op: Mapping[str, Any], budget: list[int], max_depth: int) -> None:
+    """Refuse a copy or move that would pass the size or depth limit, before it runs."""
+    try:
+        source = jsonpointer.resolve_pointer(doc, op.get("from", ""))
+        target_depth = len(jsonpointer.JsonPointer(op.get("path", "")).parts)
+    except (jsonpointer.JsonPointerException, TypeError):
+        return  # jsonpatch reports the bad pointer itself
+    if target_depth + _depth(source, max_depth) > max_depth:
+        raise InvalidValueError(
+            f"{op['op']} to {op.get('path')!r} would nest the value deeper than {max_depth} levels"
+        )
+    if op["op"] == "copy":
+        budget[0] -= len(orjson.dumps(source))
+        if budget[0] < 0:
+            raise InvalidValueError("this copy would grow the value past the size limit")
+
+
+def apply_patch(
+    doc: Any, exists: bool, ops: list[dict[str, Any]], max_depth: int, max_bytes: int, size: int
+) -> Outcome:
+    """Apply a JSON Patch to ``doc`` (a private copy); all or nothing, as RFC 6902 says.
+
+    ``size`` is the document's current encoded size, the start of the growth budget.
+
+    Raises:
+        InvalidValueError: a ``copy`` or ``move`` would pass the size or depth limit.
+    """
+    outcome = Outcome(doc, exists)
+    budget = [max_bytes - size]
+    for index, raw in enumerate(ops):
+        try:
+            operation = _operation(raw)
+        except (jsonpatch.InvalidJsonPatch, jsonpointer.JsonPointerException, TypeError) as exc:
+            outcome.errors.append(_error(index, raw, "invalid_op", str(exc) or "invalid op"))
+            return outcome
+        if raw["op"] in ("copy", "move"):
+            _guard_growth(outcome.doc, raw, budget, max_depth)
+        if raw.get("path") not in ("", None):
+            outcome.start()
+        try:
+            outcome.doc = operation.apply(outcome.doc)
+        except jsonpatch.JsonPatchTestFailed as exc:
+            code, message = "test_failed", str(exc)
+        except jsonpatch.InvalidJsonPatch as exc:
+            code, message = "invalid_op", str(exc)
+        except (jsonpatch.JsonPatchConflict, jsonpointer.JsonPointerException) as exc:
+            code, message = "path_not_found", str(exc)
+        except (TypeError, KeyError, IndexError, AttributeError, ValueError) as exc:
+            code, message = "type_mismatch", f"{raw['op']} does not apply here: {exc}"
+        else:
+            if raw.get("path") == "" and raw["op"] in ("add", "replace", "copy", "move"):
+                outcome.exists, outcome.implicit = True, False
+            outcome.applied.append(index)
+            continue
+        outcome.errors.append(_error(index, raw, code, message))
+        return outcome
+    return outcome

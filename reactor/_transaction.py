@@ -1,0 +1,225 @@
+"""``Transaction``: exclusive ownership of a scope for the body of a ``with`` block.
+
+On entry the scope's actor hands the scope over: requests from elsewhere for that scope
+wait (other scopes go on). The body's verbs run here, in the caller's thread, against a
+pending write transaction kept in memory; reads see the database as the body has
+changed it. On exit the actor commits what the body staged in one database transaction,
+or nothing if the body raised, and hands the scope back.
+
+Within this process no other writer can touch the scope meanwhile. Another process can:
+so the commit checks, in the change log, that nothing was committed to the scope since
+the transaction began, and raises ``ConflictError`` (nothing applied) if something was.
+"""
+
+from __future__ import annotations
+
+import builtins
+import threading
+from collections.abc import Iterable
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+from . import _writes
+from ._keys import check_key, compile_pattern
+from ._results import Snapshot
+from ._store import Row, WriteTxn
+from ._values import decode
+from ._verbs import Verbs, verb
+from .errors import (
+    ClosedError,
+    ConflictError,
+    InvalidArgumentError,
+    ReentrancyError,
+    TypeMismatchError,
+)
+
+if TYPE_CHECKING:
+    from ._engine import Engine
+    from ._state import State
+
+__all__ = ["Transaction", "in_transaction"]
+
+_held = threading.local()  # .scopes: the (engine, scope) pairs this thread's bodies hold
+
+
+def in_transaction(engine: Engine, scope: str) -> bool:
+    """Whether this thread is inside a transaction body on ``scope``."""
+    held: set[tuple[int, str]] | None = getattr(_held, "scopes", None)
+    return bool(held) and (id(engine), scope) in held  # type: ignore[operator]
+
+
+class Transaction(Verbs):
+    """The ``tx`` of ``with scope.transaction() as tx:``; every verb of a ``Scope``."""
+
+    __slots__ = ("_base", "_engine_ref", "_state", "_status", "_txn", "name")
+
+    def __init__(self, state: State, name: str) -> None:
+        self._state = state
+        self.name = name
+        self._engine_ref: Engine | None = None
+        self._txn: WriteTxn | None = None
+        self._base = 0
+        self._status = "new"
+
+    def __repr__(self) -> str:
+        return f"<reactor.Transaction on {self.name!r} ({self._status})>"
+
+    # -- lifetime ------------------------------------------------------------------
+    def __enter__(self) -> Transaction:
+        if self._status != "new":
+            raise ReentrancyError("a transaction is entered once")
+        engine = self._state._engine_or_raise()
+        if in_transaction(engine, self.name):
+            raise ReentrancyError(f"this thread already holds a transaction on {self.name!r}")
+        mailbox = engine.mailbox(self.name)
+        future = mailbox.submit(None, self.name, owner=self)
+        try:
+            engine.wait(self.name, future)
+        except BaseException:
+            if not future.cancel():  # granted after all: give it back
+                mailbox.release(self.name, self)
+            raise
+        try:
+            self._base = engine.store.revision()
+        except BaseException:
+            mailbox.release(self.name, self)
+            raise
+        self._engine_ref = engine
+        self._txn = WriteTxn(engine.store.reader(), engine.now(), self._base)
+        self._status = "open"
+        scopes: set[tuple[int, str]] = getattr(_held, "scopes", None) or set()
+        scopes.add((id(engine), self.name))
+        _held.scopes = scopes
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        engine, txn = self._engine_ref, self._txn
+        if engine is None or txn is None:
+            return
+        _held.scopes.discard((id(engine), self.name))
+        mailbox = engine.mailbox(self.name)
+        try:
+            if exc_type is None and txn.changed:
+                self._status = "committing"
+                future = mailbox.submit(_commit(self.name, txn, self._base), self.name, owner=self)
+                engine.wait(self.name, future)
+                self._status = "committed"
+            else:
+                self._status = "rolled back"
+        except BaseException:
+            self._status = "failed"
+            raise
+        finally:
+            self._txn = None
+            mailbox.release(self.name, self)
+
+    def _usable(self) -> Engine:
+        engine = self._engine_ref
+        if self._status != "open" or engine is None:
+            raise ClosedError(f"this transaction is {self._status}, not open")
+        if engine.closed:
+            raise ClosedError("the engine is closed")
+        return engine
+
+    def _run(self, work: _writes.Work) -> Any:
+        txn = self._txn
+        assert txn is not None
+        mark = txn.savepoint()
+        try:
+            return work(txn)
+        except BaseException:
+            txn.rollback_to(mark)  # a verb that fails leaves the body's other writes be
+            raise
+
+    # -- reads, through the pending transaction -----------------------------------
+    def _live(self, key: str) -> Row | None:
+        checked = check_key(key)
+        return self._run(lambda txn: txn.live_row(self.name, checked))  # type: ignore[no-any-return]
+
+    @verb("get")
+    def get(self, key: str, default: Any = None) -> Any:
+        """The value of ``key`` as this transaction sees it, or ``default``."""
+        row = self._live(key)
+        return default if row is None else decode(row.value)
+
+    @verb("get_many")
+    def get_many(self, keys: Iterable[str]) -> dict[str, Any]:
+        """The values of those of ``keys`` that exist."""
+        if isinstance(keys, str):
+            raise InvalidArgumentError("get_many takes an iterable of keys, not one str")
+        found: dict[str, Any] = {}
+        for key in keys:
+            row = self._live(key)
+            if row is not None:
+                found[key] = decode(row.value)
+        return found
+
+    @verb("exists")
+    def exists(self, key: str) -> bool:
+        """Whether ``key`` holds a live value."""
+        return self._live(key) is not None
+
+    def _items(self, pattern: str) -> builtins.list[tuple[str, Any]]:
+        compiled = compile_pattern(pattern)
+        rows = self._run(lambda txn: txn.live_rows(self.name, compiled))
+        return [(key, row) for key, row in rows]
+
+    @verb("list")
+    def list(self) -> dict[str, Any]:
+        """Every live key and its value, sorted by key."""
+        return {key: decode(row.value) for key, row in self._items("*")}
+
+    @verb("keys")
+    def keys(self, pattern: str = "*") -> builtins.list[str]:
+        """The live keys matching the glob ``pattern``, sorted."""
+        return [key for key, _ in self._items(pattern)]
+
+    @verb("ttl")
+    def ttl(self, key: str) -> float:
+        """Seconds left before ``key`` expires; ``-1`` without expiry, ``-2`` if absent."""
+        row = self._live(key)
+        if row is None:
+            return -2.0
+        assert self._txn is not None
+        return -1.0 if row.expires_at is None else row.expires_at - self._txn.now
+
+    @verb("length")
+    def length(self, key: str) -> int:
+        """The length of the list at ``key``; 0 when absent."""
+        row = self._live(key)
+        if row is None:
+            return 0
+        value = decode(row.value)
+        if type(value) is not builtins.list:
+            raise TypeMismatchError(f"length needs a list; {key!r} holds {type(value).__name__}")
+        return len(value)
+
+    @verb("snapshot")
+    def snapshot(self) -> Snapshot:
+        """The scope as this transaction sees it, with the revision it began at."""
+        return Snapshot(self.list(), self._base)
+
+    def transaction(self) -> Transaction:
+        """Transactions do not nest.
+
+        Raises:
+            ReentrancyError: always.
+        """
+        raise ReentrancyError("transactions do not nest")
+
+
+def _commit(scope: str, pending: WriteTxn, base: int) -> _writes.Work:
+    def work(txn: WriteTxn) -> None:
+        if txn.statements.changed_since(scope, base):
+            raise ConflictError(
+                f"another process changed scope {scope!r} during this transaction; "
+                "nothing of it was applied"
+            )
+        txn.adopt(pending, base)
+
+    return work
