@@ -12,6 +12,7 @@ with reactor.open("state.db") as state:
 
 from . import errors, ops
 from ._clock import Clock
+from ._locks import Lock
 from ._open import open  # noqa: A004 - reactor.open, as the spec names it
 from ._results import Change, Snapshot, UpdateResult
 from ._scope import Scope
@@ -49,6 +50,7 @@ __all__ = [
     "InvalidKeyError",
     "InvalidOpError",
     "InvalidValueError",
+    "Lock",
     "LockNotOwnedError",
     "LockTimeout",
     "Missing",

@@ -22,7 +22,7 @@ from ._actor import Mailbox, Work, shard_index
 from ._clock import Clock, SystemClock
 from ._sqlite import SQLiteStore
 from ._stats import EVENT_COUNTERS, Stats
-from ._store import ChangeRecord
+from ._store import ChangeRecord, WriteTxn
 from ._values import DEFAULT_MAX_DEPTH, DEFAULT_MAX_VALUE_BYTES, MAX_DEPTH_LIMIT, encode
 from ._writes import expire_keys
 from .errors import ClosedError, InvalidArgumentError, OperationTimeout
@@ -34,6 +34,7 @@ logger = logging.getLogger("reactor")
 DEFAULT_PATH: Final = Path("~/.reactor/state.db")
 SWEEP_INTERVAL: Final = 0.25  # seconds between sweeps: expiry events within a second
 SWEEP_BATCH: Final = 1000
+COMPACT_EVERY: Final = 8  # sweeps between compactions of the change log (2 s)
 DURABILITIES: Final = ("normal", "full", "memory")
 
 
@@ -97,6 +98,7 @@ class Engine:
         self._lock = threading.Lock()
         self._mailboxes: list[Mailbox | None] = [None] * options.max_actors
         self._sweeping: set[Any] = set()
+        self.lock_released = threading.Condition()  # wakes lock waiters of this process
         self._stop = threading.Event()
         self._sweeper = threading.Thread(
             target=self._sweep_loop, name=f"reactor-sweeper[{key}]", daemon=True
@@ -157,13 +159,33 @@ class Engine:
 
     # -- expiry --------------------------------------------------------------------
     def _sweep_loop(self) -> None:
+        rounds = 0
         while not self._stop.wait(SWEEP_INTERVAL):
+            rounds += 1
             try:
                 self.sweep()
+                if rounds % COMPACT_EVERY == 0:
+                    self.compact()
             except ClosedError:
                 return
             except Exception:
-                logger.exception("the TTL sweeper failed; it will try again")
+                logger.exception("the background sweeper failed; it will try again")
+
+    def compact(self) -> int:
+        """Drop the change-log records beyond the retention policy; return how many."""
+        keep, seconds = self.options.log_retention, self.options.log_retention_seconds
+
+        def work(txn: WriteTxn) -> int:
+            upto = None if keep is None else txn.revision - keep
+            before = None if seconds is None else txn.now - seconds
+            if upto is not None and upto <= 0:
+                upto = None
+            return txn.statements.compact(upto, before) if upto or before else 0
+
+        removed, _ = self.store.write(work, self.now())
+        if removed:
+            logger.debug("compacted %d change-log records of %s", removed, self.key)
+        return removed
 
     def sweep(self) -> None:
         """Send the actors the keys whose deadline has passed (one request per scope)."""
@@ -205,6 +227,8 @@ class Engine:
             self.closed = True
         _forget(self)
         self._stop.set()
+        with self.lock_released:
+            self.lock_released.notify_all()  # waiters wake up to ClosedError
         if self._sweeper is not threading.current_thread():
             self._sweeper.join(self.options.timeout)
         for mailbox in self._mailboxes:
@@ -225,7 +249,7 @@ class Engine:
             "operations": recorded["operations"],
             "events": {name: counters.get(f"events_{name}", 0) for name in EVENT_COUNTERS},
             "keys_expired": counters.get("keys_expired", 0),
-            "locks_held": 0,
+            "locks_held": self.store.locks_held(self.now()),
             "actors": sum(1 for mailbox in self._mailboxes if mailbox is not None),
             "latency_ms": recorded["latency_ms"],
         }

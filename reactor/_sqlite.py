@@ -66,6 +66,8 @@ LOG: Final = (
 REVISION: Final = "SELECT value FROM reactor_meta WHERE name = 'revision'"
 CHANGED_SINCE: Final = "SELECT 1 FROM reactor_changes WHERE scope = ? AND revision > ? LIMIT 1"
 OLDEST_CHANGE: Final = "SELECT MIN(revision) FROM reactor_changes"
+COMPACT_UPTO: Final = "DELETE FROM reactor_changes WHERE revision <= ?"
+COMPACT_BEFORE: Final = "DELETE FROM reactor_changes WHERE timestamp < ?"
 LOCK: Final = "SELECT owner, token, expires_at FROM reactor_locks WHERE name = ?"
 SAVE_LOCK: Final = (
     "INSERT INTO reactor_locks (name, owner, token, expires_at) VALUES (?, ?, ?, ?) "
@@ -149,6 +151,17 @@ class _Statements:
         oldest = self._all(OLDEST_CHANGE, ())[0][0]
         return oldest is not None and oldest > revision + 1
 
+    def compact(self, upto_revision: int | None, before: float | None) -> int:
+        removed = 0
+        try:
+            if upto_revision is not None:
+                removed += self._conn.execute(COMPACT_UPTO, (upto_revision,)).rowcount
+            if before is not None:
+                removed += self._conn.execute(COMPACT_BEFORE, (before,)).rowcount
+        except sqlite3.Error as exc:
+            raise translate(exc) from exc
+        return removed
+
     def fetch_lock(self, name: str) -> LockRow | None:
         found = self._all(LOCK, (name,))
         return LockRow(*found[0]) if found else None
@@ -185,8 +198,12 @@ class _Reader:
     def changed_since(self, *_: object) -> bool:
         raise AssertionError("only a commit checks for changes")
 
-    def fetch_lock(self, *_: object) -> LockRow | None:
-        raise AssertionError("locks are not part of transactions")
+    def compact(self, *_: object) -> int:
+        raise AssertionError("a transaction body never compacts")
+
+    def fetch_lock(self, name: str) -> LockRow | None:
+        found = self._store._query(LOCK, (name,))
+        return LockRow(*found[0]) if found else None
 
     def save_lock(self, *_: object) -> None:
         raise AssertionError("locks are not part of transactions")

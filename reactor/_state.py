@@ -7,6 +7,7 @@ from types import TracebackType
 from typing import Any
 
 from ._engine import Engine
+from ._locks import Lock
 from ._scope import Scope
 from .errors import ClosedError
 
@@ -56,6 +57,17 @@ class State:
         """The names of the scopes that hold at least one live key, sorted."""
         engine = self._engine_or_raise()
         return engine.store.scopes(engine.now())
+
+    def lock(self, name: str, ttl: float, timeout: float | None = None) -> Lock:
+        """A lease on ``name`` for ``ttl`` seconds, shared by every process on this
+        database; ``timeout`` is how long ``with`` waits to acquire it.
+
+        Raises:
+            InvalidKeyError: ``name`` is not a valid name.
+            InvalidArgumentError: ``ttl`` is not a number > 0.
+        """
+        self._engine_or_raise()
+        return Lock(self, name, ttl, timeout)
 
     def stats(self) -> dict[str, Any]:
         """Keys per scope, operations and latency by verb, events, expiry, size."""

@@ -67,6 +67,8 @@ class Statements(Protocol):
 
     def changed_since(self, scope: str, revision: int) -> bool: ...
 
+    def compact(self, upto_revision: int | None, before: float | None) -> int: ...
+
     def fetch_lock(self, name: str) -> LockRow | None: ...
 
     def save_lock(self, name: str, row: LockRow) -> None: ...
@@ -180,6 +182,11 @@ class WriteTxn:
         self._changes.append(
             ChangeRecord(scope, key, kind, old, new, ops, self._revision, self.now)
         )
+        return self._revision
+
+    @property
+    def revision(self) -> int:
+        """The last revision assigned, in this transaction or before it."""
         return self._revision
 
     # -- undo and flush ------------------------------------------------------------

@@ -159,3 +159,33 @@ def test_expired_keys_are_expired_once(
     with sqlite3.connect(db_path) as conn:
         kinds = [t for (t,) in conn.execute("SELECT type FROM reactor_changes ORDER BY revision")]
     assert kinds == ["created", "expired", "created", "updated", "expired"]
+
+
+def test_the_change_log_is_compacted_by_count(
+    open_state: Callable[..., reactor.State], db_path: Path
+) -> None:
+    state = open_state(log_retention=10)
+    scope = state.scope("s")
+    for i in range(25):
+        scope.set("k", i)
+    assert state._engine_or_raise().compact() == 15
+    with sqlite3.connect(db_path) as conn:
+        revisions = [r for (r,) in conn.execute("SELECT revision FROM reactor_changes")]
+    assert revisions == list(range(16, 26))
+
+
+def test_the_change_log_is_compacted_by_age(
+    open_state: Callable[..., reactor.State], clock: FakeClock, db_path: Path
+) -> None:
+    state = open_state(log_retention_seconds=60, clock=clock)
+    scope = state.scope("s")
+    scope.set("old", 1)
+    clock.advance(61)
+    scope.set("new", 1)
+    wait_for(lambda: _rows_in_log(db_path) == 1, timeout=10)  # the background compaction
+    assert scope.list() == {"new": 1, "old": 1}  # values are not touched
+
+
+def _rows_in_log(db_path: Path) -> int:
+    with sqlite3.connect(db_path) as conn:
+        return int(conn.execute("SELECT COUNT(*) FROM reactor_changes").fetchone()[0])
