@@ -43,14 +43,18 @@ class Lock:
     def __init__(self, state: State, name: str, ttl: float, timeout: float | None = None) -> None:
         self._state = state
         self.name: str = check_key(name, "lock name")
-        self.ttl: float = check_ttl(ttl) or 0.0
+        seconds = check_ttl(ttl)
+        if seconds is None:
+            raise InvalidArgumentError("a lock needs a ttl: a number of seconds > 0")
+        self.ttl: float = seconds
         if timeout is not None and (type(timeout) not in (int, float) or not timeout >= 0):
             raise InvalidArgumentError(f"timeout must be a number >= 0, not {timeout!r}")
         self.timeout = timeout
         self._owner = uuid.uuid4().hex
         self._held = False
         self.token: int | None = None
-        """The fencing token of this holder's last acquisition (None before any)."""
+        """The fencing token of this holder's lease; None when it holds none (before
+        acquiring, after releasing, after an acquire that failed)."""
 
     def __repr__(self) -> str:
         return f"<reactor.Lock {self.name!r} token={self.token}>"
@@ -98,9 +102,11 @@ class Lock:
                 engine.stats.count("locks_acquired")
                 return True
             if not blocking:
+                self.token = None
                 return False
             left = None if deadline is None else deadline - time.monotonic()
             if left is not None and left <= 0:
+                self.token = None
                 return False
             with engine.lock_released:
                 engine.lock_released.wait(pause if left is None else min(pause, left))
@@ -127,8 +133,12 @@ class Lock:
             txn.statements.save_lock(self.name, LockRow(None, row.token, None))
 
         engine = self._engine
-        self._held = False
-        engine.store.write(work, engine.now())
+        try:
+            engine.store.write(work, engine.now())
+        except LockNotOwnedError:
+            self._held, self.token = False, None
+            raise
+        self._held, self.token = False, None
         with engine.lock_released:
             engine.lock_released.notify_all()
 
