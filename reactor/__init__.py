@@ -10,13 +10,15 @@ with reactor.open("state.db") as state:
 ```
 """
 
-from . import errors, ops
+from . import errors, ops, signals
 from ._clock import Clock
+from ._events import ChangeEvent
 from ._locks import Lock
 from ._open import open  # noqa: A004 - reactor.open, as the spec names it
 from ._results import Change, Snapshot, UpdateResult
 from ._scope import Scope
 from ._state import State
+from ._subscriptions import Subscription, Watch
 from ._transaction import Transaction
 from ._values import MISSING, Missing
 from ._version import __version__
@@ -43,6 +45,7 @@ __all__ = [
     "MISSING",
     "BusyError",
     "Change",
+    "ChangeEvent",
     "Clock",
     "ClosedError",
     "ConflictError",
@@ -63,11 +66,14 @@ __all__ = [
     "Snapshot",
     "State",
     "StorageError",
+    "Subscription",
     "Transaction",
     "TypeMismatchError",
     "UpdateResult",
+    "Watch",
     "__version__",
     "errors",
     "open",
     "ops",
+    "signals",
 ]

@@ -181,7 +181,7 @@ class Mailbox:
             return outcomes
 
         try:
-            outcomes, records = self._store.write(work, self._clock())
+            outcomes, _ = self._store.write(work, self._clock(), self._on_commit)
         except Exception as exc:  # noqa: BLE001 - every caller hears of it
             for request in batch:
                 request.future.set_exception(_copy_error(exc))
@@ -191,8 +191,6 @@ class Mailbox:
                 request.future.set_result(value)
             else:
                 request.future.set_exception(value)
-        if records:
-            self._on_commit(records)
 
     def close(self, timeout: float) -> None:
         """Finish what is queued, stop the actor, and refuse new requests."""

@@ -6,6 +6,7 @@ and the statistics. Handles count references; the last one to close stops it all
 
 from __future__ import annotations
 
+import asyncio
 import atexit
 import logging
 import math
@@ -20,6 +21,7 @@ from typing import Any, Final
 
 from ._actor import Mailbox, Work, shard_index
 from ._clock import Clock, SystemClock
+from ._dispatch import Dispatcher
 from ._sqlite import SQLiteStore
 from ._stats import EVENT_COUNTERS, Stats
 from ._store import ChangeRecord, WriteTxn
@@ -35,6 +37,7 @@ DEFAULT_PATH: Final = Path("~/.reactor/state.db")
 SWEEP_INTERVAL: Final = 0.25  # seconds between sweeps: expiry events within a second
 SWEEP_BATCH: Final = 1000
 COMPACT_EVERY: Final = 8  # sweeps between compactions of the change log (2 s)
+FINISH_TIMEOUT: Final = 5.0  # seconds each subscription may take to deliver at close
 DURABILITIES: Final = ("normal", "full", "memory")
 
 
@@ -100,6 +103,8 @@ class Engine:
         self._sweeping: set[Any] = set()
         self.lock_released = threading.Condition()  # wakes lock waiters of this process
         self._stop = threading.Event()
+        self.dispatcher = Dispatcher(key, self.store, self.stats, follow=path is not None)
+        self._feeds: set[Any] = set()  # subscriptions and watches, to finish at close
         self._sweeper = threading.Thread(
             target=self._sweep_loop, name=f"reactor-sweeper[{key}]", daemon=True
         )
@@ -153,9 +158,26 @@ class Engine:
             ) from None
 
     def _on_commit(self, records: list[ChangeRecord]) -> None:
+        """Called right after each commit, in revision order (under the write gate)."""
         expired = sum(1 for record in records if record.type == "expired")
         if expired:
             self.stats.count("keys_expired", expired)
+        self.dispatcher.committed(records)
+
+    # -- subscriptions -------------------------------------------------------------
+    def track(self, feed: Any) -> None:
+        with self._lock:
+            if self.closed:
+                raise ClosedError("the engine is closed")
+            self._feeds.add(feed)
+
+    def durable_in_use(self, name: str) -> bool:
+        with self._lock:
+            return any(getattr(feed, "durable", None) == name for feed in self._feeds)
+
+    def forget(self, feed: Any) -> None:
+        with self._lock:
+            self._feeds.discard(feed)
 
     # -- expiry --------------------------------------------------------------------
     def _sweep_loop(self) -> None:
@@ -234,11 +256,18 @@ class Engine:
         for mailbox in self._mailboxes:
             if mailbox is not None:
                 mailbox.close(self.options.timeout)
+        self.dispatcher.close(self.options.timeout)
+        with self._lock:
+            feeds, self._feeds = list(self._feeds), set()
+        loop = _running_loop()
+        for feed in feeds:  # what is buffered is delivered, within a bounded wait
+            feed.finish(FINISH_TIMEOUT, loop)
         self.store.close()
         logger.debug("closed engine %s", self.key)
 
     def stats_snapshot(self) -> dict[str, Any]:
         counts = self.store.counts(self.now())
+        revision = self.store.revision()
         recorded = self.stats.snapshot()
         counters = recorded["counters"]
         return {
@@ -252,7 +281,24 @@ class Engine:
             "locks_held": self.store.locks_held(self.now()),
             "actors": sum(1 for mailbox in self._mailboxes if mailbox is not None),
             "latency_ms": recorded["latency_ms"],
+            "durable_subscribers": {
+                name: {
+                    "position": position,
+                    "lag": max(0, revision - position),
+                    "delivered": delivered,
+                    "failed": failed,
+                }
+                for name, (position, delivered, failed) in self.store.subscribers().items()
+            },
+            "revision": revision,
         }
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
 
 
 # -- the registry: one engine per database per process ------------------------------

@@ -226,6 +226,15 @@ def _combine(kind: str, current: Any, present: bool, op: Mapping[str, Any], wher
     )
 
 
+def _check_fields(kind: str, op: Mapping[str, Any]) -> None:
+    if kind in ("set", "append") and "value" not in op:
+        raise _OpError("invalid_op", f"{kind} needs a 'value'")
+    if kind == "merge" and not isinstance(op.get("value"), dict):
+        raise _OpError("invalid_op", f"merge needs an object 'value', not {_kind(op.get('value'))}")
+    if kind in ("increment", "decrement"):
+        _number(op)
+
+
 def _apply_one(outcome: Outcome, op: Mapping[str, Any], max_depth: int) -> None:
     kind = op.get("type")
     if kind not in UPDATE_OPS:
@@ -245,9 +254,8 @@ def _apply_one(outcome: Outcome, op: Mapping[str, Any], max_depth: int) -> None:
         else:
             del slot.container[slot.key]
         return
+    _check_fields(kind, op)  # before any parent object is created for the op
     if kind == "set":
-        if "value" not in op:
-            raise _OpError("invalid_op", "set needs a 'value'")
         _Slot(outcome.doc, path, create=True).put(op["value"])
         return
     slot = _Slot(outcome.doc, path, create=True)
@@ -255,35 +263,31 @@ def _apply_one(outcome: Outcome, op: Mapping[str, Any], max_depth: int) -> None:
 
 
 def _apply_root(outcome: Outcome, kind: str, op: Mapping[str, Any]) -> None:
-    outcome.implicit = False
     if kind == "remove":
-        outcome.doc, outcome.exists = None, False
+        outcome.doc, outcome.exists, outcome.implicit = None, False, False
         return
+    _check_fields(kind, op)
     if kind == "set":
-        if "value" not in op:
-            raise _OpError("invalid_op", "set needs a 'value'")
-        outcome.doc = op["value"]
+        doc = op["value"]
     else:
-        outcome.doc = _combine(kind, outcome.doc, outcome.exists, op, "the value")
-    outcome.exists = True
+        doc = _combine(kind, outcome.doc, outcome.exists, op, "the value")
+    outcome.doc, outcome.exists, outcome.implicit = doc, True, False
 
 
-def apply_update_ops(
-    doc: Any, exists: bool, ops: list[dict[str, Any]], atomic: bool, max_depth: int
-) -> Outcome:
+def apply_update_ops(doc: Any, exists: bool, ops: list[dict[str, Any]], max_depth: int) -> Outcome:
     """Apply update ops in order to ``doc`` (a private copy, changed in place).
 
-    An op that cannot apply is skipped and reported; with ``atomic`` any error means
-    the original document is kept (the caller keeps its text).
+    An op that cannot apply is skipped and reported. (For ``atomic=True`` the caller
+    keeps the original text when there is any error.)
     """
     outcome = Outcome(doc, exists)
     for index, op in enumerate(ops):
         try:
             _apply_one(outcome, op, max_depth)
         except _OpError as exc:
+            # With atomic, the ops after a failure still run (on a value that will be
+            # thrown away), so that every op that cannot apply is reported at once.
             outcome.errors.append(_error(index, op, exc.code, str(exc)))
-            if atomic:
-                break
         else:
             outcome.applied.append(index)
     return outcome
@@ -315,10 +319,28 @@ _OPERATIONS: Final[Mapping[str, type[jsonpatch.PatchOperation]]] = {
 
 
 def _operation(raw: dict[str, Any]) -> jsonpatch.PatchOperation:
+    """The jsonpatch operation for ``raw``, with its pointers checked.
+
+    Raises:
+        jsonpatch.InvalidJsonPatch: an unknown op, a missing member, a bad pointer, or a
+            move into the value's own child (RFC 6902 4.4 forbids it outright).
+    """
     name = raw.get("op")
     if not isinstance(name, str) or name not in _OPERATIONS:
         raise jsonpatch.InvalidJsonPatch(f"unknown JSON Patch op {name!r}")
-    return _OPERATIONS[name](raw)
+    operation = _OPERATIONS[name](raw)
+    if name in ("move", "copy"):
+        source = raw.get("from")
+        if not isinstance(source, str):
+            raise jsonpatch.InvalidJsonPatch(f"{name} needs a 'from' pointer (a string)")
+        try:
+            parts = jsonpointer.JsonPointer(source).parts
+        except jsonpointer.JsonPointerException as exc:
+            raise jsonpatch.InvalidJsonPatch(f"bad 'from' pointer {source!r}: {exc}") from None
+        target = operation.pointer.parts
+        if name == "move" and len(parts) < len(target) and target[: len(parts)] == parts:
+            raise jsonpatch.InvalidJsonPatch("a value cannot be moved into one of its own children")
+    return operation
 
 
 def _depth(value: Any, limit: int) -> int:
@@ -337,7 +359,10 @@ def _guard_growth(doc: Any, op: Mapping[str, Any], budget: list[int], max_depth:
     """Refuse a copy or move that would pass the size or depth limit, before it runs."""
     try:
         source = jsonpointer.resolve_pointer(doc, op.get("from", ""))
-        target_depth = len(jsonpointer.JsonPointer(op.get("path", "")).parts)
+        target = jsonpointer.JsonPointer(op.get("path", ""))
+        target_depth = len(target.parts)
+        if target_depth > 1:  # a target without a parent fails anyway, as path_not_found
+            jsonpointer.JsonPointer.from_parts(target.parts[:-1]).resolve(doc)
     except (jsonpointer.JsonPointerException, TypeError):
         return  # jsonpatch reports the bad pointer itself
     if target_depth + _depth(source, max_depth) > max_depth:
@@ -377,7 +402,11 @@ def apply_patch(
         except jsonpatch.JsonPatchTestFailed as exc:
             code, message = "test_failed", str(exc)
         except jsonpatch.InvalidJsonPatch as exc:
-            code, message = "invalid_op", str(exc)
+            if raw["op"] == "replace" and raw.get("path", "").endswith("/-"):
+                code = "path_not_found"  # "-" names the element after the last: none
+            else:
+                code = "invalid_op"
+            message = str(exc)
         except (jsonpatch.JsonPatchConflict, jsonpointer.JsonPointerException) as exc:
             code, message = "path_not_found", str(exc)
         except (TypeError, KeyError, IndexError, AttributeError, ValueError) as exc:

@@ -16,7 +16,7 @@ from .errors import SchemaError
 
 __all__ = ["SCHEMA_VERSION", "changes", "kv", "locks", "meta", "migrate"]
 
-SCHEMA_VERSION: Final = 3
+SCHEMA_VERSION: Final = 4
 
 metadata = sa.MetaData()
 
@@ -74,6 +74,27 @@ locks = sa.Table(
 _changes_by_scope = sa.Index("reactor_changes_scope", changes.c.scope, changes.c.revision)
 
 
+# Durable subscribers: where each is in the change log, and what it did.
+subscribers = sa.Table(
+    "reactor_subscribers",
+    metadata,
+    sa.Column("name", sa.String(1024), primary_key=True),
+    sa.Column("position", sa.BigInteger, nullable=False),  # the last revision acknowledged
+    sa.Column("delivered", sa.BigInteger, nullable=False),
+    sa.Column("failed", sa.BigInteger, nullable=False),
+    sa.Column("updated_at", sa.Float, nullable=False),
+)
+# Events a durable subscriber gave up on after its retries.
+failures = sa.Table(
+    "reactor_failures",
+    metadata,
+    sa.Column("name", sa.String(1024), primary_key=True),
+    sa.Column("revision", sa.BigInteger, primary_key=True),
+    sa.Column("error", sa.Text, nullable=False),
+    sa.Column("failed_at", sa.Float, nullable=False),
+)
+
+
 def _to_v1(conn: sa.Connection) -> None:
     meta.create(conn)
     kv.create(conn)
@@ -89,7 +110,19 @@ def _to_v3(conn: sa.Connection) -> None:
     _changes_by_scope.create(conn, checkfirst=True)
 
 
-MIGRATIONS: Final[dict[int, Callable[[sa.Connection], None]]] = {1: _to_v1, 2: _to_v2, 3: _to_v3}
+def _to_v4(conn: sa.Connection) -> None:
+    subscribers.create(conn)
+    failures.create(conn)
+    # "compacted": every change-log record up to this revision may be gone.
+    conn.execute(meta.insert().values(name="compacted", value=0))
+
+
+MIGRATIONS: Final[dict[int, Callable[[sa.Connection], None]]] = {
+    1: _to_v1,
+    2: _to_v2,
+    3: _to_v3,
+    4: _to_v4,
+}
 
 
 def stored_version(conn: sa.Connection) -> int:

@@ -15,6 +15,7 @@ which sleeps; other processes are waited for by ``busy_timeout``.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import sqlite3
 import threading
@@ -32,6 +33,8 @@ from ._store import ChangeRecord, LockRow, Row, WriteTxn
 from .errors import BusyError, ClosedError, ReactorError, StorageError
 
 __all__ = ["SQLiteStore"]
+
+logger = logging.getLogger("reactor")
 
 T = TypeVar("T")
 
@@ -65,9 +68,28 @@ LOG: Final = (
 )
 REVISION: Final = "SELECT value FROM reactor_meta WHERE name = 'revision'"
 CHANGED_SINCE: Final = "SELECT 1 FROM reactor_changes WHERE scope = ? AND revision > ? LIMIT 1"
-OLDEST_CHANGE: Final = "SELECT MIN(revision) FROM reactor_changes"
 COMPACT_UPTO: Final = "DELETE FROM reactor_changes WHERE revision <= ?"
 COMPACT_BEFORE: Final = "DELETE FROM reactor_changes WHERE timestamp < ?"
+COMPACTED: Final = "SELECT value FROM reactor_meta WHERE name = 'compacted'"
+SET_COMPACTED: Final = "UPDATE reactor_meta SET value = MAX(value, ?) WHERE name = 'compacted'"
+LAST_REMOVED: Final = "SELECT COALESCE(MIN(revision), ?) - 1 FROM reactor_changes"
+SLOWEST: Final = "SELECT MIN(position) FROM reactor_subscribers"
+LOG_AFTER: Final = (
+    "SELECT scope, key, type, old_value, new_value, ops, revision, timestamp "
+    "FROM reactor_changes WHERE revision > ? AND revision <= ? ORDER BY revision LIMIT ?"
+)
+POSITION: Final = "SELECT position FROM reactor_subscribers WHERE name = ?"
+SUBSCRIBERS: Final = "SELECT name, position, delivered, failed FROM reactor_subscribers"
+SAVE_POSITION: Final = (
+    "INSERT INTO reactor_subscribers (name, position, delivered, failed, updated_at) "
+    "VALUES (?, ?, ?, ?, ?) ON CONFLICT (name) DO UPDATE SET position = excluded.position, "
+    "delivered = excluded.delivered, failed = excluded.failed, updated_at = excluded.updated_at"
+)
+RECORD_FAILURE: Final = (
+    "INSERT INTO reactor_failures (name, revision, error, failed_at) VALUES (?, ?, ?, ?) "
+    "ON CONFLICT (name, revision) DO UPDATE SET error = excluded.error, "
+    "failed_at = excluded.failed_at"
+)
 LOCK: Final = "SELECT owner, token, expires_at FROM reactor_locks WHERE name = ?"
 SAVE_LOCK: Final = (
     "INSERT INTO reactor_locks (name, owner, token, expires_at) VALUES (?, ?, ?, ?) "
@@ -148,19 +170,41 @@ class _Statements:
         if self._all(CHANGED_SINCE, (scope, revision)):
             return True
         # A log compacted past the revision can no longer tell: assume a change.
-        oldest = self._all(OLDEST_CHANGE, ())[0][0]
-        return oldest is not None and oldest > revision + 1
+        return int(self._all(COMPACTED, ())[0][0]) > revision
 
     def compact(self, upto_revision: int | None, before: float | None) -> int:
+        """Drop log records up to a revision and/or older than a time, but none that a
+        durable subscriber has yet to acknowledge; remember how far the log is gone."""
         removed = 0
         try:
+            conn = self._conn
+            slowest = conn.execute(SLOWEST).fetchall()[0][0]
             if upto_revision is not None:
-                removed += self._conn.execute(COMPACT_UPTO, (upto_revision,)).rowcount
+                if slowest is not None:
+                    upto_revision = min(upto_revision, slowest)
+                removed += conn.execute(COMPACT_UPTO, (upto_revision,)).rowcount
             if before is not None:
-                removed += self._conn.execute(COMPACT_BEFORE, (before,)).rowcount
+                if slowest is not None:
+                    removed += conn.execute(
+                        COMPACT_BEFORE + " AND revision <= ?", (before, slowest)
+                    ).rowcount
+                else:
+                    removed += conn.execute(COMPACT_BEFORE, (before,)).rowcount
+            if removed:
+                revision = int(conn.execute(REVISION).fetchall()[0][0])
+                gone = int(conn.execute(LAST_REMOVED, (revision + 1,)).fetchall()[0][0])
+                conn.execute(SET_COMPACTED, (gone,))
         except sqlite3.Error as exc:
             raise translate(exc) from exc
         return removed
+
+    def save_position(
+        self, name: str, position: int, delivered: int, failed: int, now: float
+    ) -> None:
+        self._all(SAVE_POSITION, (name, position, delivered, failed, now))
+
+    def record_failure(self, name: str, revision: int, error: str, now: float) -> None:
+        self._all(RECORD_FAILURE, (name, revision, error, now))
 
     def fetch_lock(self, name: str) -> LockRow | None:
         found = self._all(LOCK, (name,))
@@ -200,6 +244,12 @@ class _Reader:
 
     def compact(self, *_: object) -> int:
         raise AssertionError("a transaction body never compacts")
+
+    def save_position(self, *_: object) -> None:
+        raise AssertionError("a transaction body never moves subscribers")
+
+    def record_failure(self, *_: object) -> None:
+        raise AssertionError("a transaction body never moves subscribers")
 
     def fetch_lock(self, name: str) -> LockRow | None:
         found = self._store._query(LOCK, (name,))
@@ -245,6 +295,7 @@ class SQLiteStore:
         self._idle: deque[sqlite3.Connection] = deque()
         self._opened: list[Any] = []  # every pool connection handed out, to close them
         self._opened_lock = threading.Lock()
+        self._follower: sqlite3.Connection | None = None  # for data_version, one thread only
         if path is not None:
             try:
                 _create_private(path)
@@ -367,6 +418,36 @@ class SQLiteStore:
     def reader(self) -> _Reader:
         return _Reader(self)
 
+    def log_after(self, revision: int, limit: int, upto: int | None = None) -> list[ChangeRecord]:
+        """The change records after ``revision`` (up to ``upto``), oldest first."""
+        last = upto if upto is not None else 2**63 - 1
+        return [ChangeRecord(*row) for row in self._query(LOG_AFTER, (revision, last, limit))]
+
+    def compacted(self) -> int:
+        """Every change-log record up to this revision may have been compacted away."""
+        return int(self._query(COMPACTED, ())[0][0])
+
+    def position(self, name: str) -> int | None:
+        found = self._query(POSITION, (name,))
+        return int(found[0][0]) if found else None
+
+    def subscribers(self) -> dict[str, tuple[int, int, int]]:
+        """Each durable subscriber's position, events delivered and events failed."""
+        return {
+            name: (position, delivered, failed)
+            for name, position, delivered, failed in self._query(SUBSCRIBERS, ())
+        }
+
+    def data_version(self) -> int:
+        """A number that changes when another connection commits (``PRAGMA data_version``)."""
+        conn = self._follower
+        if conn is None:
+            conn = self._follower = self._connect()
+        try:
+            return int(conn.execute("PRAGMA data_version").fetchall()[0][0])
+        except sqlite3.Error as exc:
+            raise translate(exc) from exc
+
     def locks_held(self, now: float) -> int:
         return int(self._query(LOCKS_HELD, (now,))[0][0])
 
@@ -396,9 +477,15 @@ class SQLiteStore:
         return total
 
     # -- writes --------------------------------------------------------------------
-    def write(self, work: Callable[[WriteTxn], T], now: float) -> tuple[T, list[ChangeRecord]]:
+    def write(
+        self,
+        work: Callable[[WriteTxn], T],
+        now: float,
+        on_commit: Callable[[list[ChangeRecord]], None] | None = None,
+    ) -> tuple[T, list[ChangeRecord]]:
         """Run ``work`` in one write transaction and commit; return its result and the
-        change records it committed.
+        change records it committed. ``on_commit`` gets those records right after the
+        commit, while no other writer of this process can commit: in revision order.
 
         Raises:
             BusyError: another process held the database past the busy timeout.
@@ -422,6 +509,11 @@ class SQLiteStore:
                     raise
             except sqlite3.Error as exc:
                 raise translate(exc) from exc
+            if records and on_commit is not None:
+                try:
+                    on_commit(records)
+                except Exception:  # the write stands: it is committed
+                    logger.exception("publishing the changes of a commit failed")
             return result, records
 
     def close(self) -> None:

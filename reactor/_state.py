@@ -3,15 +3,22 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable, Collection
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
 from ._engine import Engine
+from ._events import ChangeEvent
 from ._locks import Lock
 from ._scope import Scope
-from .errors import ClosedError
+from ._subscriptions import DEFAULT_BUFFER, Filter, Subscription, Watch, check_since
+from .errors import ClosedError, InvalidArgumentError
 
 __all__ = ["State"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+Where = Callable[[ChangeEvent], bool]
+Events = Collection[str] | str
 
 
 class State:
@@ -68,6 +75,122 @@ class State:
         """
         self._engine_or_raise()
         return Lock(self, name, ttl, timeout)
+
+    def subscribe(
+        self,
+        callback: Callable[[ChangeEvent], Any],
+        scope: str | None = None,
+        key: str | None = None,
+        events: Events | None = None,
+        where: Where | None = None,
+        since: int | None = None,
+        durable: str | None = None,
+        *,
+        max_retries: int = 3,
+        buffer_size: int = DEFAULT_BUFFER,
+    ) -> Subscription:
+        """Call ``callback(event)`` for every committed change that passes the filters.
+
+        ``scope`` and ``key`` are globs, ``events`` a subset of ``{"created", "updated",
+        "deleted", "expired"}``, ``where`` a predicate on the event. ``since=REVISION``
+        first replays the change log after it. ``durable="name"`` makes delivery
+        at-least-once, resuming where that name left off (``since`` applies only the
+        first time the name is seen). An ``async def`` callback runs on the event loop
+        it is subscribed from.
+
+        Raises:
+            InvalidArgumentError: a bad filter, or an async callback outside a loop.
+            RevisionCompactedError: the change log no longer holds what follows ``since``.
+        """
+        engine = self._engine_or_raise()
+        match = Filter(scope, key, events, where)
+        if durable is not None and engine.durable_in_use(durable):
+            raise InvalidArgumentError(
+                f"durable subscriber {durable!r} is already subscribed in this process"
+            )
+        subscription = Subscription(
+            engine,
+            callback,
+            match,
+            since=check_since(engine, since),
+            durable=durable,
+            max_retries=max_retries,
+            buffer_size=buffer_size,
+        )
+        try:
+            engine.track(subscription)
+        except BaseException:
+            subscription.close()
+            raise
+        return subscription
+
+    def on(
+        self,
+        scope: str | None = None,
+        key: str | None = None,
+        events: Events | None = None,
+        where: Where | None = None,
+        since: int | None = None,
+        durable: str | None = None,
+    ) -> Callable[[F], F]:
+        """``subscribe`` as a decorator: ``@state.on("orders", key="o-*")``."""
+
+        def decorate(callback: F) -> F:
+            self.subscribe(callback, scope, key, events, where, since, durable)
+            return callback
+
+        return decorate
+
+    def changes(
+        self,
+        since: int = 0,
+        scope: str | None = None,
+        key: str | None = None,
+        limit: int | None = None,
+    ) -> list[ChangeEvent]:
+        """The recorded changes after revision ``since``, oldest first.
+
+        Raises:
+            RevisionCompactedError: the change log no longer holds what follows ``since``.
+        """
+        engine = self._engine_or_raise()
+        position = check_since(engine, since)
+        assert position is not None
+        if limit is not None and (type(limit) is not int or limit < 0):
+            raise InvalidArgumentError(f"limit must be an int >= 0, not {limit!r}")
+        match = Filter(scope, key, None, None)
+        found: list[ChangeEvent] = []
+        while limit is None or len(found) < limit:
+            records = engine.store.log_after(position, 1000)
+            if not records:
+                break
+            found.extend(ChangeEvent(record) for record in records if match.admits(record))
+            position = records[-1].revision
+        return found if limit is None else found[:limit]
+
+    def watch(
+        self,
+        since: int | None = None,
+        scope: str | None = None,
+        key: str | None = None,
+        *,
+        buffer_size: int = 100_000,
+    ) -> Watch:
+        """An iterator over changes: those recorded after ``since``, then live ones.
+
+        Raises:
+            RevisionCompactedError: the change log no longer holds what follows ``since``.
+        """
+        engine = self._engine_or_raise()
+        watch = Watch(
+            engine, Filter(scope, key, None, None), check_since(engine, since), buffer_size
+        )
+        try:
+            engine.track(watch)
+        except BaseException:
+            watch.close()
+            raise
+        return watch
 
     def stats(self) -> dict[str, Any]:
         """Keys per scope, operations and latency by verb, events, expiry, size."""

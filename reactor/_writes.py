@@ -219,7 +219,7 @@ def update(
             size = 0 if old is None else len(old.value)
             outcome = apply_patch(doc, old is not None, ops, max_depth, max_bytes, size)
         else:
-            outcome = apply_update_ops(doc, old is not None, ops, atomic, max_depth)
+            outcome = apply_update_ops(doc, old is not None, ops, max_depth)
         old_value = None if old is None else decode(old.value)
         if not outcome.applied or (outcome.errors and atomic):
             return UpdateResult(

@@ -86,7 +86,8 @@ def test_touching_2000_scopes_keeps_threads_bounded(open_state: Opener) -> None:
     state = open_state(max_actors=8)
     for i in range(2000):
         state.scope(f"s{i}").set("k", i)
-    assert threading.active_count() - before <= 8 + 1  # the actors and the sweeper
+    # the actors, and the sweeper, the dispatcher and the follower of other processes
+    assert threading.active_count() - before <= 8 + 3
     assert len(state.scopes()) == 2000
     assert state.stats()["actors"] <= 8
 

@@ -274,3 +274,32 @@ def test_snapshot_is_consistent_while_another_thread_writes(state: reactor.State
     finally:
         stop.set()
         thread.join(10)
+
+
+def test_a_conflict_is_seen_even_when_the_log_was_compacted_meanwhile(db_path: Path) -> None:
+    import time
+
+    from tests.conftest import FakeClock
+
+    clock = FakeClock(time.time())
+    with reactor.open(db_path, clock=clock, log_retention_seconds=60) as state:
+        scope = state.scope("s")
+        scope.set("n", 1)
+        with pytest.raises(reactor.ConflictError), scope.transaction() as tx:
+            tx.set("n", 2)
+            subprocess.run(
+                [
+                    sys.executable,
+                    "-c",
+                    (
+                        "import sys, reactor\n"
+                        "with reactor.open(sys.argv[1]) as s: s.scope('s').set('n', 100)"
+                    ),
+                    str(db_path),
+                ],
+                check=True,
+                timeout=60,
+            )
+            clock.advance(120)
+            assert state._engine_or_raise().compact() == 2  # the whole log is gone
+        assert scope.get("n") == 100

@@ -1,0 +1,159 @@
+"""The dispatcher: hands every committed change, in revision order, to the engine's
+subscriptions and to ``reactor.signals.changed``.
+
+Changes reach it two ways. This process's commits are handed over right after each
+commit, while the store's write gate is still held, so they arrive in revision order.
+Other processes' commits are found in the change log by a follower thread that polls
+``PRAGMA data_version`` (cheap: it changes only when another connection commits).
+Both go through ``_publish`` under one lock that remembers the last revision handed on,
+so nothing is published twice and nothing is skipped: when this process commits
+revision N while N-1 came from elsewhere and was not seen yet, N-1 is read from the log
+first.
+
+The dispatcher thread sends the signals. Each receiver is called on its own, so one
+that raises does not keep the others from the event (``Signal.send`` would stop).
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from collections.abc import Callable
+from typing import Any, Final
+
+import blinker
+
+from . import signals
+from ._events import ChangeEvent
+from ._stats import Stats
+from ._store import ChangeRecord, Store
+from .errors import ClosedError
+
+__all__ = ["Dispatcher"]
+
+logger = logging.getLogger("reactor")
+
+FOLLOW_INTERVAL: Final = 0.01  # seconds between looks at other processes' commits
+_PAGE: Final = 1000
+
+Receiver = Callable[..., Any]
+
+
+class Dispatcher:
+    """Publishes the committed changes of one engine's database."""
+
+    def __init__(self, name: str, store: Store, stats: Stats, *, follow: bool) -> None:
+        self.signal = blinker.Signal()  # the engine's own subscriptions connect here
+        self._name = name
+        self._store = store
+        self._stats = stats
+        self._lock = threading.Lock()
+        self._published = store.revision()  # what came before this engine is history
+        self._queue: queue.SimpleQueue[list[ChangeRecord] | None] = queue.SimpleQueue()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(
+            target=self._run, name=f"reactor-dispatch[{name}]", daemon=True
+        )
+        self._thread.start()
+        self._follower: threading.Thread | None = None
+        if follow:
+            self._follower = threading.Thread(
+                target=self._follow, name=f"reactor-follow[{name}]", daemon=True
+            )
+            self._follower.start()
+
+    @property
+    def published(self) -> int:
+        """The last revision handed on."""
+        return self._published
+
+    def connect(self, receiver: Receiver, start: Callable[[int], None]) -> None:
+        """Connect ``receiver`` (held strongly). ``start`` is told first the last
+        revision handed on before the connection: the receiver is offered the events
+        after it, and may also be offered some before it, still queued, to ignore."""
+        with self._lock:
+            start(self._published)
+            self.signal.connect(receiver, weak=False)
+
+    def disconnect(self, receiver: Receiver) -> None:
+        self.signal.disconnect(receiver)
+
+    def _wanted(self) -> bool:
+        return bool(self.signal.receivers) or bool(signals.changed.receivers)
+
+    # -- intake --------------------------------------------------------------------
+    def committed(self, records: list[ChangeRecord]) -> None:
+        """This process committed ``records`` (called under the store's write gate)."""
+        with self._lock:
+            if records[-1].revision <= self._published:
+                return  # the follower got there first
+            wanted = self._wanted()
+            batch: list[ChangeRecord] = []
+            if wanted and records[0].revision > self._published + 1:
+                batch = self._store.log_after(self._published, _PAGE, upto=records[0].revision - 1)
+            batch.extend(record for record in records if record.revision > self._published)
+            self._published = records[-1].revision
+            if wanted:
+                self._queue.put(batch)
+
+    def catch_up(self) -> None:
+        """Publish what other processes committed since the last revision handed on."""
+        with self._lock:
+            while True:
+                records = self._store.log_after(self._published, _PAGE)
+                if not records:
+                    return
+                self._published = records[-1].revision
+                if self._wanted():
+                    self._queue.put(records)
+
+    def _follow(self) -> None:
+        seen = None
+        while not self._stop.wait(FOLLOW_INTERVAL):
+            try:
+                version = self._store.data_version()
+                if version != seen:
+                    seen = version
+                    self.catch_up()
+            except ClosedError:
+                return
+            except Exception:
+                logger.exception("following other processes' changes failed; trying again")
+
+    # -- delivery ------------------------------------------------------------------
+    def _run(self) -> None:
+        while True:
+            batch = self._queue.get()
+            if batch is None:
+                return
+            for record in batch:
+                self._send(record)
+
+    def _send(self, record: ChangeRecord) -> None:
+        event = ChangeEvent(record)
+        self._stats.count("events_published")
+        for receiver in self.signal.receivers_for(record.scope):
+            self._call(receiver, record.scope, event)
+        for receiver in signals.changed.receivers_for(record.scope):
+            self._call(receiver, record.scope, event)
+
+    def _call(self, receiver: Receiver, sender: str, event: ChangeEvent) -> None:
+        try:
+            receiver(sender, event=event)
+        except Exception:
+            self._stats.count("events_failed")
+            logger.exception("a receiver of reactor.signals.changed raised on %r", event)
+
+    def close(self, timeout: float) -> None:
+        """Stop following, hand on what is queued, and stop (bounded by ``timeout``)."""
+        self._stop.set()
+        if self._follower is not None and self._follower is not threading.current_thread():
+            self._follower.join(timeout)
+        self._queue.put(None)
+        if self._thread is not threading.current_thread():
+            self._thread.join(timeout)
+            if self._thread.is_alive():
+                logger.warning(
+                    "the dispatcher of %s did not finish within %s s", self._name, timeout
+                )

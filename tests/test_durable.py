@@ -1,0 +1,190 @@
+"""Durable subscriptions: at-least-once delivery that follows the change log."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+import reactor
+from tests.conftest import wait_for
+
+Opener = Callable[..., reactor.State]
+
+
+def _position(db_path: Path, name: str) -> int | None:
+    with sqlite3.connect(db_path) as conn:
+        row = conn.execute(
+            "SELECT position FROM reactor_subscribers WHERE name = ?", (name,)
+        ).fetchone()
+    return None if row is None else int(row[0])
+
+
+def test_a_new_durable_name_starts_now_and_stores_its_position(db_path: Path) -> None:
+    with reactor.open(db_path) as state:
+        scope = state.scope("s")
+        scope.set("before", 1)
+        seen: list[int] = []
+        state.subscribe(lambda e: seen.append(e.revision), durable="billing")
+        assert _position(db_path, "billing") == 1
+        scope.set("after", 1)
+        scope.set("after", 2)
+        wait_for(lambda: seen == [2, 3])
+        wait_for(lambda: _position(db_path, "billing") == 3)
+
+
+def test_delivery_resumes_where_the_name_left_off(db_path: Path) -> None:
+    with reactor.open(db_path) as state:
+        seen: list[str] = []
+        state.subscribe(lambda e: seen.append(e.key), durable="billing", since=0)
+        state.scope("s").set("a", 1)
+        wait_for(lambda: seen == ["a"])
+    with reactor.open(db_path) as state:  # written while nobody listened
+        state.scope("s").set("b", 1)
+        state.scope("s").set("c", 1)
+    with reactor.open(db_path) as state:
+        resumed: list[str] = []
+        state.subscribe(lambda e: resumed.append(e.key), durable="billing", since=0)
+        wait_for(lambda: resumed == ["b", "c"])  # since= applies only the first time
+        time.sleep(0.2)
+        assert resumed == ["b", "c"]
+        stats = state.stats()["durable_subscribers"]["billing"]
+        assert stats["position"] == 3
+        assert stats["lag"] == 0
+
+
+def test_a_first_since_replays_the_log(state: reactor.State) -> None:
+    scope = state.scope("s")
+    for i in range(5):
+        scope.set(f"k{i}", i)
+    seen: list[int] = []
+    state.subscribe(lambda e: seen.append(e.new_value), durable="replay", since=2)
+    wait_for(lambda: seen == [2, 3, 4])
+
+
+def test_filters_apply_and_skipped_events_still_advance(
+    state: reactor.State, db_path: Path
+) -> None:
+    seen: list[str] = []
+    state.subscribe(lambda e: seen.append(e.key), scope="orders", durable="orders-only")
+    state.scope("orders").set("o-1", 1)
+    state.scope("other").set("x", 1)
+    state.scope("other").set("y", 1)
+    state.scope("orders").set("o-2", 1)
+    wait_for(lambda: seen == ["o-1", "o-2"])
+    wait_for(lambda: _position(db_path, "orders-only") == 4)
+
+
+def test_a_failing_callback_is_retried_then_recorded_and_skipped(
+    state: reactor.State, db_path: Path
+) -> None:
+    attempts: dict[str, int] = {}
+
+    def flaky(event: reactor.ChangeEvent) -> None:
+        attempts[event.key] = attempts.get(event.key, 0) + 1
+        if event.key == "poison":
+            raise ValueError("cannot bill this")
+        if event.key == "twice" and attempts[event.key] < 2:
+            raise ValueError("transient")
+
+    state.subscribe(flaky, durable="billing", max_retries=2)
+    scope = state.scope("s")
+    scope.set("poison", 1)
+    scope.set("twice", 1)
+    scope.set("fine", 1)
+    wait_for(lambda: attempts.get("fine") == 1)
+    assert attempts == {"poison": 3, "twice": 2, "fine": 1}
+    with sqlite3.connect(db_path) as conn:
+        failures = conn.execute("SELECT name, revision, error FROM reactor_failures").fetchall()
+    assert [(name, revision) for name, revision, _ in failures] == [("billing", 1)]
+    stats = state.stats()["durable_subscribers"]["billing"]
+    assert stats["failed"] == 1
+    wait_for(lambda: state.stats()["durable_subscribers"]["billing"]["position"] == 3)
+
+
+def test_one_durable_name_once_per_process(state: reactor.State) -> None:
+    state.subscribe(print, durable="billing")
+    with pytest.raises(reactor.InvalidArgumentError, match="billing"):
+        state.subscribe(print, durable="billing")
+
+
+CONSUMER = """
+    import sys, time, reactor
+    path, hang_on = sys.argv[1], int(sys.argv[2])
+
+    def bill(event):
+        print("got", event.revision, flush=True)
+        if event.revision == hang_on:
+            time.sleep(60)  # killed here, in the middle of the callback
+
+    with reactor.open(path) as state:
+        state.subscribe(bill, durable="billing", since=0)
+        time.sleep(60)
+"""
+
+
+def test_a_consumer_killed_mid_callback_resumes_at_the_unacknowledged_event(
+    db_path: Path,
+) -> None:
+    with reactor.open(db_path) as state:
+        state.scope("s").set_many({f"k{i}": i for i in range(10)})  # revisions 1..10
+
+    def run_consumer(hang_on: int) -> tuple[subprocess.Popen[str], list[int]]:
+        consumer = subprocess.Popen(
+            [sys.executable, "-c", textwrap.dedent(CONSUMER), str(db_path), str(hang_on)],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert consumer.stdout is not None
+        got: list[int] = []
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            line = consumer.stdout.readline()
+            if not line:
+                break
+            got.append(int(line.split()[1]))
+            if got[-1] == hang_on:
+                break
+        return consumer, got
+
+    first, got_first = run_consumer(hang_on=6)
+    os.kill(first.pid, signal.SIGKILL)
+    first.communicate(timeout=10)
+    assert got_first == [1, 2, 3, 4, 5, 6]
+
+    second, got_second = run_consumer(hang_on=10)
+    os.kill(second.pid, signal.SIGKILL)
+    second.communicate(timeout=10)
+    assert got_second == [6, 7, 8, 9, 10]  # the interrupted event again, then the rest
+
+
+def test_durable_delivery_survives_many_events_from_threads(state: reactor.State) -> None:
+    seen: list[int] = []
+    lock = threading.Lock()
+
+    def record(event: reactor.ChangeEvent) -> None:
+        with lock:
+            seen.append(event.revision)
+
+    state.subscribe(record, durable="all", since=0)
+
+    def writer(n: int) -> None:
+        for i in range(50):
+            state.scope(f"w{n}").set("k", i)
+
+    threads = [threading.Thread(target=writer, args=(n,)) for n in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    wait_for(lambda: len(seen) == 200, timeout=20)
+    assert seen == list(range(1, 201))

@@ -1,0 +1,100 @@
+"""Events across processes sharing one SQLite file."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import reactor
+from tests.conftest import wait_for
+
+WRITER = """
+    import sys, reactor
+    path, name, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    with reactor.open(path) as state:
+        scope = state.scope(name)
+        for i in range(count):
+            scope.set("k", i)
+            scope.increment("n")
+"""
+
+
+def _writer(db_path: Path, name: str, count: int) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(WRITER), str(db_path), name, str(count)],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def test_a_subscriber_sees_another_processes_writes(db_path: Path) -> None:
+    with reactor.open(db_path) as state:
+        seen: list[tuple[str, str, object]] = []
+        state.subscribe(lambda e: seen.append((e.scope, e.key, e.new_value)))
+        writer = _writer(db_path, "remote", 3)
+        _, err = writer.communicate(timeout=60)
+        assert writer.returncode == 0, err
+        wait_for(lambda: len(seen) == 6)
+        assert seen == [
+            ("remote", "k", 0),
+            ("remote", "n", 1),
+            ("remote", "k", 1),
+            ("remote", "n", 2),
+            ("remote", "k", 2),
+            ("remote", "n", 3),
+        ]
+
+
+def test_remote_events_arrive_within_100_ms(db_path: Path) -> None:
+    with reactor.open(db_path) as state:
+        arrived: list[float] = []
+        state.subscribe(lambda _event: arrived.append(time.time()))
+        stamper = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                textwrap.dedent(
+                    """
+                    import sys, time, reactor
+                    with reactor.open(sys.argv[1]) as state:
+                        state.scope("s").set("k", 1)
+                        print(time.time(), flush=True)
+                        time.sleep(0.5)
+                    """
+                ),
+                str(db_path),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
+        committed = float(stamper.stdout)
+        wait_for(lambda: arrived)
+        assert arrived[0] - committed < 0.1
+
+
+def test_two_writers_and_a_watcher_see_every_event_once_in_order(db_path: Path) -> None:
+    with reactor.open(db_path) as state:
+        watch = state.watch()
+        writers = [_writer(db_path, f"proc-{n}", 100) for n in range(2)]
+        local = state.scope("local")
+        for i in range(50):
+            local.set("k", i)  # this process writes too, interleaved with the others
+        for writer in writers:
+            _, err = writer.communicate(timeout=120)
+            assert writer.returncode == 0, err
+        events = []
+        with watch:
+            for event in watch:
+                events.append(event)
+                if len(events) == 450:
+                    break
+        assert [e.revision for e in events] == list(range(1, 451))
+        by_scope = {name: [e for e in events if e.scope == name] for name in ("proc-0", "proc-1")}
+        for scoped in by_scope.values():
+            assert [e.new_value for e in scoped if e.key == "n"] == list(range(1, 101))
+        assert [e.new_value for e in events if e.scope == "local"] == list(range(50))
