@@ -9,6 +9,11 @@ request at once and runs them in one database transaction (group commit), answer
 each caller after the commit. A request that fails is undone alone; a commit that fails
 fails the whole batch, and nothing of it is applied.
 
+An uncontended write does not wait for the actor's thread to wake up: when nothing is
+queued and no batch is running, the caller runs its request itself, holding the same
+``_running`` lock the actor holds for a batch, so a scope still has exactly one writer
+at a time. Under contention requests queue, and the actor commits them together.
+
 A transaction takes a scope for itself: from its ``begin`` request on, the actor defers
 every other request for that scope (and goes on with other scopes) until the
 transaction's commit or rollback releases it.
@@ -90,6 +95,7 @@ class Mailbox:
         self._deferred: deque[Request] = deque()  # requests for scopes a transaction holds
         self._owners: dict[str, object] = {}  # scope -> the transaction holding it
         self._lock = threading.Lock()
+        self._running = threading.Lock()  # held by whoever runs a batch: actor or caller
         self._scheduled = False
         self._closed = False
         self._actor: pykka.ActorRef[Any] | None = None
@@ -106,8 +112,21 @@ class Mailbox:
         with self._lock:
             if self._closed:
                 raise ClosedError("the engine is closed")
-            self._pending.append(request)
-            self._schedule()
+            inline = (
+                work is not None
+                and not self._pending
+                and self._owners.get(scope, owner) is owner
+                and self._running.acquire(blocking=False)
+            )
+            if not inline:
+                self._pending.append(request)
+                self._schedule()
+        if inline:
+            try:
+                if request.future.set_running_or_notify_cancel():
+                    self._run([request])
+            finally:
+                self._running.release()
         return request.future
 
     def release(self, scope: str, owner: object) -> None:
@@ -139,6 +158,10 @@ class Mailbox:
     def run_pending(self) -> None:
         """Run every queued request, in order, in as few transactions as the scopes
         that transactions take allow (on the actor's thread)."""
+        with self._running:
+            self._run_pending()
+
+    def _run_pending(self) -> None:
         with self._lock:
             queued = list(self._pending)
             self._pending.clear()

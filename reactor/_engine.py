@@ -186,6 +186,7 @@ class Engine:
             rounds += 1
             try:
                 self.sweep()
+                self.store.checkpoint()
                 if rounds % COMPACT_EVERY == 0:
                     self.compact()
             except ClosedError:
@@ -198,7 +199,7 @@ class Engine:
         keep, seconds = self.options.log_retention, self.options.log_retention_seconds
 
         def work(txn: WriteTxn) -> int:
-            upto = None if keep is None else txn.revision - keep
+            upto = None if keep is None else txn.statements.current_revision() - keep
             before = None if seconds is None else txn.now - seconds
             if upto is not None and upto <= 0:
                 upto = None

@@ -20,7 +20,7 @@ SCHEMA_VERSION: Final = 4
 
 metadata = sa.MetaData()
 
-# name -> integer: "schema_version", and "revision", the last revision assigned.
+# name -> integer: "schema_version", and "compacted" (see _to_v4).
 meta = sa.Table(
     "reactor_meta",
     metadata,
@@ -47,10 +47,12 @@ _kv_expiry = sa.Index(
 )
 
 # The change log: one row per committed change, written in the write's transaction.
+# SQLite numbers the revisions itself (AUTOINCREMENT never reuses one, even after the
+# log is compacted); writes hold the database's write lock, so they come in commit order.
 changes = sa.Table(
     "reactor_changes",
     metadata,
-    sa.Column("revision", sa.BigInteger, primary_key=True, autoincrement=False),
+    sa.Column("revision", sa.Integer, primary_key=True, autoincrement=True),
     sa.Column("scope", sa.String(1024), nullable=False),
     sa.Column("key", sa.String(1024), nullable=False),
     sa.Column("type", sa.String(16), nullable=False),
@@ -58,6 +60,7 @@ changes = sa.Table(
     sa.Column("new_value", sa.Text, nullable=True),
     sa.Column("ops", sa.Text, nullable=True),
     sa.Column("timestamp", sa.Float, nullable=False),
+    sqlite_autoincrement=True,
 )
 
 
@@ -98,7 +101,6 @@ failures = sa.Table(
 def _to_v1(conn: sa.Connection) -> None:
     meta.create(conn)
     kv.create(conn)
-    conn.execute(meta.insert().values(name="revision", value=0))
 
 
 def _to_v2(conn: sa.Connection) -> None:

@@ -16,7 +16,7 @@ from ._results import Snapshot
 from ._transaction import Transaction, in_transaction
 from ._values import decode
 from ._verbs import Verbs, verb
-from .errors import InvalidArgumentError, ReentrancyError, TypeMismatchError
+from .errors import ClosedError, InvalidArgumentError, ReentrancyError, TypeMismatchError
 
 if TYPE_CHECKING:
     from ._engine import Engine
@@ -49,6 +49,14 @@ class Scope(Verbs):
                 f"this thread holds a transaction on scope {self.name!r}: "
                 "use the transaction (tx), not the scope's handle, inside its body"
             )
+        return engine
+
+    @property
+    def _engine(self) -> Engine:
+        # The verb decorator has checked _usable() already; here only closing matters.
+        engine = self._state._engine
+        if engine is None:
+            raise ClosedError("this reactor handle is closed")
         return engine
 
     def _run(self, work: _writes.Work) -> Any:

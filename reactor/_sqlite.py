@@ -62,14 +62,21 @@ UPSERT: Final = (
 )
 DELETE: Final = "DELETE FROM reactor_kv WHERE scope = ? AND key = ?"
 LOG: Final = (
-    "INSERT INTO reactor_changes "
-    "(revision, scope, key, type, old_value, new_value, ops, timestamp) "
-    "VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+    "INSERT INTO reactor_changes (scope, key, type, old_value, new_value, ops, timestamp) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?)"
 )
-REVISION: Final = "SELECT value FROM reactor_meta WHERE name = 'revision'"
+REVISION: Final = (
+    "SELECT COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'reactor_changes'), 0)"
+)
 CHANGED_SINCE: Final = "SELECT 1 FROM reactor_changes WHERE scope = ? AND revision > ? LIMIT 1"
 COMPACT_UPTO: Final = "DELETE FROM reactor_changes WHERE revision <= ?"
-COMPACT_BEFORE: Final = "DELETE FROM reactor_changes WHERE timestamp < ?"
+# By age: everything below the oldest revision still young enough, so that the log
+# stays a contiguous range even if timestamps do not rise with revisions.
+COMPACT_BEFORE: Final = (
+    "DELETE FROM reactor_changes WHERE revision < COALESCE("
+    "(SELECT MIN(revision) FROM reactor_changes WHERE timestamp >= ?), "
+    "(SELECT MAX(revision) + 1 FROM reactor_changes))"
+)
 COMPACTED: Final = "SELECT value FROM reactor_meta WHERE name = 'compacted'"
 SET_COMPACTED: Final = "UPDATE reactor_meta SET value = MAX(value, ?) WHERE name = 'compacted'"
 LAST_REMOVED: Final = "SELECT COALESCE(MIN(revision), ?) - 1 FROM reactor_changes"
@@ -97,8 +104,8 @@ SAVE_LOCK: Final = (
     "expires_at = excluded.expires_at"
 )
 LOCKS_HELD: Final = "SELECT COUNT(*) FROM reactor_locks WHERE owner IS NOT NULL AND expires_at > ?"
-SET_REVISION: Final = "UPDATE reactor_meta SET value = ? WHERE name = 'revision'"
 _IN_CHUNK: Final = 500  # keys per IN (...) list, well under SQLite's variable limit
+_AUTOCHECKPOINT_PAGES: Final = 10_000
 
 SYNCHRONOUS: Final = {"normal": "NORMAL", "full": "FULL", "memory": "OFF"}
 
@@ -134,37 +141,45 @@ class _Statements:
             for key, value, expires_at, revision in self._all(sql, params)
         ]
 
-    def flush(
-        self,
-        upserts: list[tuple[str, str, str, float | None, int]],
-        deletes: list[tuple[str, str]],
-        records: list[ChangeRecord],
-        revision: int | None,
-    ) -> None:
-        conn = self._conn
-        if deletes:
-            conn.executemany(DELETE, deletes)
-        if upserts:
-            conn.executemany(UPSERT, upserts)
-        if records:
-            conn.executemany(
+    def append_log(self, records: list[ChangeRecord]) -> int:
+        try:
+            if len(records) == 1:  # execute(), not executemany(): a few microseconds less
+                r = records[0]
+                cursor = self._conn.execute(
+                    LOG, (r.scope, r.key, r.type, r.old_value, r.new_value, r.ops, r.timestamp)
+                )
+                assert cursor.lastrowid is not None
+                return cursor.lastrowid
+            self._conn.executemany(
                 LOG,
                 [
-                    (
-                        r.revision,
-                        r.scope,
-                        r.key,
-                        r.type,
-                        r.old_value,
-                        r.new_value,
-                        r.ops,
-                        r.timestamp,
-                    )
+                    (r.scope, r.key, r.type, r.old_value, r.new_value, r.ops, r.timestamp)
                     for r in records
                 ],
             )
-        if revision is not None:
-            conn.execute(SET_REVISION, (revision,))
+            # This transaction holds the write lock: its revisions follow one another.
+            return int(self._conn.execute(REVISION).fetchall()[0][0]) - len(records) + 1
+        except sqlite3.Error as exc:
+            raise translate(exc) from exc
+
+    def write_rows(
+        self, upserts: list[tuple[str, str, str, float | None, int]], deletes: list[tuple[str, str]]
+    ) -> None:
+        conn = self._conn
+        try:
+            if len(deletes) == 1:
+                conn.execute(DELETE, deletes[0])
+            elif deletes:
+                conn.executemany(DELETE, deletes)
+            if len(upserts) == 1:
+                conn.execute(UPSERT, upserts[0])
+            elif upserts:
+                conn.executemany(UPSERT, upserts)
+        except sqlite3.Error as exc:
+            raise translate(exc) from exc
+
+    def current_revision(self) -> int:
+        return int(self._all(REVISION, ())[0][0])
 
     def changed_since(self, scope: str, revision: int) -> bool:
         if self._all(CHANGED_SINCE, (scope, revision)):
@@ -236,8 +251,14 @@ class _Reader:
             for key, value, expires_at, revision in self._store._query(sql, params)
         ]
 
-    def flush(self, *_: object) -> None:
-        raise AssertionError("a transaction body never flushes")
+    def append_log(self, *_: object) -> int:
+        raise AssertionError("a transaction body never writes")
+
+    def write_rows(self, *_: object) -> None:
+        raise AssertionError("a transaction body never writes")
+
+    def current_revision(self) -> int:
+        return self._store.revision()
 
     def changed_since(self, *_: object) -> bool:
         raise AssertionError("only a commit checks for changes")
@@ -336,6 +357,9 @@ class SQLiteStore:
         dbapi_conn.execute(f"PRAGMA busy_timeout = {int(self._timeout * 1000)}")
         if not self._in_memory:
             dbapi_conn.execute("PRAGMA journal_mode = WAL")
+            # The sweeper checkpoints the WAL in the background (checkpoint()): a writer
+            # only does it itself past a much larger WAL than SQLite's default 1,000 pages.
+            dbapi_conn.execute(f"PRAGMA wal_autocheckpoint = {_AUTOCHECKPOINT_PAGES}")
         dbapi_conn.execute(f"PRAGMA synchronous = {self._synchronous}")
 
     def _connect(self) -> sqlite3.Connection:
@@ -353,8 +377,11 @@ class SQLiteStore:
         if self._in_memory:
             # One connection serves everything in memory; the gate keeps a reader out
             # of a write transaction in progress.
-            with self._gate:
+            self._enter_gate()
+            try:
                 yield self._writer
+            finally:
+                self._gate.release()
             return
         try:
             conn = self._idle.pop()
@@ -366,11 +393,23 @@ class SQLiteStore:
             self._idle.append(conn)
 
     def _query(self, sql: str, params: tuple[Any, ...]) -> list[Any]:
+        if self._in_memory or self._closed:
+            try:
+                with self._reading() as conn:
+                    return conn.execute(sql, params).fetchall()
+            except sqlite3.Error as exc:
+                raise translate(exc) from exc
+        # The hot path of every read: _reading() inlined (a generator costs a microsecond).
         try:
-            with self._reading() as conn:
-                return conn.execute(sql, params).fetchall()
+            conn = self._idle.pop()
+        except IndexError:
+            conn = self._connect()
+        try:
+            return conn.execute(sql, params).fetchall()
         except sqlite3.Error as exc:
             raise translate(exc) from exc
+        finally:
+            self._idle.append(conn)
 
     # -- reads ---------------------------------------------------------------------
     def get(self, scope: str, key: str, now: float) -> str | None:
@@ -438,6 +477,21 @@ class SQLiteStore:
             for name, position, delivered, failed in self._query(SUBSCRIBERS, ())
         }
 
+    def checkpoint(self) -> None:
+        """Copy the WAL back into the database without blocking anyone (PASSIVE)."""
+        if self._in_memory or self._closed:
+            return
+        try:
+            conn = self._idle.pop()
+        except IndexError:
+            conn = self._connect()
+        try:
+            conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+        except sqlite3.Error as exc:
+            raise translate(exc) from exc
+        finally:
+            self._idle.append(conn)
+
     def data_version(self) -> int:
         """A number that changes when another connection commits (``PRAGMA data_version``)."""
         conn = self._follower
@@ -491,17 +545,17 @@ class SQLiteStore:
             BusyError: another process held the database past the busy timeout.
             StorageError: the database failed; nothing was committed.
         """
-        with self._gate:
+        self._enter_gate()
+        try:
             if self._closed:
                 raise ClosedError("the database is closed")
             conn = self._writer
             try:
                 conn.execute("BEGIN IMMEDIATE")
                 try:
-                    start = int(conn.execute(REVISION).fetchall()[0][0])
-                    txn = WriteTxn(_Statements(conn), now, start)
+                    txn = WriteTxn(_Statements(conn), now)
                     result = work(txn)
-                    records = txn.flush(start)
+                    records = txn.flush()
                     conn.execute("COMMIT")
                 except BaseException:
                     if conn.in_transaction:
@@ -515,10 +569,19 @@ class SQLiteStore:
                 except Exception:  # the write stands: it is committed
                     logger.exception("publishing the changes of a commit failed")
             return result, records
+        finally:
+            self._gate.release()
+
+    def _enter_gate(self) -> None:
+        if not self._gate.acquire(timeout=self._timeout):
+            raise BusyError(f"this process's writer stayed busy for more than {self._timeout} s")
 
     def close(self) -> None:
         """Close every connection; later calls raise ``ClosedError``. Idempotent."""
-        with self._gate:
+        gated = self._gate.acquire(timeout=self._timeout)
+        if not gated:
+            logger.warning("closing %s while a write is still running", self.location)
+        try:
             self._closed = True
             with self._opened_lock:
                 opened, self._opened = self._opened, []
@@ -527,6 +590,9 @@ class SQLiteStore:
                     proxy.close()
             self._idle.clear()
             self._engine.dispose()
+        finally:
+            if gated:
+                self._gate.release()
 
 
 def _begin_immediate(conn: sa.Connection) -> None:

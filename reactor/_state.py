@@ -108,6 +108,8 @@ class State:
             raise InvalidArgumentError(
                 f"durable subscriber {durable!r} is already subscribed in this process"
             )
+        if durable is not None and engine.store.position(durable) is not None:
+            since = None  # a durable name seen before resumes where it was: since is moot
         subscription = Subscription(
             engine,
             callback,

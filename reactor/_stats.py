@@ -13,22 +13,32 @@ EVENT_COUNTERS: Final = ("published", "delivered", "failed", "dropped")
 
 
 class Stats:
-    """Thread-safe counters: operations and latency by verb, events, expired keys."""
+    """Thread-safe counters: operations and latency by verb, events, expired keys.
+
+    ``record`` runs on every verb, so it takes no lock: each thread counts calls in a
+    tally of its own (summed when asked), and ``deque.append`` is atomic.
+    """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._operations: Counter[str] = Counter()
+        self._local = threading.local()
+        self._tallies: list[Counter[str]] = []
         self._latency: dict[str, deque[float]] = {}
         self._counters: Counter[str] = Counter()
 
     def record(self, verb: str, seconds: float) -> None:
         """Count one call of ``verb`` that took ``seconds``."""
-        with self._lock:
-            self._operations[verb] += 1
-            samples = self._latency.get(verb)
-            if samples is None:
-                samples = self._latency[verb] = deque(maxlen=_SAMPLES)
-            samples.append(seconds)
+        try:
+            tally: Counter[str] = self._local.tally
+        except AttributeError:
+            tally = self._local.tally = Counter()
+            with self._lock:
+                self._tallies.append(tally)
+        tally[verb] += 1
+        samples = self._latency.get(verb)
+        if samples is None:
+            samples = self._latency.setdefault(verb, deque(maxlen=_SAMPLES))
+        samples.append(seconds)
 
     def count(self, name: str, amount: int = 1) -> None:
         """Add to a named counter (``keys_expired``, ``events_published``, ...)."""
@@ -38,9 +48,12 @@ class Stats:
     def snapshot(self) -> dict[str, Any]:
         """Operations by verb, named counters, and latency percentiles in milliseconds."""
         with self._lock:
-            operations = dict(self._operations)
             counters = dict(self._counters)
-            samples = {verb: sorted(values) for verb, values in self._latency.items()}
+            tallies = list(self._tallies)
+        operations: Counter[str] = Counter()
+        for tally in tallies:
+            operations.update(dict(tally))
+        samples = {verb: sorted(values.copy()) for verb, values in list(self._latency.items())}
         latency = {
             verb: {
                 "p50": _percentile(values, 0.50) * 1000,
@@ -50,7 +63,7 @@ class Stats:
             }
             for verb, values in sorted(samples.items())
         }
-        return {"operations": operations, "counters": counters, "latency_ms": latency}
+        return {"operations": dict(operations), "counters": counters, "latency_ms": latency}
 
 
 def _percentile(ordered: list[float], fraction: float) -> float:

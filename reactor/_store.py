@@ -57,13 +57,16 @@ class Statements(Protocol):
         self, scope: str, bounds: tuple[str, str | None] | None
     ) -> list[tuple[str, Row]]: ...
 
-    def flush(
-        self,
-        upserts: list[tuple[str, str, str, float | None, int]],
-        deletes: list[tuple[str, str]],
-        records: list[ChangeRecord],
-        revision: int | None,
+    def append_log(self, records: list[ChangeRecord]) -> int:
+        """Append ``records`` to the change log; return the revision given to the first
+        (the others follow it, one by one)."""
+        ...
+
+    def write_rows(
+        self, upserts: list[tuple[str, str, str, float | None, int]], deletes: list[tuple[str, str]]
     ) -> None: ...
+
+    def current_revision(self) -> int: ...
 
     def changed_since(self, scope: str, revision: int) -> bool: ...
 
@@ -96,16 +99,20 @@ class WriteTxn:
     """The staged state of one write transaction (one batch of requests).
 
     Reads see the database as this transaction has changed it so far; writes are kept
-    here until :meth:`flush`. :meth:`savepoint` and :meth:`rollback_to` undo one
-    request's writes without touching the others'.
+    here until `flush()`. `savepoint()` and `rollback_to()` undo one request's writes
+    without touching the others'.
+
+    Revisions are given at `flush()`, when the log records are appended; until then
+    a change carries a provisional revision: ``-n`` for the n-th change of the
+    transaction, and so does the row it staged.
     """
 
-    __slots__ = ("_changes", "_revision", "_staged", "_undo", "now", "statements")
+    __slots__ = ("_changes", "_count", "_staged", "_undo", "now", "statements")
 
-    def __init__(self, statements: Statements, now: float, revision: int) -> None:
+    def __init__(self, statements: Statements, now: float) -> None:
         self.now = now
         self.statements = statements
-        self._revision = revision
+        self._count = 0
         self._staged: dict[Key, Row | None] = {}
         self._changes: list[ChangeRecord] = []
         self._undo: list[tuple[Key, object]] = []
@@ -174,8 +181,8 @@ class WriteTxn:
                 self._stage((scope, key), Row(value, expires_at, old.revision))
             return
         kind = change_type or ("created" if old is None else "updated")
-        revision = self._record(scope, key, kind, old.value if old else None, value, ops)
-        self._stage((scope, key), Row(value, expires_at, revision))
+        provisional = self._record(scope, key, kind, old.value if old else None, value, ops)
+        self._stage((scope, key), Row(value, expires_at, provisional))
 
     def _stage(self, key: Key, row: Row | None) -> None:
         self._undo.append((key, self._staged.get(key, _ABSENT)))
@@ -184,23 +191,16 @@ class WriteTxn:
     def _record(
         self, scope: str, key: str, kind: str, old: str | None, new: str | None, ops: str | None
     ) -> int:
-        self._revision += 1
-        self._changes.append(
-            ChangeRecord(scope, key, kind, old, new, ops, self._revision, self.now)
-        )
-        return self._revision
-
-    @property
-    def revision(self) -> int:
-        """The last revision assigned, in this transaction or before it."""
-        return self._revision
+        self._count += 1
+        self._changes.append(ChangeRecord(scope, key, kind, old, new, ops, -self._count, self.now))
+        return -self._count
 
     # -- undo and flush ------------------------------------------------------------
     def savepoint(self) -> tuple[int, int, int]:
-        return len(self._undo), len(self._changes), self._revision
+        return len(self._undo), len(self._changes), self._count
 
     def rollback_to(self, mark: tuple[int, int, int]) -> None:
-        undo_len, changes_len, revision = mark
+        undo_len, changes_len, count = mark
         while len(self._undo) > undo_len:
             key, previous = self._undo.pop()
             if previous is _ABSENT:
@@ -208,19 +208,29 @@ class WriteTxn:
             else:
                 self._staged[key] = previous  # type: ignore[assignment]
         del self._changes[changes_len:]
-        self._revision = revision
+        self._count = count
 
-    def flush(self, start_revision: int) -> list[ChangeRecord]:
-        """Write what is staged; return the change records, in revision order."""
+    def flush(self) -> list[ChangeRecord]:
+        """Write what is staged; return the change records, with their revisions."""
+        offset = 0
+        if self._changes:
+            offset = self.statements.append_log(self._changes) - 1
+            for record in self._changes:
+                record.revision = offset - record.revision
         upserts = [
-            (scope, key, row.value, row.expires_at, row.revision)
+            (
+                scope,
+                key,
+                row.value,
+                row.expires_at,
+                offset - row.revision if row.revision < 0 else row.revision,
+            )
             for (scope, key), row in self._staged.items()
             if row is not None
         ]
         deletes = [key for key, row in self._staged.items() if row is None]
-        revision = self._revision if self._revision != start_revision else None
-        if upserts or deletes or self._changes:
-            self.statements.flush(upserts, deletes, self._changes, revision)
+        if upserts or deletes:
+            self.statements.write_rows(upserts, deletes)
         return self._changes
 
     @property
@@ -228,18 +238,18 @@ class WriteTxn:
         """Whether anything is staged."""
         return bool(self._staged)
 
-    def adopt(self, other: WriteTxn, base: int) -> None:
-        """Stage what ``other`` staged, a transaction that began at revision ``base``;
-        its changes take the next revisions of this one, in their order."""
-        offset = self._revision - base
+    def adopt(self, other: WriteTxn) -> None:
+        """Stage what ``other`` staged (a transaction body); its changes come after this
+        transaction's own, in their order."""
+        shift = self._count
         for record in other._changes:
-            record.revision += offset
+            record.revision -= shift
             record.timestamp = self.now
             self._changes.append(record)
-        self._revision += len(other._changes)
+        self._count += len(other._changes)
         for key, staged in other._staged.items():
-            if staged is not None and staged.revision > base:
-                staged = Row(staged.value, staged.expires_at, staged.revision + offset)  # noqa: PLW2901
+            if staged is not None and staged.revision < 0:
+                staged = Row(staged.value, staged.expires_at, staged.revision - shift)  # noqa: PLW2901
             self._stage(key, staged)
 
 
@@ -292,5 +302,7 @@ class Store(Protocol):
     ) -> tuple[T, list[ChangeRecord]]: ...
 
     def data_version(self) -> int: ...
+
+    def checkpoint(self) -> None: ...
 
     def close(self) -> None: ...

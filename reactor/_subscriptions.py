@@ -262,13 +262,20 @@ class Subscription(_Feed):
                 if self._closed or self._engine.closed:
                     return  # closing: do not wait on the loop (it may be the closer's)
 
-    def _deliver(self, event: ChangeEvent) -> bool:
-        """Filter and deliver one event; whether the callback succeeded."""
+    def _deliver(self, event: ChangeEvent) -> bool | None:
+        """Filter and deliver one event: True if the callback succeeded, False if it (or
+        ``where``) raised, None if ``where`` passed it over.
+
+        Raises:
+            ClosedError: the engine closed under the callback; the event is not taken.
+        """
         stats = self._engine.stats
         try:
             if self._filter.where is not None and not self._filter.where(event):
-                return True
+                return None
             self._call(event)
+        except ClosedError:
+            raise
         except Exception:
             stats.count("events_failed")
             logger.exception("%r raised on %r", self, event)
@@ -299,8 +306,9 @@ class Subscription(_Feed):
     def _deliver_durably(self, event: ChangeEvent) -> None:
         pause = _BACKOFF_START
         for attempt in range(self._max_retries + 1):
-            if self._deliver(event):
-                self._delivered += 1
+            outcome = self._deliver(event)
+            if outcome is not False:
+                self._delivered += outcome is True
                 self._position = event.revision
                 self._persist()
                 return

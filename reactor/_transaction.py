@@ -85,7 +85,7 @@ class Transaction(Verbs):
             mailbox.release(self.name, self)
             raise
         self._engine_ref = engine
-        self._txn = WriteTxn(engine.store.reader(), engine.now(), self._base)
+        self._txn = WriteTxn(engine.store.reader(), engine.now())
         self._status = "open"
         scopes: set[tuple[int, str]] = getattr(_held, "scopes", None) or set()
         scopes.add((id(engine), self.name))
@@ -220,6 +220,6 @@ def _commit(scope: str, pending: WriteTxn, base: int) -> _writes.Work:
                 f"another process changed scope {scope!r} during this transaction; "
                 "nothing of it was applied"
             )
-        txn.adopt(pending, base)
+        txn.adopt(pending)
 
     return work

@@ -188,3 +188,54 @@ def test_durable_delivery_survives_many_events_from_threads(state: reactor.State
         thread.join(30)
     wait_for(lambda: len(seen) == 200, timeout=20)
     assert seen == list(range(1, 201))
+
+
+def test_a_known_name_ignores_since_even_after_compaction(db_path: Path) -> None:
+    with reactor.open(db_path, log_retention=2) as state:
+        seen: list[int] = []
+        state.subscribe(lambda e: seen.append(e.new_value), durable="billing", since=0)
+        for i in range(5):
+            state.scope("s").set("k", i)
+        wait_for(lambda: state.stats()["durable_subscribers"]["billing"]["position"] == 5)
+    with reactor.open(db_path, log_retention=2) as state:
+        for i in range(5, 15):
+            state.scope("s").set("k", i)
+        state._engine_or_raise().compact()  # up to billing's position, not further
+        with pytest.raises(reactor.RevisionCompactedError):
+            state.changes(since=0)
+        resumed: list[int] = []
+        state.subscribe(lambda e: resumed.append(e.new_value), durable="billing", since=0)
+        wait_for(lambda: resumed == list(range(5, 15)))
+
+
+def test_events_passed_over_by_where_are_not_counted_as_delivered(state: reactor.State) -> None:
+    seen: list[int] = []
+    state.subscribe(
+        lambda e: seen.append(e.new_value), where=lambda e: e.new_value % 2 == 0, durable="even"
+    )
+    for i in range(6):
+        state.scope("s").set("k", i)
+    wait_for(lambda: seen == [0, 2, 4])
+    wait_for(lambda: state.stats()["durable_subscribers"]["even"]["position"] == 6)
+    assert state.stats()["durable_subscribers"]["even"]["delivered"] == 3
+
+
+def test_a_callback_that_meets_a_closed_engine_is_not_recorded_as_failed(db_path: Path) -> None:
+    state = reactor.open(db_path)
+    started = threading.Event()
+
+    def write_back(event: reactor.ChangeEvent) -> None:
+        started.set()
+        time.sleep(0.2)
+        state.scope("ledger").increment("n")  # the handle closes meanwhile
+
+    state.subscribe(write_back, scope="s", durable="ledger-keeper")
+    state.scope("s").set("k", 1)
+    assert started.wait(5)
+    state.close()
+    with sqlite3.connect(db_path) as conn:
+        assert conn.execute("SELECT COUNT(*) FROM reactor_failures").fetchone()[0] == 0
+    with reactor.open(db_path) as again:  # the event is delivered again, and taken
+        seen: list[int] = []
+        again.subscribe(lambda e: seen.append(e.revision), scope="s", durable="ledger-keeper")
+        wait_for(lambda: seen == [1])

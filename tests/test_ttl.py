@@ -189,3 +189,20 @@ def test_the_change_log_is_compacted_by_age(
 def _rows_in_log(db_path: Path) -> int:
     with sqlite3.connect(db_path) as conn:
         return int(conn.execute("SELECT COUNT(*) FROM reactor_changes").fetchone()[0])
+
+
+def test_compaction_by_age_keeps_the_log_contiguous(
+    open_state: Callable[..., reactor.State], clock: FakeClock, db_path: Path
+) -> None:
+    state = open_state(log_retention_seconds=60, clock=clock)
+    scope = state.scope("s")
+    scope.set("a", 1)  # revision 1, at t
+    clock.advance(-30)
+    scope.set("b", 1)  # revision 2, stamped earlier (a clock that stepped back)
+    clock.advance(100)
+    scope.set("c", 1)  # revision 3, at t + 70
+    clock.advance(5)  # revision 1 is 75 s old, revision 2 105 s old, revision 3 5 s old
+    state._engine_or_raise().compact()
+    assert [e.revision for e in state.changes(since=2)] == [3]
+    with pytest.raises(reactor.RevisionCompactedError):
+        state.changes(since=1)  # no hole: what remains starts right after the cut
