@@ -129,6 +129,31 @@ class Mailbox:
                 self._running.release()
         return request.future
 
+    def call(self, work: Work, scope: str) -> Any:
+        """Run ``work`` on ``scope``: at once in this thread when the mailbox is idle,
+        returning its result once committed; else queued for the actor, returning the
+        future of its result (``Engine.wait`` waits on it, within a timeout).
+
+        Raises:
+            ClosedError: the engine is closing.
+        """
+        with self._lock:
+            if self._closed:
+                raise ClosedError("the engine is closed")
+            inline = (
+                not self._pending
+                and scope not in self._owners
+                and self._running.acquire(blocking=False)
+            )
+        if not inline:
+            return self.submit(work, scope)
+        try:
+            # No batch, no future: one request, one transaction; an error rolls it back.
+            result, _ = self._store.write(work, self._clock(), self._on_commit)
+            return result
+        finally:
+            self._running.release()
+
     def release(self, scope: str, owner: object) -> None:
         """End ``owner``'s hold on ``scope``; the requests it deferred run next."""
         with self._lock:

@@ -140,7 +140,10 @@ class Engine:
         Raises:
             OperationTimeout: no answer within the engine's timeout.
         """
-        return self.wait(scope, self.mailbox(scope).submit(work, scope))
+        outcome = self.mailbox(scope).call(work, scope)
+        if isinstance(outcome, Future):
+            return self.wait(scope, outcome)
+        return outcome
 
     def wait(self, scope: str, future: Future[Any]) -> Any:
         """The result of a request to ``scope``'s actor, within the engine's timeout.
