@@ -32,6 +32,63 @@ def demo(db: str) -> None:
         run_demo(state, Console())
 
 
+@cli.command()
+@click.option("--quick", is_flag=True, help="A smoke run: 200 ops per worker, 1 round.")
+@click.option(
+    "--rounds", type=click.IntRange(min=1), default=None, help="Rounds to take medians of [3]."
+)
+@click.option(
+    "--json",
+    "json_file",
+    type=click.Path(dir_okay=False, writable=True),
+    default=None,
+    help="Also write every figure, with the machine's details, to this JSON file.",
+)
+@click.option(
+    "--scale",
+    is_flag=True,
+    help="Instead: reactor with 10,000 to 1,000,000 keys in 100 scopes (slow).",
+)
+@click.option(
+    "--db-dir",
+    type=click.Path(file_okay=False),
+    default=None,
+    help="Where the databases go (default: a temporary directory, removed afterwards).",
+)
+@click.option("--threads", type=click.IntRange(min=1), default=4, show_default=True)
+@click.option("--processes", type=click.IntRange(min=1), default=4, show_default=True)
+def bench(
+    quick: bool,
+    rounds: int | None,
+    json_file: str | None,
+    scale: bool,
+    db_dir: str | None,
+    threads: int,
+    processes: int,
+) -> None:
+    """Measure reactor against dict+lock, sqlite3, diskcache, sqlitedict and Redis."""
+    from ._bench import Options, run
+    from ._bench.report import render, write_json
+
+    console = Console()
+    with console.status("reactor bench") as status:
+        result = run(
+            Options(
+                quick=quick,
+                rounds=rounds,
+                scale=scale,
+                db_dir=db_dir,
+                threads=threads,
+                processes=processes,
+                progress=lambda message: status.update(f"reactor bench: {message}"),
+            )
+        )
+    render(result, console)
+    if json_file is not None:
+        write_json(result, json_file)
+        console.print(f"figures written to {json_file}")
+
+
 def main() -> None:
     """Entry point: reactor errors become one line on stderr and exit status 1."""
     try:

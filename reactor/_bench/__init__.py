@@ -1,0 +1,241 @@
+"""``reactor bench``: reactor against what a user would pick instead (SPEC §11).
+
+``run(options)`` measures and returns every figure as a dict; ``report`` turns that
+into a table or a JSON file. The peers are optional dependencies
+(``pip install reactor[bench]``): one that is missing is skipped with a note.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from . import report
+from .peers import PEERS, available, redis_server_version
+from .scale import run_scale
+from .workloads import (
+    COUNTER,
+    Counts,
+    event_latency_cross_process,
+    event_latency_in_process,
+    run_asyncio,
+    run_processes,
+    run_threads,
+)
+
+__all__ = ["Options", "run"]
+
+
+@dataclass(frozen=True)
+class Options:
+    """What ``reactor bench`` was asked for."""
+
+    quick: bool = False
+    rounds: int | None = None  # None: 3, or 1 with quick
+    scale: bool = False
+    db_dir: str | None = None  # None: a temporary directory, removed afterwards
+    threads: int = 4
+    processes: int = 4
+    tasks: int = 100
+    progress: Callable[[str], None] | None = None
+
+
+@contextmanager
+def _workspace(db_dir: str | None) -> Iterator[str]:
+    """A fresh directory for this run (inside ``db_dir`` if given), removed afterwards."""
+    if db_dir is not None:
+        os.makedirs(db_dir, exist_ok=True)
+    root = tempfile.mkdtemp(prefix="reactor-bench-", dir=db_dir)
+    try:
+        yield root
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _modes(options: Options) -> dict[str, str]:
+    return {
+        "threads_1": "1t",
+        "threads_n": f"{options.threads}t",
+        "processes_1": "1p",
+        "processes_n": f"{options.processes}p",
+        "asyncio": f"aio{options.tasks}",
+    }
+
+
+def _measure(
+    name: str, kind: str, workers: int, location: str, counts: Counts, tasks: int
+) -> dict[str, dict[str, Any]]:
+    """One peer in one mode on a fresh ``location``; the counter checked after."""
+    peer = PEERS[name](location)
+    try:
+        if kind == "threads":
+            figures = run_threads(peer, workers, counts)
+        elif kind == "processes":
+            figures = run_processes(name, location, workers, counts)
+        else:
+            figures = run_asyncio(peer, tasks, counts)
+        expected = (
+            max(1, counts.writes // tasks) * tasks if kind == "asyncio" else counts.writes * workers
+        )
+        got = peer.count(COUNTER)
+        figures["increment"].update(count=got, expected=expected, count_exact=got == expected)
+        return figures
+    finally:
+        try:
+            peer.cleanup()
+        finally:
+            peer.close()
+
+
+def _say(options: Options, message: str) -> None:
+    if options.progress is not None:
+        options.progress(message)
+
+
+def run(options: Options) -> dict[str, Any]:
+    """Measure, and return every figure with the settings and the machine they come from."""
+    began = time.perf_counter()
+    names, skipped = available()
+    notes = [
+        (
+            "ratios are reactor's ops/s divided by the peer's, in the same mode and round; "
+            "latency is per operation as the caller sees it"
+        ),
+        (
+            "each mode starts on fresh files; workers use keys of their own, increment one "
+            "shared counter; phases run set, get, update, increment, delete in that order"
+        ),
+    ]
+    machine = report.machine_info()
+    if "redis" in names:
+        machine["redis_server"] = redis_server_version()
+    result: dict[str, Any] = {
+        "machine": machine,
+        "peers": {
+            name: {"notes": list(PEERS[name].notes), "asyncio": PEERS[name].aio} for name in names
+        },
+        "skipped": skipped,
+        "notes": notes,
+    }
+    with _workspace(options.db_dir) as root:
+        if options.scale:
+            sizes = [10_000, 100_000] if options.quick else [10_000, 100_000, 1_000_000]
+            writes, reads = (200, 2000) if options.quick else (2000, 20_000)
+            _say(options, f"scale: growing a database to {sizes[-1]:,} keys")
+            result["settings"] = {"quick": options.quick, "writes": writes, "reads": reads}
+            result["scale"] = run_scale(root, sizes, writes, reads)
+            result["skipped"] = {}
+            result["peers"] = {}
+            result["notes"] = [
+                (
+                    f"keys spread evenly over 100 scopes, filled with set_many of up to "
+                    f"1,000 keys; at each size {writes:,} sets overwrite random existing "
+                    f"keys in random scopes and {reads:,} gets read random keys, one thread"
+                ),
+                "reopen runs in a fresh process, after reactor is imported",
+            ]
+            result["seconds"] = time.perf_counter() - began
+            return result
+        result.update(_compare(options, names, root, notes))
+    result["seconds"] = time.perf_counter() - began
+    return result
+
+
+def _compare(options: Options, names: list[str], root: str, notes: list[str]) -> dict[str, Any]:
+    rounds = options.rounds if options.rounds is not None else (1 if options.quick else 3)
+    counts = Counts(200, 200) if options.quick else Counts(2000, 20_000)
+    modes = _modes(options)
+    plan = [
+        ("threads", 1, modes["threads_1"]),
+        ("threads", options.threads, modes["threads_n"]),
+        ("processes", 1, modes["processes_1"]),
+        ("processes", options.processes, modes["processes_n"]),
+        ("asyncio", options.tasks, modes["asyncio"]),
+    ]
+    plan = list({mode: (kind, n, mode) for kind, n, mode in plan}.values())
+    notes.append(
+        f"{counts.writes:,} ops per worker for each write verb, {counts.reads:,} for get; "
+        f"asyncio: {options.tasks} tasks share those counts"
+    )
+    per_round: list[dict[str, dict[str, dict[str, Any]]]] = []
+    errors: dict[str, dict[str, str]] = {}
+    events: dict[str, list[dict[str, Any]]] = {"in_process": [], "cross_process": []}
+    for number in range(rounds):
+        figures: dict[str, dict[str, dict[str, Any]]] = {}
+        for name in names:
+            for kind, workers, mode in plan:
+                if kind == "processes" and PEERS[name].in_memory:
+                    continue
+                if mode in errors.get(name, {}):
+                    continue
+                _say(options, f"round {number + 1}/{rounds}: {name} {mode}")
+                location = os.path.join(root, f"r{number}-{name}-{mode}")
+                os.makedirs(location)
+                try:
+                    figures.setdefault(name, {})[mode] = _measure(
+                        name, kind, workers, location, counts, options.tasks
+                    )
+                except Exception as exc:  # noqa: BLE001 - one failure must not end the run
+                    errors.setdefault(name, {})[mode] = f"{type(exc).__name__}: {exc}"
+                finally:
+                    shutil.rmtree(location, ignore_errors=True)
+        per_round.append(figures)
+        _say(options, f"round {number + 1}/{rounds}: event delivery")
+        location = os.path.join(root, f"r{number}-events")
+        os.makedirs(location)
+        try:
+            events["in_process"].append(
+                event_latency_in_process(
+                    os.path.join(location, "in.db"), 50 if options.quick else 200
+                )
+            )
+            events["cross_process"].append(
+                event_latency_cross_process(
+                    os.path.join(location, "cross.db"), 20 if options.quick else 100
+                )
+            )
+        except Exception as exc:  # noqa: BLE001 - one failure must not end the run
+            errors.setdefault("reactor", {})["events"] = f"{type(exc).__name__}: {exc}"
+        finally:
+            shutil.rmtree(location, ignore_errors=True)
+    summary = report.summarize(per_round)
+    merged_events = {which: _median_events(found) for which, found in events.items()}
+    if any(PEERS[name].in_memory for name in names):
+        notes.append("in-memory peers (dict+lock) have no process rows")
+    return {
+        "settings": {
+            "quick": options.quick,
+            "rounds": rounds,
+            "writes_per_worker": counts.writes,
+            "reads_per_worker": counts.reads,
+            "threads": options.threads,
+            "processes": options.processes,
+            "asyncio_tasks": options.tasks,
+        },
+        "modes": modes,
+        "figures": summary,
+        "ratios": report.ratios(summary),
+        "events": merged_events,
+        "targets": report.targets(summary, merged_events, modes),
+        "errors": errors,
+        "rounds": per_round,
+        "events_rounds": events,
+    }
+
+
+def _median_events(found: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The round with the median p50 stands for all (its p99 goes with it)."""
+    measured = sorted(
+        (one for one in found if one["p50_us"] is not None), key=lambda one: one["p50_us"]
+    )
+    if not measured:
+        return found[0] if found else None
+    chosen = dict(measured[len(measured) // 2])
+    chosen["p50_rounds_us"] = [one["p50_us"] for one in found]
+    return chosen

@@ -1,0 +1,582 @@
+"""The systems ``reactor bench`` measures, each behind the same small adapter.
+
+Every adapter takes a fresh directory (``location``) to keep its files in and has the
+verbs ``set``, ``get``, ``increment``, ``update`` (three field changes to a stored
+dict), ``delete``, plus ``count`` (read a counter), ``flush`` (commit pending work),
+``acall`` (one verb from asyncio), ``cleanup`` (remove what it stored outside
+``location``) and ``close``. Several adapters on one ``location``, in several
+processes, share the same data: that is how the process workloads run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import os
+import sqlite3
+import threading
+from collections.abc import Callable
+from typing import Any, ClassVar
+
+__all__ = [
+    "PEERS",
+    "UPDATE_NAME",
+    "Peer",
+    "apply_update",
+    "available",
+    "make_value",
+    "redis_server_version",
+]
+
+UPDATE_NAME = "order-updated"
+_NOTE = "x" * 24
+
+
+def make_value(i: int) -> dict[str, Any]:
+    """The stored value: a dict of about 100 bytes as JSON."""
+    return {
+        "id": i,
+        "name": f"order-{i % 100_000:05d}",
+        "tags": ["a", "b", "c"],
+        "total": 123.45,
+        "paid": True,
+        "note": _NOTE,
+    }
+
+
+def apply_update(value: dict[str, Any]) -> dict[str, Any]:
+    """What ``update`` does, for peers without update ops: the same three changes as
+    reactor's ``[increment("n"), set("name", ...), merge({"ok": False})]``."""
+    value["n"] = value.get("n", 0) + 1
+    value["name"] = UPDATE_NAME
+    value.update({"ok": False})
+    return value
+
+
+class Peer:
+    """One system under measurement. Subclasses fill in the verbs."""
+
+    name: ClassVar[str]
+    """Short name, used as the key in JSON and as a column heading."""
+    in_memory: ClassVar[bool] = False
+    """Whether its data lives in one process only (then no process workloads)."""
+    notes: ClassVar[tuple[str, ...]] = ()
+    """How it is driven, where that differs from the obvious."""
+    aio: ClassVar[str] = "asyncio.to_thread"
+    """How the asyncio workload drives it."""
+
+    def __init__(self, location: str) -> None:
+        self.location = location
+
+    def set(self, key: str, value: dict[str, Any]) -> None:
+        raise NotImplementedError
+
+    def get(self, key: str) -> Any:
+        raise NotImplementedError
+
+    def increment(self, key: str) -> int:
+        raise NotImplementedError
+
+    def update(self, key: str) -> Any:
+        raise NotImplementedError
+
+    def delete(self, key: str) -> None:
+        raise NotImplementedError
+
+    def count(self, key: str) -> int:
+        """The counter at ``key``, as ``increment`` left it (0 when absent)."""
+        raise NotImplementedError
+
+    def flush(self) -> None:
+        """Commit whatever this thread has pending (only batching peers have any)."""
+
+    async def astart(self) -> None:
+        """Prepare for ``acall`` on the running loop."""
+
+    async def astop(self) -> None:
+        """Undo ``astart``."""
+
+    async def acall(self, verb: str, *args: Any) -> Any:
+        """Run one verb from asyncio; by default in the loop's thread pool."""
+        return await asyncio.to_thread(getattr(self, verb), *args)
+
+    def cleanup(self) -> None:
+        """Remove what this peer stored outside its ``location`` (once, after a run)."""
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+
+class ReactorPeer(Peer):
+    name = "reactor"
+    notes = (
+        (
+            "asyncio: reactor has no asyncio API yet, so the asyncio workload calls "
+            "asyncio.to_thread(scope.set, ...) as a stand-in until reactor.aio exists"
+        ),
+    )
+
+    def __init__(self, location: str) -> None:
+        import reactor
+
+        super().__init__(location)
+        self._ops = reactor.ops
+        self._state = reactor.open(os.path.join(location, "reactor.db"))
+        self._scope = self._state.scope("bench")
+
+    def set(self, key: str, value: dict[str, Any]) -> None:
+        self._scope.set(key, value)
+
+    def get(self, key: str) -> Any:
+        return self._scope.get(key)
+
+    def increment(self, key: str) -> int:
+        return int(self._scope.increment(key))
+
+    def update(self, key: str) -> Any:
+        ops = self._ops
+        return self._scope.update(
+            key, [ops.increment("n"), ops.set("name", UPDATE_NAME), ops.merge({"ok": False})]
+        )
+
+    def delete(self, key: str) -> None:
+        self._scope.delete(key)
+
+    def count(self, key: str) -> int:
+        return int(self._scope.get(key, 0))
+
+    def close(self) -> None:
+        self._state.close()
+
+
+class DictLockPeer(Peer):
+    name = "dict+lock"
+    in_memory = True
+    notes = ("in memory: no process workloads; asyncio calls it inline (it never blocks)",)
+    aio = "inline"
+
+    def __init__(self, location: str) -> None:
+        super().__init__(location)
+        self._data: dict[str, Any] = {}
+        self._lock = threading.Lock()
+
+    def set(self, key: str, value: dict[str, Any]) -> None:
+        with self._lock:
+            self._data[key] = value
+
+    def get(self, key: str) -> Any:
+        with self._lock:
+            return self._data.get(key)
+
+    def increment(self, key: str) -> int:
+        with self._lock:
+            value: int = self._data.get(key, 0) + 1
+            self._data[key] = value
+            return value
+
+    def update(self, key: str) -> Any:
+        with self._lock:
+            value = apply_update(dict(self._data[key]))
+            self._data[key] = value
+            return value
+
+    def delete(self, key: str) -> None:
+        with self._lock:
+            self._data.pop(key, None)
+
+    def count(self, key: str) -> int:
+        with self._lock:
+            return int(self._data.get(key, 0))
+
+    async def acall(self, verb: str, *args: Any) -> Any:
+        return getattr(self, verb)(*args)
+
+    def close(self) -> None:
+        self._data.clear()
+
+
+class SQLitePeer(Peer):
+    """Raw sqlite3: WAL, ``synchronous=NORMAL``, one connection per thread, a commit
+    for every operation."""
+
+    name = "sqlite3"
+    batch = 1
+    notes = (
+        (
+            "WAL, synchronous=NORMAL, one connection per thread; increment and update "
+            "read and write in one BEGIN IMMEDIATE transaction; asyncio calls it inline "
+            "on the loop's thread (sqlite3 has no asyncio API)"
+        ),
+    )
+    aio = "inline"
+
+    def __init__(self, location: str) -> None:
+        super().__init__(location)
+        self._path = os.path.join(location, "sqlite3.db")
+        self._local = threading.local()
+        self._connections: list[sqlite3.Connection] = []
+        self._guard = threading.Lock()
+        self._conn().execute("CREATE TABLE IF NOT EXISTS kv (k TEXT PRIMARY KEY, v)")
+
+    def _conn(self) -> sqlite3.Connection:
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = sqlite3.connect(
+                self._path, isolation_level=None, timeout=60.0, check_same_thread=False
+            )
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            self._local.conn = conn
+            self._local.pending = 0
+            with self._guard:
+                self._connections.append(conn)
+        return conn
+
+    def _run(self, work: Callable[[sqlite3.Connection], Any], write: bool) -> Any:
+        """``work`` in a transaction: its own, or every ``batch`` operations one."""
+        conn = self._conn()
+        if not conn.in_transaction:
+            conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+        try:
+            result = work(conn)
+        except BaseException:
+            conn.execute("ROLLBACK")
+            self._local.pending = 0
+            raise
+        self._local.pending += 1
+        if self._local.pending >= self.batch:
+            conn.execute("COMMIT")
+            self._local.pending = 0
+        return result
+
+    def flush(self) -> None:
+        conn = self._conn()
+        if conn.in_transaction:
+            conn.execute("COMMIT")
+        self._local.pending = 0
+
+    def set(self, key: str, value: dict[str, Any]) -> None:
+        text = json.dumps(value)
+        if self.batch == 1:  # one statement: its own transaction
+            self._conn().execute(
+                "INSERT INTO kv (k, v) VALUES (?, ?) ON CONFLICT (k) DO UPDATE SET v = excluded.v",
+                (key, text),
+            )
+            return
+        self._run(
+            lambda conn: conn.execute(
+                "INSERT INTO kv (k, v) VALUES (?, ?) ON CONFLICT (k) DO UPDATE SET v = excluded.v",
+                (key, text),
+            ),
+            write=True,
+        )
+
+    def get(self, key: str) -> Any:
+        def read(conn: sqlite3.Connection) -> Any:
+            row = conn.execute("SELECT v FROM kv WHERE k = ?", (key,)).fetchone()
+            return None if row is None else json.loads(row[0])
+
+        if self.batch == 1:
+            return read(self._conn())
+        return self._run(read, write=False)
+
+    def increment(self, key: str) -> int:
+        def add(conn: sqlite3.Connection) -> int:
+            if conn.execute("UPDATE kv SET v = v + 1 WHERE k = ?", (key,)).rowcount == 0:
+                conn.execute("INSERT INTO kv (k, v) VALUES (?, 1)", (key,))
+            return int(conn.execute("SELECT v FROM kv WHERE k = ?", (key,)).fetchone()[0])
+
+        return int(self._run(add, write=True))
+
+    def update(self, key: str) -> Any:
+        def change(conn: sqlite3.Connection) -> Any:
+            row = conn.execute("SELECT v FROM kv WHERE k = ?", (key,)).fetchone()
+            value = apply_update(json.loads(row[0]))
+            conn.execute("UPDATE kv SET v = ? WHERE k = ?", (json.dumps(value), key))
+            return value
+
+        return self._run(change, write=True)
+
+    def delete(self, key: str) -> None:
+        if self.batch == 1:
+            self._conn().execute("DELETE FROM kv WHERE k = ?", (key,))
+            return
+        self._run(
+            lambda conn: conn.execute("DELETE FROM kv WHERE k = ?", (key,)),
+            write=True,
+        )
+
+    def count(self, key: str) -> int:
+        self.flush()
+        row = self._conn().execute("SELECT v FROM kv WHERE k = ?", (key,)).fetchone()
+        return 0 if row is None else int(row[0])
+
+    async def acall(self, verb: str, *args: Any) -> Any:
+        return getattr(self, verb)(*args)
+
+    def close(self) -> None:
+        with self._guard:
+            connections, self._connections = self._connections, []
+        for conn in connections:
+            if conn.in_transaction:
+                conn.execute("COMMIT")
+            conn.close()
+
+
+class SQLiteBatchPeer(SQLitePeer):
+    """Raw sqlite3 as above, committing once every 100 operations per connection."""
+
+    name = "sqlite3x100"
+    batch = 100
+    notes = (
+        (
+            "as sqlite3, but each connection commits once per 100 operations (reads too "
+            "run in transactions of 100); every phase ends with a commit, which is timed"
+        ),
+    )
+
+
+class DiskCachePeer(Peer):
+    name = "diskcache"
+    notes = ("default settings; increment is Cache.incr; update runs inside Cache.transact()",)
+
+    def __init__(self, location: str) -> None:
+        import diskcache  # type: ignore[import-untyped, import-not-found, unused-ignore]
+
+        super().__init__(location)
+        self._cache: Any = diskcache.Cache(os.path.join(location, "diskcache"))
+
+    def set(self, key: str, value: dict[str, Any]) -> None:
+        self._cache.set(key, value)
+
+    def get(self, key: str) -> Any:
+        return self._cache.get(key)
+
+    def increment(self, key: str) -> int:
+        return int(self._cache.incr(key))
+
+    def update(self, key: str) -> Any:
+        cache = self._cache
+        with cache.transact():
+            value = apply_update(cache.get(key))
+            cache.set(key, value)
+        return value
+
+    def delete(self, key: str) -> None:
+        self._cache.delete(key)
+
+    def count(self, key: str) -> int:
+        return int(self._cache.get(key, 0))
+
+    def close(self) -> None:
+        self._cache.close()
+
+
+class SqliteDictPeer(Peer):
+    name = "sqlitedict"
+    notes = (
+        (
+            "autocommit=True; it has no atomic increment or update, so both read and write "
+            "under a threading.Lock, which does not hold across processes: process counts "
+            "may come out short"
+        ),
+    )
+
+    def __init__(self, location: str) -> None:
+        from sqlitedict import (  # type: ignore[import-untyped, import-not-found, unused-ignore]
+            SqliteDict,
+        )
+
+        super().__init__(location)
+        self._dict: Any = SqliteDict(
+            os.path.join(location, "sqlitedict.db"), autocommit=True, timeout=60
+        )
+        self._lock = threading.Lock()
+
+    def set(self, key: str, value: dict[str, Any]) -> None:
+        self._dict[key] = value
+
+    def get(self, key: str) -> Any:
+        return self._dict.get(key)
+
+    def increment(self, key: str) -> int:
+        with self._lock:
+            value = int(self._dict.get(key, 0)) + 1
+            self._dict[key] = value
+            return value
+
+    def update(self, key: str) -> Any:
+        with self._lock:
+            value = apply_update(self._dict[key])
+            self._dict[key] = value
+            return value
+
+    def delete(self, key: str) -> None:
+        del self._dict[key]
+
+    def count(self, key: str) -> int:
+        return int(self._dict.get(key, 0))
+
+    def close(self) -> None:
+        self._dict.close()
+
+
+_UPDATE_SCRIPT = """
+local text = redis.call('GET', KEYS[1])
+local value = cjson.decode(text)
+value['n'] = (value['n'] or 0) + 1
+value['name'] = ARGV[1]
+value['ok'] = false
+text = cjson.encode(value)
+redis.call('SET', KEYS[1], text)
+return text
+"""
+
+REDIS_HOST = "127.0.0.1"
+REDIS_PORT = 6379
+
+
+class RedisPeer(Peer):
+    name = "redis"
+    notes = (
+        (
+            f"redis-py to {REDIS_HOST}:{REDIS_PORT}, values as JSON strings; increment is "
+            "INCR; update is a Lua script making the three changes atomically; asyncio "
+            "uses redis.asyncio; keys under a prefix of their own, deleted afterwards"
+        ),
+    )
+    aio = "redis.asyncio"
+
+    def __init__(self, location: str) -> None:
+        import redis
+
+        super().__init__(location)
+        digest = hashlib.sha1(os.path.abspath(location).encode(), usedforsecurity=False)
+        self._prefix = f"reactor-bench:{digest.hexdigest()[:16]}:"
+        self._client = redis.Redis(host=REDIS_HOST, port=REDIS_PORT)
+        self._update = self._client.register_script(_UPDATE_SCRIPT)
+        self._aclient: Any = None
+        self._aupdate: Any = None
+
+    def set(self, key: str, value: dict[str, Any]) -> None:
+        self._client.set(self._prefix + key, json.dumps(value))
+
+    def get(self, key: str) -> Any:
+        text = self._client.get(self._prefix + key)
+        return None if text is None else json.loads(text)
+
+    def increment(self, key: str) -> int:
+        return int(self._client.incr(self._prefix + key))
+
+    def update(self, key: str) -> Any:
+        return json.loads(self._update(keys=[self._prefix + key], args=[UPDATE_NAME]))
+
+    def delete(self, key: str) -> None:
+        self._client.delete(self._prefix + key)
+
+    def count(self, key: str) -> int:
+        text = self._client.get(self._prefix + key)
+        return 0 if text is None else int(text)
+
+    async def astart(self) -> None:
+        import redis.asyncio
+
+        self._aclient = redis.asyncio.Redis(host=REDIS_HOST, port=REDIS_PORT)
+        self._aupdate = self._aclient.register_script(_UPDATE_SCRIPT)
+
+    async def astop(self) -> None:
+        if self._aclient is not None:
+            await self._aclient.aclose()
+            self._aclient = None
+
+    async def acall(self, verb: str, *args: Any) -> Any:
+        client = self._aclient
+        key = self._prefix + args[0]
+        if verb == "set":
+            return await client.set(key, json.dumps(args[1]))
+        if verb == "get":
+            text = await client.get(key)
+            return None if text is None else json.loads(text)
+        if verb == "increment":
+            return int(await client.incr(key))
+        if verb == "update":
+            return json.loads(await self._aupdate(keys=[key], args=[UPDATE_NAME]))
+        if verb == "delete":
+            return await client.delete(key)
+        raise ValueError(verb)
+
+    def cleanup(self) -> None:
+        keys = list(self._client.scan_iter(match=self._prefix + "*", count=1000))
+        for start in range(0, len(keys), 1000):
+            self._client.delete(*keys[start : start + 1000])
+
+    def close(self) -> None:
+        self._client.close()
+
+
+PEERS: dict[str, type[Peer]] = {
+    peer.name: peer
+    for peer in (
+        ReactorPeer,
+        DictLockPeer,
+        SQLitePeer,
+        SQLiteBatchPeer,
+        DiskCachePeer,
+        SqliteDictPeer,
+        RedisPeer,
+    )
+}
+
+
+def _redis_answers() -> str | None:
+    """None if a Redis server answers a ping within 0.5 s, else why not."""
+    import redis
+
+    client = redis.Redis(
+        host=REDIS_HOST, port=REDIS_PORT, socket_connect_timeout=0.5, socket_timeout=0.5
+    )
+    try:
+        client.ping()
+    except redis.RedisError as exc:
+        return f"no Redis server answered at {REDIS_HOST}:{REDIS_PORT} ({exc})"
+    finally:
+        client.close()
+    return None
+
+
+def redis_server_version() -> str | None:
+    """The Redis server's version, if one answers."""
+    import redis
+
+    client = redis.Redis(
+        host=REDIS_HOST, port=REDIS_PORT, socket_connect_timeout=0.5, socket_timeout=0.5
+    )
+    try:
+        return str(client.info("server").get("redis_version"))
+    except redis.RedisError:
+        return None
+    finally:
+        client.close()
+
+
+def available() -> tuple[list[str], dict[str, str]]:
+    """The peers that can run here, and for each one that cannot, why."""
+    modules = {"diskcache": "diskcache", "sqlitedict": "sqlitedict", "redis": "redis"}
+    names: list[str] = []
+    skipped: dict[str, str] = {}
+    for name in PEERS:
+        module = modules.get(name)
+        if module is not None:
+            try:
+                __import__(module)
+            except ImportError:
+                skipped[name] = f"{module} is not installed (pip install reactor[bench])"
+                continue
+        if name == "redis":
+            reason = _redis_answers()
+            if reason is not None:
+                skipped[name] = reason
+                continue
+        names.append(name)
+    return names, skipped

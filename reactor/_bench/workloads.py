@@ -1,0 +1,347 @@
+"""Timing loops: one verb after another, in threads, processes or asyncio tasks.
+
+Each worker runs the phases ``set``, ``get``, ``update``, ``increment``, ``delete`` on
+keys of its own (``increment`` on one shared counter), waiting at a barrier before
+each phase so that all workers start it together. A phase records every operation's
+latency (``time.perf_counter_ns``, one clock read per operation) and its own start and
+end; a figure is the operations of all workers over the span from the first start to
+the last end. ``perf_counter_ns`` is the system-wide monotonic clock on Linux, macOS
+and Windows, so spans from several processes compare.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+import random
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+from .peers import PEERS, Peer, make_value
+
+__all__ = [
+    "COUNTER",
+    "VERBS",
+    "Counts",
+    "Phase",
+    "event_latency_cross_process",
+    "event_latency_in_process",
+    "figure",
+    "run_asyncio",
+    "run_processes",
+    "run_threads",
+]
+
+VERBS: Final = ("set", "get", "update", "increment", "delete")
+COUNTER: Final = "counter"
+_TIMEOUT: Final = 300.0  # seconds a worker waits at a barrier, or the parent for a worker
+
+
+@dataclass(frozen=True)
+class Counts:
+    """Operations per worker: for each write verb, and for ``get``."""
+
+    writes: int
+    reads: int
+
+
+@dataclass
+class Phase:
+    """One verb in one worker: when it started and ended, and each operation's ns."""
+
+    start: int
+    end: int
+    samples: list[int]
+
+
+def _percentile(ordered: Sequence[int], fraction: float) -> int:
+    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
+
+
+def figure(phases: Sequence[Phase]) -> dict[str, Any]:
+    """Throughput and latency of the workers' phases of one verb, taken together."""
+    samples = sorted(sample for phase in phases for sample in phase.samples)
+    seconds = (max(p.end for p in phases) - min(p.start for p in phases)) / 1e9
+    return {
+        "ops": len(samples),
+        "seconds": seconds,
+        "ops_per_s": len(samples) / seconds if seconds > 0 else 0.0,
+        "p50_us": _percentile(samples, 0.50) / 1000,
+        "p99_us": _percentile(samples, 0.99) / 1000,
+    }
+
+
+def _timed(
+    call: Callable[..., Any], args: Sequence[tuple[Any, ...]], flush: Callable[[], None]
+) -> Phase:
+    clock = time.perf_counter_ns
+    samples = [0] * len(args)
+    start = previous = clock()
+    for n, arguments in enumerate(args):
+        call(*arguments)
+        now = clock()
+        samples[n] = now - previous
+        previous = now
+    flush()
+    return Phase(start, clock(), samples)
+
+
+def _plan(worker: int, counts: Counts) -> dict[str, list[tuple[Any, ...]]]:
+    """Each verb's arguments, for one worker (made before any timing starts)."""
+    keys = [f"w{worker}-{i}" for i in range(counts.writes)]
+    return {
+        "set": [(key, make_value(i)) for i, key in enumerate(keys)],
+        "get": [(keys[i % len(keys)],) for i in range(counts.reads)],
+        "update": [(key,) for key in keys],
+        "increment": [(COUNTER,)] * counts.writes,
+        "delete": [(key,) for key in keys],
+    }
+
+
+def worker_phases(
+    peer: Peer, worker: int, counts: Counts, wait: Callable[[], object]
+) -> dict[str, Phase]:
+    """Every verb in turn on ``peer``, after ``wait()`` for the other workers."""
+    plan = _plan(worker, counts)
+    phases: dict[str, Phase] = {}
+    for verb in VERBS:
+        wait()
+        phases[verb] = _timed(getattr(peer, verb), plan[verb], peer.flush)
+    return phases
+
+
+def _combine(per_worker: Sequence[dict[str, Phase]]) -> dict[str, dict[str, Any]]:
+    return {verb: figure([phases[verb] for phases in per_worker]) for verb in VERBS}
+
+
+def run_threads(peer: Peer, threads: int, counts: Counts) -> dict[str, dict[str, Any]]:
+    """The phases in ``threads`` threads sharing ``peer``."""
+    barrier = threading.Barrier(threads)
+    results: list[dict[str, Phase] | None] = [None] * threads
+    errors: list[BaseException] = []
+
+    def body(worker: int) -> None:
+        try:
+            results[worker] = worker_phases(peer, worker, counts, lambda: barrier.wait(_TIMEOUT))
+        except BaseException as exc:  # noqa: BLE001 - raised again by the caller
+            errors.append(exc)
+            barrier.abort()
+
+    workers = [threading.Thread(target=body, args=(n,), name=f"bench-{n}") for n in range(threads)]
+    for thread in workers:
+        thread.start()
+    for thread in workers:
+        thread.join()
+    real = [error for error in errors if not isinstance(error, threading.BrokenBarrierError)]
+    if errors:
+        raise (real or errors)[0]
+    return _combine([result for result in results if result is not None])
+
+
+def _process_main(
+    name: str,
+    location: str,
+    worker: int,
+    counts: Counts,
+    barrier: Any,
+    results: Any,
+) -> None:
+    """A process worker: its own handle on ``location``, the phases, the figures back."""
+    try:
+        peer = PEERS[name](location)
+        try:
+            phases = worker_phases(peer, worker, counts, lambda: barrier.wait(_TIMEOUT))
+        finally:
+            peer.close()
+        results.put((worker, phases, None))
+    except BaseException as exc:  # noqa: BLE001 - reported to the parent, which raises
+        barrier.abort()
+        results.put((worker, None, f"{type(exc).__name__}: {exc}"))
+
+
+def run_processes(
+    name: str, location: str, processes: int, counts: Counts
+) -> dict[str, dict[str, Any]]:
+    """The phases in ``processes`` spawned processes, each with its own handle."""
+    context = multiprocessing.get_context("spawn")
+    barrier = context.Barrier(processes)
+    results = context.Queue()
+    workers = [
+        context.Process(
+            target=_process_main,
+            args=(name, location, n, counts, barrier, results),
+            name=f"bench-{name}-{n}",
+            daemon=True,
+        )
+        for n in range(processes)
+    ]
+    for process in workers:
+        process.start()
+    collected: list[dict[str, Phase]] = []
+    failures: list[str] = []
+    try:
+        for _ in workers:
+            _worker, phases, error = results.get(timeout=_TIMEOUT)
+            if error is not None:
+                failures.append(error)
+            else:
+                collected.append(phases)
+    finally:
+        for process in workers:
+            process.join(10)
+            if process.is_alive():
+                process.terminate()
+                process.join()
+    if failures:
+        real = [error for error in failures if not error.startswith("BrokenBarrierError")]
+        raise RuntimeError((real or failures)[0])
+    return _combine(collected)
+
+
+def run_asyncio(peer: Peer, tasks: int, counts: Counts) -> dict[str, dict[str, Any]]:
+    """The phases in ``tasks`` concurrent asyncio tasks, ``counts`` shared among them."""
+    return asyncio.run(_run_asyncio(peer, tasks, counts))
+
+
+async def _run_asyncio(peer: Peer, tasks: int, counts: Counts) -> dict[str, dict[str, Any]]:
+    writes = max(1, counts.writes // tasks)
+    reads = max(1, counts.reads // tasks)
+    plans = [_plan(10_000 + n, Counts(writes, reads)) for n in range(tasks)]
+    clock = time.perf_counter_ns
+
+    async def task(verb: str, args: Sequence[tuple[Any, ...]]) -> list[int]:
+        samples = []
+        for arguments in args:
+            begun = clock()
+            await peer.acall(verb, *arguments)
+            samples.append(clock() - begun)
+        return samples
+
+    await peer.astart()
+    try:
+        figures: dict[str, dict[str, Any]] = {}
+        for verb in VERBS:
+            start = clock()
+            done = await asyncio.gather(*(task(verb, plan[verb]) for plan in plans))
+            peer.flush()
+            figures[verb] = figure([Phase(start, clock(), [s for part in done for s in part])])
+        return figures
+    finally:
+        await peer.astop()
+
+
+# -- event delivery (reactor only) ----------------------------------------------------
+def _latency(samples_ns: Sequence[int], sent: int) -> dict[str, Any]:
+    ordered = sorted(samples_ns)
+    return {
+        "events": sent,
+        "delivered": len(ordered),
+        "p50_us": _percentile(ordered, 0.50) / 1000 if ordered else None,
+        "p99_us": _percentile(ordered, 0.99) / 1000 if ordered else None,
+    }
+
+
+def event_latency_in_process(path: str, count: int) -> dict[str, Any]:
+    """Commit-to-callback latency in one process.
+
+    Each ``set`` is acknowledged (it returned), then the next waits until the callback
+    has seen it. Latency is callback time minus acknowledgement time (0 when the
+    callback ran first); ``from_call`` is from just before the ``set``.
+    """
+    import reactor
+
+    arrivals: dict[int, int] = {}
+    arrived = threading.Event()
+
+    def on_event(event: reactor.ChangeEvent) -> None:
+        now = time.perf_counter_ns()
+        arrivals[event.new_value["seq"]] = now
+        arrived.set()
+
+    with reactor.open(path) as state:
+        scope = state.scope("events")
+        subscription = state.subscribe(on_event, scope="events")
+        calls: list[int] = []
+        acks: list[int] = []
+        try:
+            for seq in range(count):
+                arrived.clear()
+                calls.append(time.perf_counter_ns())
+                scope.set("k", {"seq": seq, "stamp": calls[-1]})
+                acks.append(time.perf_counter_ns())
+                arrived.wait(5.0)
+        finally:
+            subscription.close()
+    seen = [seq for seq in range(count) if seq in arrivals]
+    result = _latency([max(0, arrivals[seq] - acks[seq]) for seq in seen], count)
+    result["before_ack"] = sum(1 for seq in seen if arrivals[seq] < acks[seq])
+    result["from_call"] = _latency([arrivals[seq] - calls[seq] for seq in seen], count)
+    return result
+
+
+def _event_writer(path: str, count: int, stamps: Any, arrived: Any, ready: Any) -> None:
+    """The writing side of the cross-process measurement (a spawned process)."""
+    import reactor
+
+    jitter = random.Random(7)
+    with reactor.open(path) as state:
+        scope = state.scope("events")
+        ready.set()
+        for seq in range(count):
+            arrived.clear()
+            scope.set("k", {"seq": seq})
+            stamps.put((seq, time.time_ns()))
+            arrived.wait(5.0)
+            time.sleep(jitter.uniform(0.0, 0.005))  # do not keep step with the poller
+    stamps.put(None)
+
+
+def event_latency_cross_process(path: str, count: int) -> dict[str, Any]:
+    """Commit-to-callback latency when another process writes.
+
+    A spawned process sets a key, stamps ``time.time_ns()`` once the ``set``
+    returned, and waits for this process's callback (stamped likewise) before the
+    next. Latency is arrival minus stamp (0 when the callback ran first).
+    """
+    import reactor
+
+    context = multiprocessing.get_context("spawn")
+    stamps = context.Queue()
+    arrived = context.Event()
+    ready = context.Event()
+    arrivals: dict[int, int] = {}
+
+    def on_event(event: reactor.ChangeEvent) -> None:
+        now = time.time_ns()
+        arrivals[event.new_value["seq"]] = now
+        arrived.set()
+
+    acks: dict[int, int] = {}
+    with reactor.open(path) as state:
+        subscription = state.subscribe(on_event, scope="events")
+        writer = context.Process(
+            target=_event_writer, args=(path, count, stamps, arrived, ready), daemon=True
+        )
+        writer.start()
+        try:
+            while True:
+                item = stamps.get(timeout=_TIMEOUT)
+                if item is None:
+                    break
+                acks[item[0]] = item[1]
+            deadline = time.monotonic() + 2.0
+            while len(arrivals) < len(acks) and time.monotonic() < deadline:
+                time.sleep(0.01)
+        finally:
+            writer.join(10)
+            if writer.is_alive():
+                writer.terminate()
+                writer.join()
+            subscription.close()
+    seen = [seq for seq in acks if seq in arrivals]
+    result = _latency([max(0, arrivals[seq] - acks[seq]) for seq in seen], count)
+    result["before_ack"] = sum(1 for seq in seen if arrivals[seq] < acks[seq])
+    return result
