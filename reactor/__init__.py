@@ -10,7 +10,7 @@ with reactor.open("state.db") as state:
 ```
 """
 
-from . import errors, ops, signals
+from . import aio, errors, ops, signals
 from ._clock import Clock
 from ._events import ChangeEvent
 from ._locks import Lock
@@ -72,6 +72,7 @@ __all__ = [
     "UpdateResult",
     "Watch",
     "__version__",
+    "aio",
     "errors",
     "open",
     "ops",

@@ -112,21 +112,8 @@ class Mailbox:
         with self._lock:
             if self._closed:
                 raise ClosedError("the engine is closed")
-            inline = (
-                work is not None
-                and not self._pending
-                and self._owners.get(scope, owner) is owner
-                and self._running.acquire(blocking=False)
-            )
-            if not inline:
-                self._pending.append(request)
-                self._schedule()
-        if inline:
-            try:
-                if request.future.set_running_or_notify_cancel():
-                    self._run([request])
-            finally:
-                self._running.release()
+            self._pending.append(request)
+            self._schedule()
         return request.future
 
     def call(self, work: Work, scope: str) -> Any:

@@ -1,0 +1,149 @@
+"""reactor.aio: the same verbs as coroutines, never blocking the event loop."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+import reactor
+import reactor.aio
+
+
+async def test_verbs_as_coroutines(db_path: Path) -> None:
+    async with reactor.aio.open(db_path) as state:
+        scope = state.scope("orders")
+        assert await scope.set("o-1", {"total": 10}) == reactor.Change(None, {"total": 10})
+        assert await scope.get("o-1") == {"total": 10}
+        assert await scope.get("missing", "d") == "d"
+        assert await scope.exists("o-1")
+        assert await scope.increment("n", 2) == 2
+        assert await scope.decrement("n") == 1
+        assert await scope.append("log", "a") == 1
+        assert await scope.push("q", 1, 2) == 2
+        assert await scope.pop("q") == 2
+        assert await scope.length("q") == 1
+        assert await scope.compare_and_swap("n", 1, 5)
+        result = await scope.update("o-1", [reactor.ops.increment("total", 5)])
+        assert result.new_value == {"total": 15}
+        assert await scope.set_many({"a": 1, "b": 2}) == {
+            "a": reactor.Change(None, 1),
+            "b": reactor.Change(None, 2),
+        }
+        assert await scope.get_many(["a", "zz"]) == {"a": 1}
+        assert await scope.keys("[ab]") == ["a", "b"]
+        assert await scope.expire("a", 60)
+        assert 0 < await scope.ttl("a") <= 60
+        assert await scope.clear("[ab]") == 2
+        assert await scope.delete("log") == "a"
+        assert (await scope.snapshot()).values == await scope.list()
+        assert await state.scopes() == ["orders"]
+        assert (await state.stats())["keys"] == 3
+        assert [e.key for e in await state.changes(limit=2)] == ["o-1", "n"]
+        with pytest.raises(reactor.TypeMismatchError):
+            await scope.increment("o-1")
+        with pytest.raises(reactor.InvalidKeyError):
+            await scope.set("", 1)
+    with pytest.raises(reactor.ClosedError):
+        await scope.get("o-1")
+    with reactor.open(db_path) as sync_state:  # it was all committed
+        assert sync_state.scope("orders").get("n") == 5
+
+
+async def test_100_concurrent_tasks_end_with_an_exact_count(db_path: Path) -> None:
+    async with reactor.aio.open(db_path) as state:
+        scope = state.scope("counters")
+
+        async def task() -> None:
+            for _ in range(20):
+                await scope.increment("hits")
+
+        await asyncio.gather(*(task() for _ in range(100)))
+        assert await scope.get("hits") == 2000
+
+
+async def test_the_loop_keeps_ticking_while_writes_and_waits_are_in_flight(db_path: Path) -> None:
+    ticks = 0
+
+    async def ticker() -> None:
+        nonlocal ticks
+        while True:
+            ticks += 1
+            await asyncio.sleep(0.001)
+
+    async with reactor.aio.open(db_path, timeout=10) as state:
+        scope = state.scope("slow")
+        await scope.set("warm", 1)
+        engine = (await state._sync())._engine_or_raise()
+        gate = engine.store._gate  # type: ignore[attr-defined]
+        ticking = asyncio.create_task(ticker())
+        try:
+            released = threading.Event()
+
+            def hold_the_writer() -> None:
+                with gate:  # every write waits for 0.5 s
+                    released.wait(0.5)
+
+            holder = threading.Thread(target=hold_the_writer)
+            holder.start()
+            await asyncio.sleep(0.01)
+            before, started = ticks, time.monotonic()
+            writes = asyncio.gather(*(scope.set(f"k{i}", i) for i in range(10)))
+            await writes
+            waited = time.monotonic() - started
+            holder.join(5)
+            assert waited >= 0.3  # the writes did wait for the writer...
+            assert ticks - before >= 50  # ...while the loop went on ticking
+        finally:
+            ticking.cancel()
+    assert ticks > 0
+
+
+async def test_async_for_over_watch(db_path: Path) -> None:
+    async with reactor.aio.open(db_path) as state:
+        scope = state.scope("s")
+        await scope.set("past", 1)
+        seen: list[str] = []
+        async with state.watch(since=0) as watch:
+
+            async def later() -> None:
+                await asyncio.sleep(0.05)
+                await scope.set("live", 2)
+
+            writer = asyncio.create_task(later())
+            async for event in watch:
+                seen.append(event.key)
+                if len(seen) == 2:
+                    break
+            await writer
+        assert seen == ["past", "live"]
+
+
+async def test_async_subscribers_run_on_the_loop(db_path: Path) -> None:
+    loop_thread = threading.get_ident()
+    arrived = asyncio.Event()
+    threads: list[int] = []
+
+    async def on_change(event: reactor.ChangeEvent) -> None:
+        threads.append(threading.get_ident())
+        arrived.set()
+
+    async with reactor.aio.open(db_path) as state:
+        await state.subscribe(on_change, scope="s")
+        await state.scope("s").set("k", 1)
+        await asyncio.wait_for(arrived.wait(), 5)
+    assert threads == [loop_thread]
+
+
+async def test_open_returns_at_once_and_close_is_idempotent(tmp_path: Path) -> None:
+    state = reactor.aio.open(tmp_path / "lazy.db")
+    assert not (tmp_path / "lazy.db").exists()  # nothing opened yet
+    await state.scope("s").set("k", 1)
+    assert (tmp_path / "lazy.db").exists()
+    await state.close()
+    await state.close()
+    with pytest.raises(reactor.ClosedError):
+        await state.scope("s").get("k")
