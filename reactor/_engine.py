@@ -87,6 +87,15 @@ def _positive_number(name: str, value: object) -> None:
         raise InvalidArgumentError(f"{name} must be a number > 0, not {value!r}")
 
 
+def operation_timeout(scope: str, seconds: float, future: Future[Any]) -> OperationTimeout:
+    """The error for a request that got no answer in time; withdraws it if it can."""
+    withdrawn = future.cancel()
+    return OperationTimeout(
+        f"scope {scope!r} did not answer within {seconds} s"
+        + ("; the write was withdrawn" if withdrawn else "; it may still commit")
+    )
+
+
 class Engine:
     """The shared state of one database in this process."""
 
@@ -154,11 +163,7 @@ class Engine:
         try:
             return future.result(self.options.timeout)
         except FutureTimeout:
-            withdrawn = future.cancel()
-            raise OperationTimeout(
-                f"scope {scope!r} did not answer within {self.options.timeout} s"
-                + ("; the write was withdrawn" if withdrawn else "; it may still commit")
-            ) from None
+            raise operation_timeout(scope, self.options.timeout, future) from None
 
     def _on_commit(self, records: list[ChangeRecord]) -> None:
         """Called right after each commit, in revision order (under the write gate)."""

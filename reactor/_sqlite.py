@@ -110,7 +110,33 @@ _AUTOCHECKPOINT_PAGES: Final = 10_000
 SYNCHRONOUS: Final = {"normal": "NORMAL", "full": "FULL", "memory": "OFF"}
 
 
-class _Statements:
+class _RowReads:
+    """Reading rows as a write transaction sees them; ``_all`` runs a query."""
+
+    __slots__ = ()
+
+    def _all(self, sql: str, params: tuple[Any, ...]) -> list[Any]:
+        raise NotImplementedError
+
+    def fetch_row(self, scope: str, key: str) -> Row | None:
+        found = self._all(ROW, (scope, key))
+        return Row(*found[0]) if found else None
+
+    def fetch_rows(
+        self, scope: str, bounds: tuple[str, str | None] | None
+    ) -> list[tuple[str, Row]]:
+        sql, params = _ranged(ROWS, scope, bounds)
+        return [
+            (key, Row(value, expires_at, revision))
+            for key, value, expires_at, revision in self._all(sql, params)
+        ]
+
+    def fetch_lock(self, name: str) -> LockRow | None:
+        found = self._all(LOCK, (name,))
+        return LockRow(*found[0]) if found else None
+
+
+class _Statements(_RowReads):
     """The write-path statements, bound to the writer connection.
 
     Driver errors become reactor errors here, so that the actor can tell a failed
@@ -127,19 +153,6 @@ class _Statements:
             return self._conn.execute(sql, params).fetchall()
         except sqlite3.Error as exc:
             raise translate(exc) from exc
-
-    def fetch_row(self, scope: str, key: str) -> Row | None:
-        found = self._all(ROW, (scope, key))
-        return Row(*found[0]) if found else None
-
-    def fetch_rows(
-        self, scope: str, bounds: tuple[str, str | None] | None
-    ) -> list[tuple[str, Row]]:
-        sql, params = _ranged(ROWS, scope, bounds)
-        return [
-            (key, Row(value, expires_at, revision))
-            for key, value, expires_at, revision in self._all(sql, params)
-        ]
 
     def append_log(self, records: list[ChangeRecord]) -> int:
         try:
@@ -221,15 +234,11 @@ class _Statements:
     def record_failure(self, name: str, revision: int, error: str, now: float) -> None:
         self._all(RECORD_FAILURE, (name, revision, error, now))
 
-    def fetch_lock(self, name: str) -> LockRow | None:
-        found = self._all(LOCK, (name,))
-        return LockRow(*found[0]) if found else None
-
     def save_lock(self, name: str, row: LockRow) -> None:
         self._all(SAVE_LOCK, (name, row.owner, row.token, row.expires_at))
 
 
-class _Reader:
+class _Reader(_RowReads):
     """The read statements of a write transaction, for a transaction body: each runs
     on a reader connection, outside any database transaction."""
 
@@ -238,18 +247,8 @@ class _Reader:
     def __init__(self, store: SQLiteStore) -> None:
         self._store = store
 
-    def fetch_row(self, scope: str, key: str) -> Row | None:
-        found = self._store._query(ROW, (scope, key))
-        return Row(*found[0]) if found else None
-
-    def fetch_rows(
-        self, scope: str, bounds: tuple[str, str | None] | None
-    ) -> list[tuple[str, Row]]:
-        sql, params = _ranged(ROWS, scope, bounds)
-        return [
-            (key, Row(value, expires_at, revision))
-            for key, value, expires_at, revision in self._store._query(sql, params)
-        ]
+    def _all(self, sql: str, params: tuple[Any, ...]) -> list[Any]:
+        return self._store._query(sql, params)
 
     def append_log(self, *_: object) -> int:
         raise AssertionError("a transaction body never writes")
@@ -271,10 +270,6 @@ class _Reader:
 
     def record_failure(self, *_: object) -> None:
         raise AssertionError("a transaction body never moves subscribers")
-
-    def fetch_lock(self, name: str) -> LockRow | None:
-        found = self._store._query(LOCK, (name,))
-        return LockRow(*found[0]) if found else None
 
     def save_lock(self, *_: object) -> None:
         raise AssertionError("locks are not part of transactions")

@@ -27,7 +27,7 @@ from types import TracebackType
 from typing import Any, TypeVar, cast
 
 from . import _writes
-from ._engine import Engine
+from ._engine import Engine, operation_timeout
 from ._events import ChangeEvent
 from ._keys import check_key
 from ._open import open as open_sync
@@ -36,7 +36,7 @@ from ._scope import Scope
 from ._state import State
 from ._subscriptions import Subscription, Watch
 from ._verbs import Verbs
-from .errors import ClosedError, OperationTimeout
+from .errors import ClosedError
 
 __all__ = ["AsyncScope", "AsyncState", "AsyncWatch", "open"]
 
@@ -182,11 +182,7 @@ class AsyncScope:
             async with asyncio.timeout(timeout):  # cheaper than wait_for: no extra task
                 return await asyncio.wrap_future(future)
         except TimeoutError:
-            withdrawn = future.cancel()
-            raise OperationTimeout(
-                f"scope {self.name!r} did not answer within {timeout} s"
-                + ("; the write was withdrawn" if withdrawn else "; it may still commit")
-            ) from None
+            raise operation_timeout(self.name, timeout, future) from None
 
     async def _read(self, read: Callable[[Scope], T]) -> T:
         scope = await self._reader()
