@@ -207,6 +207,7 @@ class Engine:
         keep, seconds = self.options.log_retention, self.options.log_retention_seconds
 
         def work(txn: WriteTxn) -> int:
+            # Never the newest record: the next revision follows it (see _schema.changes).
             upto = None if keep is None else txn.statements.current_revision() - keep
             before = None if seconds is None else txn.now - seconds
             if upto is not None and upto <= 0:

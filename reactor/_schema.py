@@ -47,8 +47,10 @@ _kv_expiry = sa.Index(
 )
 
 # The change log: one row per committed change, written in the write's transaction.
-# SQLite numbers the revisions itself (AUTOINCREMENT never reuses one, even after the
-# log is compacted); writes hold the database's write lock, so they come in commit order.
+# SQLite numbers the revisions itself: an INTEGER PRIMARY KEY gets the largest one so far
+# plus one, and compaction always keeps the newest record, so no revision is ever used
+# twice (AUTOINCREMENT would cost an extra table write per commit). Writes hold the
+# database's write lock, so revisions come in commit order.
 changes = sa.Table(
     "reactor_changes",
     metadata,
@@ -60,7 +62,6 @@ changes = sa.Table(
     sa.Column("new_value", sa.Text, nullable=True),
     sa.Column("ops", sa.Text, nullable=True),
     sa.Column("timestamp", sa.Float, nullable=False),
-    sqlite_autoincrement=True,
 )
 
 

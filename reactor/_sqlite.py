@@ -65,17 +65,16 @@ LOG: Final = (
     "INSERT INTO reactor_changes (scope, key, type, old_value, new_value, ops, timestamp) "
     "VALUES (?, ?, ?, ?, ?, ?, ?)"
 )
-REVISION: Final = (
-    "SELECT COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'reactor_changes'), 0)"
-)
+REVISION: Final = "SELECT COALESCE(MAX(revision), 0) FROM reactor_changes"
 CHANGED_SINCE: Final = "SELECT 1 FROM reactor_changes WHERE scope = ? AND revision > ? LIMIT 1"
 COMPACT_UPTO: Final = "DELETE FROM reactor_changes WHERE revision <= ?"
 # By age: everything below the oldest revision still young enough, so that the log
-# stays a contiguous range even if timestamps do not rise with revisions.
+# stays a contiguous range even if timestamps do not rise with revisions; the newest
+# record always stays (it holds the revision counter: see _schema.changes).
 COMPACT_BEFORE: Final = (
     "DELETE FROM reactor_changes WHERE revision < COALESCE("
     "(SELECT MIN(revision) FROM reactor_changes WHERE timestamp >= ?), "
-    "(SELECT MAX(revision) + 1 FROM reactor_changes))"
+    "(SELECT MAX(revision) FROM reactor_changes))"
 )
 COMPACTED: Final = "SELECT value FROM reactor_meta WHERE name = 'compacted'"
 SET_COMPACTED: Final = "UPDATE reactor_meta SET value = MAX(value, ?) WHERE name = 'compacted'"

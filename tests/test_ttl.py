@@ -206,3 +206,17 @@ def test_compaction_by_age_keeps_the_log_contiguous(
     assert [e.revision for e in state.changes(since=2)] == [3]
     with pytest.raises(reactor.RevisionCompactedError):
         state.changes(since=1)  # no hole: what remains starts right after the cut
+
+
+def test_revisions_are_never_reused_after_compaction(
+    open_state: Callable[..., reactor.State], clock: FakeClock
+) -> None:
+    state = open_state(log_retention_seconds=60, clock=clock)
+    scope = state.scope("s")
+    for i in range(3):
+        scope.set("k", i)
+    clock.advance(120)  # every record is too old now...
+    state._engine_or_raise().compact()
+    assert [e.revision for e in state.changes(since=2)] == [3]  # ...but the newest stays
+    scope.set("k", "after")
+    assert [e.revision for e in state.changes(since=2)] == [3, 4]

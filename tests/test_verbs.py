@@ -243,9 +243,7 @@ def test_revisions_increase_strictly_across_scopes(state: reactor.State, db_path
         revisions = [
             r for (r,) in conn.execute("SELECT revision FROM reactor_changes ORDER BY rowid")
         ]
-        last = conn.execute(
-            "SELECT seq FROM sqlite_sequence WHERE name = 'reactor_changes'"
-        ).fetchone()[0]
+        last = conn.execute("SELECT MAX(revision) FROM reactor_changes").fetchone()[0]
     assert revisions == list(range(1, 11))
     assert last == 10
 
