@@ -11,6 +11,7 @@ since the caller keeps the original text.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -209,7 +210,10 @@ def _combine(kind: str, current: Any, present: bool, op: Mapping[str, Any], wher
             current = 0
         if type(current) not in (int, float):
             raise _OpError("type_mismatch", f"cannot {kind} {where}: it is {_kind(current)}")
-        return current + by if kind == "increment" else current - by
+        result = current + by if kind == "increment" else current - by
+        if isinstance(result, float) and not math.isfinite(result):
+            raise InvalidValueError(f"{kind} of {where} gives {result}, not a JSON number")
+        return result
     # append
     if "value" not in op:
         raise _OpError("invalid_op", "append needs a 'value'")
@@ -235,11 +239,29 @@ def _check_fields(kind: str, op: Mapping[str, Any]) -> None:
         _number(op)
 
 
+def _check_nesting(kind: str, op: Mapping[str, Any], path: list[Segment], max_depth: int) -> None:
+    """Refuse an op whose value would nest deeper than ``max_depth`` where it lands.
+
+    This is all the validation an update-op result needs beyond the encoder's: the
+    stored value was valid, the op values are (checked on the way in), increments stay
+    finite (``_combine``); only depth can grow, and only where a value is put.
+    """
+    if kind not in ("set", "merge", "append") or "value" not in op:
+        return
+    inside = len(path) + (1 if kind == "append" else 0)
+    if inside + _depth(op["value"], max_depth) > max_depth:
+        raise InvalidValueError(
+            f"the {kind} at {_name(path, len(path))} would nest the value deeper than "
+            f"{max_depth} levels"
+        )
+
+
 def _apply_one(outcome: Outcome, op: Mapping[str, Any], max_depth: int) -> None:
     kind = op.get("type")
     if kind not in UPDATE_OPS:
         raise _OpError("invalid_op", f"unknown update op type {kind!r}")
     path = _segments(op, kind in ("set", "increment", "decrement", "remove"), max_depth)
+    _check_nesting(kind, op, path, max_depth)
     if not path:
         _apply_root(outcome, kind, op)
         return

@@ -56,6 +56,24 @@ def encode(value: Any, *, max_depth: int, max_bytes: int) -> str:
     return data.decode()
 
 
+def encode_built(value: Any, *, max_bytes: int) -> str:
+    """Encode a value built from valid parts (a stored value and checked op values),
+    where only the encoder's own limits and the size can still fail.
+
+    Raises:
+        InvalidValueError: an integer grew past 64 bits, or the text is over ``max_bytes``.
+    """
+    try:
+        data = orjson.dumps(value)
+    except orjson.JSONEncodeError as exc:
+        raise InvalidValueError(f"value is not storable JSON: {exc}") from None
+    if len(data) > max_bytes:
+        raise InvalidValueError(
+            f"value is {len(data):,} bytes as JSON, over the limit of {max_bytes:,}"
+        )
+    return data.decode()
+
+
 def encode_trusted(value: Any) -> str:
     """Encode a value known to be valid (read from the database, or cut from one)."""
     return orjson.dumps(value).decode()

@@ -15,7 +15,7 @@ from ._keys import Pattern
 from ._ops import apply_patch, apply_update_ops
 from ._results import Change, UpdateResult
 from ._store import Row, WriteTxn
-from ._values import MISSING, Missing, decode, encode_trusted, json_equal
+from ._values import MISSING, Missing, decode, encode_built, encode_trusted, json_equal
 from .errors import TypeMismatchError
 
 __all__ = [
@@ -233,8 +233,12 @@ def update(
         if not outcome.created:
             txn.write(scope, key, old, None, None, ops=applied)
             return UpdateResult(old_value, None, outcome.errors)
-        text = encode(outcome.doc)
+        # Update ops check what they add (depth, finiteness) as they go; a patch is
+        # checked whole.
+        text = encode(outcome.doc) if patch else encode_built(outcome.doc, max_bytes=max_bytes)
         txn.write(scope, key, old, text, None if old is None else old.expires_at, ops=applied)
-        return UpdateResult(old_value, decode(text), outcome.errors)
+        # The document is this request's own (decoded from the row and the ops): it can
+        # go back to the caller as it is, without decoding the text again.
+        return UpdateResult(old_value, outcome.doc, outcome.errors)
 
     return work
