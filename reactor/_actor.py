@@ -201,7 +201,13 @@ class Mailbox:
             self._run(batch)
 
     def _run(self, batch: list[Request]) -> None:
+        touched = [key for request in batch for key in getattr(request.work, "keys", ())]
+
         def work(txn: WriteTxn) -> list[tuple[bool, Any]]:
+            if len(touched) > 1:
+                # One SELECT for the batch rather than one per request: each statement
+                # hands the GIL over, and waits to get it back.
+                txn.prefetch(touched)
             outcomes: list[tuple[bool, Any]] = []
             for request in batch:
                 mark = txn.savepoint()

@@ -134,6 +134,16 @@ class _RowReads:
         found = self._all(LOCK, (name,))
         return LockRow(*found[0]) if found else None
 
+    def fetch_many(self, scope: str, keys: list[str]) -> dict[str, Row]:
+        found: dict[str, Row] = {}
+        unique = list(dict.fromkeys(keys))
+        for start in range(0, len(unique), _IN_CHUNK):
+            chunk = unique[start : start + _IN_CHUNK]
+            sql = f"{ROWS} AND key IN ({', '.join('?' * len(chunk))})"
+            for key, value, expires_at, revision in self._all(sql, (scope, *chunk)):
+                found[key] = Row(value, expires_at, revision)
+        return found
+
 
 class _Statements(_RowReads):
     """The write-path statements, bound to the writer connection.

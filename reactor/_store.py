@@ -57,6 +57,8 @@ class Statements(Protocol):
         self, scope: str, bounds: tuple[str, str | None] | None
     ) -> list[tuple[str, Row]]: ...
 
+    def fetch_many(self, scope: str, keys: list[str]) -> dict[str, Row]: ...
+
     def append_log(self, records: list[ChangeRecord]) -> int:
         """Append ``records`` to the change log; return the revision given to the first
         (the others follow it, one by one)."""
@@ -107,12 +109,13 @@ class WriteTxn:
     transaction, and so does the row it staged.
     """
 
-    __slots__ = ("_changes", "_count", "_staged", "_undo", "now", "statements")
+    __slots__ = ("_changes", "_count", "_fetched", "_staged", "_undo", "now", "statements")
 
     def __init__(self, statements: Statements, now: float) -> None:
         self.now = now
         self.statements = statements
         self._count = 0
+        self._fetched: dict[Key, Row | None] = {}  # rows read ahead by prefetch()
         self._staged: dict[Key, Row | None] = {}
         self._changes: list[ChangeRecord] = []
         self._undo: list[tuple[Key, object]] = []
@@ -123,7 +126,21 @@ class WriteTxn:
         staged = self._staged.get((scope, key), _ABSENT)
         if staged is not _ABSENT:
             return staged  # type: ignore[return-value]
+        fetched = self._fetched.pop((scope, key), _ABSENT)
+        if fetched is not _ABSENT:
+            return fetched  # type: ignore[return-value]
         return self.statements.fetch_row(scope, key)
+
+    def prefetch(self, keys: list[Key]) -> None:
+        """Read the rows of ``keys`` in one statement per scope, ahead of the requests
+        of a batch that will ask for them one by one."""
+        by_scope: dict[str, list[str]] = {}
+        for scope, key in keys:
+            by_scope.setdefault(scope, []).append(key)
+        for scope, names in by_scope.items():
+            found = self.statements.fetch_many(scope, names)
+            for name in names:
+                self._fetched[(scope, name)] = found.get(name)
 
     def live_row(self, scope: str, key: str) -> Row | None:
         """The row if it is live. A row past its deadline is expired here and now."""

@@ -37,6 +37,12 @@ Work = Callable[[WriteTxn], Any]
 Encoder = Callable[[Any], str]
 
 
+def _touching(work: Work, scope: str, *keys: str) -> Work:
+    """Mark ``work`` with the keys it reads, so that a batch can read them all at once."""
+    work.keys = [(scope, key) for key in keys]  # type: ignore[attr-defined]
+    return work
+
+
 def _deadline(txn: WriteTxn, old: Row | None, ttl: float | None, keep_ttl: bool) -> float | None:
     if ttl is not None:
         return txn.now + ttl
@@ -51,7 +57,7 @@ def set_value(scope: str, key: str, text: str, ttl: float | None, keep_ttl: bool
         txn.write(scope, key, old, text, _deadline(txn, old, ttl, keep_ttl))
         return Change(decode(old.value) if old else None, decode(text))
 
-    return work
+    return _touching(work, scope, key)
 
 
 def set_many(scope: str, texts: Mapping[str, str], ttl: float | None) -> Work:
@@ -63,7 +69,7 @@ def set_many(scope: str, texts: Mapping[str, str], ttl: float | None) -> Work:
             changes[key] = Change(decode(old.value) if old else None, decode(text))
         return changes
 
-    return work
+    return _touching(work, scope, *texts)
 
 
 def delete(scope: str, key: str) -> Work:
@@ -74,7 +80,7 @@ def delete(scope: str, key: str) -> Work:
         txn.write(scope, key, old, None, None)
         return decode(old.value)
 
-    return work
+    return _touching(work, scope, key)
 
 
 def clear(scope: str, pattern: Pattern) -> Work:
@@ -99,7 +105,7 @@ def expire(scope: str, key: str, seconds: float | None) -> Work:
             txn.write(scope, key, old, old.value, deadline)
         return True
 
-    return work
+    return _touching(work, scope, key)
 
 
 def expire_keys(scope: str, keys: list[str]) -> Work:
@@ -109,7 +115,7 @@ def expire_keys(scope: str, keys: list[str]) -> Work:
         for key in keys:
             txn.live_row(scope, key)
 
-    return work
+    return _touching(work, scope, *keys)
 
 
 def _number(value: Any, what: str) -> int | float:
@@ -126,7 +132,7 @@ def increment(scope: str, key: str, by: int | float, default: int | float, encod
         txn.write(scope, key, old, encode(result), old.expires_at if old else None)
         return result
 
-    return work
+    return _touching(work, scope, key)
 
 
 def append_text(scope: str, key: str, text: str, encode: Encoder) -> Work:
@@ -141,7 +147,7 @@ def append_text(scope: str, key: str, text: str, encode: Encoder) -> Work:
         txn.write(scope, key, old, encode(result), old.expires_at if old else None)
         return len(result)
 
-    return work
+    return _touching(work, scope, key)
 
 
 def _list(row: Row | None, key: str, verb: str) -> list[Any]:
@@ -164,7 +170,7 @@ def push(scope: str, key: str, items_text: str, encode: Encoder) -> Work:
         txn.write(scope, key, old, encode(current), old.expires_at if old else None)
         return len(current)
 
-    return work
+    return _touching(work, scope, key)
 
 
 def pop(scope: str, key: str, front: bool) -> Work:
@@ -178,7 +184,7 @@ def pop(scope: str, key: str, front: bool) -> Work:
         txn.write(scope, key, old, encode_trusted(current), old.expires_at)
         return item
 
-    return work
+    return _touching(work, scope, key)
 
 
 def compare_and_swap(scope: str, key: str, expected: Any, new_text: str | Missing) -> Work:
@@ -196,7 +202,7 @@ def compare_and_swap(scope: str, key: str, expected: Any, new_text: str | Missin
             txn.write(scope, key, old, new_text, old.expires_at if old else None)
         return True
 
-    return work
+    return _touching(work, scope, key)
 
 
 def update(
@@ -241,4 +247,4 @@ def update(
         # go back to the caller as it is, without decoding the text again.
         return UpdateResult(old_value, outcome.doc, outcome.errors)
 
-    return work
+    return _touching(work, scope, key)

@@ -11,16 +11,21 @@ async with reactor.aio.open("state.db") as state:
 ```
 
 No call blocks the event loop. Writes are validated and encoded on the loop (CPU only),
-then queued for the scope's actor; the loop awaits the actor's future through
-``asyncio.wrap_future``, so 100 tasks writing at once give the actor 100 requests to
-commit together. Reads, opening and closing run in the loop's default executor.
+then queued for the scope's actor, so 100 tasks writing at once give the actor 100
+requests to commit together. The answers come back to the loop together too: a
+``_LoopBridge`` wakes the loop once for all the results a batch produced, instead of
+once per result as ``asyncio.wrap_future`` would. Reads, opening and closing run in the
+loop's default executor.
 """
 
 from __future__ import annotations
 
 import asyncio
 import builtins
+import contextlib
 import os
+import threading
+import weakref
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from concurrent.futures import Future
 from types import TracebackType
@@ -49,6 +54,55 @@ def open(target: str | os.PathLike[str] | None = None, **options: Any) -> AsyncS
     targets and options). It returns at once; the database opens, in a worker thread,
     on ``async with`` or the first call."""
     return AsyncState(target, options)
+
+
+class _LoopBridge:
+    """Hands results from the actor's thread to one event loop, many per wake-up."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._lock = threading.Lock()
+        self._ready: list[tuple[Future[Any], asyncio.Future[Any]]] = []
+
+    def track(self, source: Future[Any]) -> asyncio.Future[Any]:
+        """An asyncio future, on this loop, that settles as ``source`` does."""
+        target: asyncio.Future[Any] = self._loop.create_future()
+        source.add_done_callback(lambda done: self._settled(done, target))
+        return target
+
+    def _settled(self, source: Future[Any], target: asyncio.Future[Any]) -> None:
+        with self._lock:
+            self._ready.append((source, target))
+            first = len(self._ready) == 1
+        if first:  # the loop is woken once; what settles meanwhile joins that wake-up
+            with contextlib.suppress(RuntimeError):  # the loop closed: nobody waits
+                self._loop.call_soon_threadsafe(self._deliver)
+
+    def _deliver(self) -> None:
+        with self._lock:
+            ready, self._ready = self._ready, []
+        for source, target in ready:
+            if target.done():
+                continue  # its caller stopped waiting (a timeout)
+            if source.cancelled():
+                target.cancel()
+            elif (error := source.exception()) is not None:
+                target.set_exception(error)
+            else:
+                target.set_result(source.result())
+
+
+_bridges: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopBridge] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _bridge() -> _LoopBridge:
+    loop = asyncio.get_running_loop()
+    bridge = _bridges.get(loop)
+    if bridge is None:
+        bridge = _bridges[loop] = _LoopBridge(loop)
+    return bridge
 
 
 class _Writer(Verbs):
@@ -180,7 +234,7 @@ class AsyncScope:
         timeout = self._writer._usable().options.timeout
         try:
             async with asyncio.timeout(timeout):  # cheaper than wait_for: no extra task
-                return await asyncio.wrap_future(future)
+                return await _bridge().track(future)
         except TimeoutError:
             raise operation_timeout(self.name, timeout, future) from None
 
