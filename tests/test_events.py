@@ -225,7 +225,10 @@ def test_a_slow_subscriber_delays_neither_writers_nor_others(state: reactor.Stat
     wait_for(lambda: len(stuck) == 11)  # the first, then its buffer of 10
     dropped = state.stats()["events"]["dropped"]
     assert dropped == 39
-    assert stuck[1:] == list(range(2, 12))
+    # 2..10 were buffered; the tenth place went to 11, or to a later event if the
+    # subscriber took 1 out of its buffer only after 11 had been dropped.
+    assert stuck[1:10] == list(range(2, 11))
+    assert stuck[10] >= 11
 
 
 def test_subscribers_may_write_state_without_deadlock(state: reactor.State) -> None:
