@@ -192,8 +192,11 @@ def _number(op: Mapping[str, Any]) -> int | float:
     return by  # type: ignore[no-any-return]
 
 
-def _combine(kind: str, current: Any, present: bool, op: Mapping[str, Any], where: str) -> Any:
-    """The new value of a target for a merge, increment/decrement or append op."""
+def _combine(
+    kind: str, current: Any, present: bool, op: Mapping[str, Any], path: list[Segment]
+) -> Any:
+    """The new value of the target at ``path`` for a merge, increment/decrement or
+    append op (its name is only spelled out for an error)."""
     if kind == "merge":
         value = op.get("value")
         if not isinstance(value, dict):
@@ -201,6 +204,7 @@ def _combine(kind: str, current: Any, present: bool, op: Mapping[str, Any], wher
         if current is None:
             return dict(value)
         if not isinstance(current, dict):
+            where = _name(path, len(path))
             raise _OpError("type_mismatch", f"cannot merge into {where}: it is {_kind(current)}")
         current.update(value)
         return current
@@ -209,9 +213,11 @@ def _combine(kind: str, current: Any, present: bool, op: Mapping[str, Any], wher
         if not present:
             current = 0
         if type(current) not in (int, float):
+            where = _name(path, len(path))
             raise _OpError("type_mismatch", f"cannot {kind} {where}: it is {_kind(current)}")
         result = current + by if kind == "increment" else current - by
         if isinstance(result, float) and not math.isfinite(result):
+            where = _name(path, len(path))
             raise InvalidValueError(f"{kind} of {where} gives {result}, not a JSON number")
         return result
     # append
@@ -225,6 +231,7 @@ def _combine(kind: str, current: Any, present: bool, op: Mapping[str, Any], wher
         return current
     if isinstance(current, str) and isinstance(value, str):
         return current + value
+    where = _name(path, len(path))
     raise _OpError(
         "type_mismatch", f"cannot append {_kind(value)} to {where}: it is {_kind(current)}"
     )
@@ -248,8 +255,10 @@ def _check_nesting(kind: str, op: Mapping[str, Any], path: list[Segment], max_de
     """
     if kind not in ("set", "merge", "append") or "value" not in op:
         return
+    value = op["value"]
     inside = len(path) + (1 if kind == "append" else 0)
-    if inside + _depth(op["value"], max_depth) > max_depth:
+    nesting = _depth(value, max_depth) if type(value) in (dict, list) else 0
+    if inside + nesting > max_depth:
         raise InvalidValueError(
             f"the {kind} at {_name(path, len(path))} would nest the value deeper than "
             f"{max_depth} levels"
@@ -281,7 +290,7 @@ def _apply_one(outcome: Outcome, op: Mapping[str, Any], max_depth: int) -> None:
         _Slot(outcome.doc, path, create=True).put(op["value"])
         return
     slot = _Slot(outcome.doc, path, create=True)
-    slot.put(_combine(kind, slot.get(), slot.exists(), op, _name(path, len(path))))
+    slot.put(_combine(kind, slot.get(), slot.exists(), op, path))
 
 
 def _apply_root(outcome: Outcome, kind: str, op: Mapping[str, Any]) -> None:
@@ -289,10 +298,7 @@ def _apply_root(outcome: Outcome, kind: str, op: Mapping[str, Any]) -> None:
         outcome.doc, outcome.exists, outcome.implicit = None, False, False
         return
     _check_fields(kind, op)
-    if kind == "set":
-        doc = op["value"]
-    else:
-        doc = _combine(kind, outcome.doc, outcome.exists, op, "the value")
+    doc = op["value"] if kind == "set" else _combine(kind, outcome.doc, outcome.exists, op, [])
     outcome.doc, outcome.exists, outcome.implicit = doc, True, False
 
 
