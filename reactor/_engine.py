@@ -174,9 +174,22 @@ class Engine:
 
     # -- subscriptions -------------------------------------------------------------
     def track(self, feed: Any) -> None:
+        """Take on a subscription or watch (finished at close).
+
+        Raises:
+            ClosedError: the engine is closed.
+            InvalidArgumentError: a durable name already subscribed in this process.
+        """
         with self._lock:
             if self.closed:
                 raise ClosedError("the engine is closed")
+            durable = getattr(feed, "durable", None)
+            if durable is not None and any(
+                getattr(other, "durable", None) == durable for other in self._feeds
+            ):
+                raise InvalidArgumentError(
+                    f"durable subscriber {durable!r} is already subscribed in this process"
+                )
             self._feeds.add(feed)
 
     def durable_in_use(self, name: str) -> bool:

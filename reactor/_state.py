@@ -120,10 +120,11 @@ class State:
             buffer_size=buffer_size,
         )
         try:
-            engine.track(subscription)
+            engine.track(subscription)  # checks the durable name atomically, too
         except BaseException:
             subscription.close()
             raise
+        subscription.start()
         return subscription
 
     def on(

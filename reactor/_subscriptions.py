@@ -222,8 +222,12 @@ class Subscription(_Feed):
             since = None  # a durable subscription follows the log itself
         super().__init__(engine, match, since, buffer_size)
         self._wake_only = self.durable is not None
+        self._last_error = ""
         name = f"reactor-subscriber[{self.durable or getattr(callback, '__name__', 'callback')}]"
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+
+    def start(self) -> None:
+        """Begin delivering (once the engine has taken the subscription on)."""
         self._thread.start()
 
     def __repr__(self) -> str:
@@ -276,8 +280,9 @@ class Subscription(_Feed):
             self._call(event)
         except ClosedError:
             raise
-        except Exception:
+        except Exception as exc:
             stats.count("events_failed")
+            self._last_error = f"{type(exc).__name__}: {exc}"
             logger.exception("%r raised on %r", self, event)
             return False
         stats.count("events_delivered")
@@ -318,7 +323,10 @@ class Subscription(_Feed):
                 pause = min(pause * 2, _BACKOFF_MAX)
         self._failed += 1
         self._position = event.revision
-        error = f"the callback raised on every one of {self._max_retries + 1} attempts"
+        error = (
+            f"the callback raised on every one of {self._max_retries + 1} attempts; "
+            f"the last time: {self._last_error}"
+        )
         name, revision = self.durable, event.revision
         assert name is not None
 
@@ -358,7 +366,7 @@ class Subscription(_Feed):
         self._join(timeout)
 
     def _join(self, timeout: float) -> None:
-        if self._thread is not threading.current_thread():
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
             self._thread.join(timeout)
             if self._thread.is_alive():
                 logger.warning("%r did not stop within %s s", self, timeout)

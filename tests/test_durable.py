@@ -106,6 +106,7 @@ def test_a_failing_callback_is_retried_then_recorded_and_skipped(
     with sqlite3.connect(db_path) as conn:
         failures = conn.execute("SELECT name, revision, error FROM reactor_failures").fetchall()
     assert [(name, revision) for name, revision, _ in failures] == [("billing", 1)]
+    assert "ValueError: cannot bill this" in failures[0][2]
     stats = state.stats()["durable_subscribers"]["billing"]
     assert stats["failed"] == 1
     wait_for(lambda: state.stats()["durable_subscribers"]["billing"]["position"] == 3)
