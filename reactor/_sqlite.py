@@ -483,18 +483,8 @@ class SQLiteStore:
 
     def checkpoint(self) -> None:
         """Copy the WAL back into the database without blocking anyone (PASSIVE)."""
-        if self._in_memory or self._closed:
-            return
-        try:
-            conn = self._idle.pop()
-        except IndexError:
-            conn = self._connect()
-        try:
-            conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
-        except sqlite3.Error as exc:
-            raise translate(exc) from exc
-        finally:
-            self._idle.append(conn)
+        if not self._in_memory:
+            self._query("PRAGMA wal_checkpoint(PASSIVE)", ())
 
     def data_version(self) -> int:
         """A number that changes when another connection commits (``PRAGMA data_version``)."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -28,6 +29,11 @@ class FakeClock:
     def advance(self, seconds: float) -> None:
         with self._lock:
             self.now += seconds
+
+
+def canon(value: Any) -> str:
+    """Canonical JSON: tells ``1`` from ``1.0`` and ``True``, ignores key order."""
+    return json.dumps(value, sort_keys=True)
 
 
 def wait_for(predicate: Callable[[], Any], timeout: float = 5.0, interval: float = 0.01) -> Any:

@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 
 import reactor
+from tests.conftest import canon
 
 KEY = "doc"
 
@@ -30,11 +31,6 @@ KEY = "doc"
 @pytest.fixture
 def scope(state: reactor.State) -> reactor.Scope:
     return state.scope("patches")
-
-
-def canon(value: Any) -> str:
-    """Canonical JSON: tells ``1`` from ``1.0`` and ``True``, ignores key order."""
-    return json.dumps(value, sort_keys=True)
 
 
 def log(db_path: Path, key: str = KEY) -> list[tuple[str, Any]]:

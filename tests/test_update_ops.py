@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 
 import reactor
 from reactor import ops
+from tests.conftest import canon
 
 KEY = "k"
 
@@ -30,11 +31,6 @@ KEY = "k"
 @pytest.fixture
 def scope(state: reactor.State) -> reactor.Scope:
     return state.scope("updates")
-
-
-def canon(value: Any) -> str:
-    """Canonical JSON: tells ``1`` from ``1.0`` and ``True``, ignores key order."""
-    return json.dumps(value, sort_keys=True)
 
 
 def codes(result: reactor.UpdateResult) -> list[tuple[int, str]]:
