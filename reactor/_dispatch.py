@@ -3,8 +3,9 @@ subscriptions and to ``reactor.signals.changed``.
 
 Changes reach it two ways. This process's commits are handed over right after each
 commit, while the store's write gate is still held, so they arrive in revision order.
-Other processes' commits are found in the change log by a follower thread that polls
-``PRAGMA data_version`` (cheap: it changes only when another connection commits).
+Other processes' commits are found in the change log by a follower thread, woken by
+the store when another connection may have committed (SQLite: ``PRAGMA data_version``
+changed; PostgreSQL: a notification).
 Both go through ``_publish`` under one lock that remembers the last revision handed on,
 so nothing is published twice and nothing is skipped: when this process commits
 revision N while N-1 came from elsewhere and was not seen yet, N-1 is read from the log
@@ -109,17 +110,16 @@ class Dispatcher:
                     self._queue.put(records)
 
     def _follow(self) -> None:
-        seen = None
-        while not self._stop.wait(FOLLOW_INTERVAL):
+        while not self._stop.is_set():
             try:
-                version = self._store.data_version()
-                if version != seen:
-                    seen = version
+                announced = self._store.await_commits(FOLLOW_INTERVAL)
+                if announced is not None and announced > self._published:
                     self.catch_up()
             except ClosedError:
                 return
             except Exception:
                 logger.exception("following other processes' changes failed; trying again")
+                self._stop.wait(FOLLOW_INTERVAL)
 
     # -- delivery ------------------------------------------------------------------
     def _run(self) -> None:

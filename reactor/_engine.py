@@ -19,12 +19,14 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Final
 
+import sqlalchemy as sa
+
 from ._actor import Mailbox, Work, shard_index
 from ._clock import Clock, SystemClock
 from ._dispatch import Dispatcher
 from ._sqlite import SQLiteStore
 from ._stats import EVENT_COUNTERS, Stats
-from ._store import ChangeRecord, WriteTxn
+from ._store import ChangeRecord, Store, WriteTxn
 from ._values import DEFAULT_MAX_DEPTH, DEFAULT_MAX_VALUE_BYTES, MAX_DEPTH_LIMIT, encode
 from ._writes import expire_keys
 from .errors import ClosedError, InvalidArgumentError, OperationTimeout
@@ -99,12 +101,12 @@ def operation_timeout(scope: str, seconds: float, future: Future[Any]) -> Operat
 class Engine:
     """The shared state of one database in this process."""
 
-    def __init__(self, key: str, path: Path | None, options: Options) -> None:
+    def __init__(self, key: str, location: Path | sa.URL | None, options: Options) -> None:
         self.key = key
         self.options = options
         self.clock = options.clock
         self.stats = Stats()
-        self.store = SQLiteStore(path, durability=options.durability, timeout=options.timeout)
+        self.store = _open_store(location, options)
         self.closed = False
         self._handles = 0
         self._lock = threading.Lock()
@@ -112,7 +114,7 @@ class Engine:
         self._sweeping: set[Any] = set()
         self.lock_released = threading.Condition()  # wakes lock waiters of this process
         self._stop = threading.Event()
-        self.dispatcher = Dispatcher(key, self.store, self.stats, follow=path is not None)
+        self.dispatcher = Dispatcher(key, self.store, self.stats, follow=location is not None)
         self._feeds: set[Any] = set()  # subscriptions and watches, to finish at close
         self._sweeper = threading.Thread(
             target=self._sweep_loop, name=f"reactor-sweeper[{key}]", daemon=True
@@ -337,12 +339,19 @@ def _forget(engine: Engine) -> None:
         _live_engines.discard(engine)
 
 
+def _open_store(location: Path | sa.URL | None, options: Options) -> Store:
+    if isinstance(location, sa.URL):
+        from ._postgres import PostgresStore
+
+        return PostgresStore(location, durability=options.durability, timeout=options.timeout)
+    return SQLiteStore(location, durability=options.durability, timeout=options.timeout)
+
+
 def locate(
     target: str | os.PathLike[str] | None, durability: str
-) -> tuple[str | None, Path | None]:
-    """The registry key and file path for what ``open`` was given.
-
-    The key is None for a private in-memory database; the path is None in memory.
+) -> tuple[str | None, Path | sa.URL | None]:
+    """The registry key and location (a file path, a PostgreSQL URL, or None in memory)
+    for what ``open`` was given. The key is None for a private in-memory database.
     """
     if target is None:
         target = os.environ.get("REACTOR_DB") or DEFAULT_PATH
@@ -356,10 +365,15 @@ def locate(
         return f"memory:{target[len(':memory:') :]}", None
     if "://" in target:
         scheme, _, rest = target.partition("://")
+        if scheme.partition("+")[0] in ("postgresql", "postgres"):
+            from ._postgres import normalize_url
+
+            url = normalize_url(target)
+            return f"postgresql:{url.render_as_string(hide_password=True)}", url
         if scheme not in ("sqlite", "sqlite+pysqlite"):
             raise InvalidArgumentError(
                 f"unsupported database URL scheme {scheme!r}: use a file path, "
-                "':memory:', or a sqlite:/// URL"
+                "':memory:', a sqlite:/// URL or a postgresql+psycopg:// URL"
             )
         if not rest.startswith("/"):
             raise InvalidArgumentError(f"a sqlite URL needs three slashes: {target!r}")
@@ -380,7 +394,7 @@ def acquire_engine(target: str | os.PathLike[str] | None, given: dict[str, Any])
             running engine for this database was opened with.
     """
     options = Options(**given)
-    key, path = locate(target, options.durability)
+    key, location = locate(target, options.durability)
     with _registry_lock:
         engine = _registry.get(key) if key is not None else None
         if engine is not None:
@@ -391,9 +405,9 @@ def acquire_engine(target: str | os.PathLike[str] | None, given: dict[str, Any])
                         f"{item.name}={getattr(engine.options, item.name)!r}"
                     )
         else:
-            if path is not None and path.parent == DEFAULT_PATH.expanduser().parent:
-                path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-            engine = Engine(key or f"memory#{id(options)}", path, options)
+            if isinstance(location, Path) and location.parent == DEFAULT_PATH.expanduser().parent:
+                location.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            engine = Engine(key or f"memory#{id(options)}", location, options)
             if key is not None:
                 _registry[key] = engine
         engine.attach()

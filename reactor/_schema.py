@@ -20,6 +20,14 @@ SCHEMA_VERSION: Final = 4
 
 metadata = sa.MetaData()
 
+
+def _name() -> sa.types.TypeEngine[str]:
+    """A key, scope or lock name: compared and sorted by code point on every backend
+    (SQLite's BINARY; PostgreSQL's "C" collation, whatever the database's default), so
+    that the key ranges of glob patterns and the order of ``keys()`` agree."""
+    return sa.String(1024).with_variant(sa.String(1024, collation="C"), "postgresql")
+
+
 # name -> integer: "schema_version", and "compacted" (see _to_v4).
 meta = sa.Table(
     "reactor_meta",
@@ -32,8 +40,8 @@ meta = sa.Table(
 kv = sa.Table(
     "reactor_kv",
     metadata,
-    sa.Column("scope", sa.String(1024), primary_key=True),
-    sa.Column("key", sa.String(1024), primary_key=True),
+    sa.Column("scope", _name(), primary_key=True),
+    sa.Column("key", _name(), primary_key=True),
     sa.Column("value", sa.Text, nullable=False),
     sa.Column("expires_at", sa.Float, nullable=True),  # epoch seconds; NULL: no expiry
     sa.Column("revision", sa.BigInteger, nullable=False),  # revision of the last change
@@ -47,16 +55,22 @@ _kv_expiry = sa.Index(
 )
 
 # The change log: one row per committed change, written in the write's transaction.
-# SQLite numbers the revisions itself: an INTEGER PRIMARY KEY gets the largest one so far
-# plus one, and compaction always keeps the newest record, so no revision is ever used
-# twice (AUTOINCREMENT would cost an extra table write per commit). Writes hold the
-# database's write lock, so revisions come in commit order.
+# A new record's revision is the largest one so far plus one (SQLite's INTEGER PRIMARY
+# KEY does it itself; on PostgreSQL the writer computes it), and compaction always keeps
+# the newest record, so no revision is ever used twice (AUTOINCREMENT would cost an
+# extra table write per commit). Writes hold the database's write lock (SQLite's, or
+# an advisory lock on PostgreSQL), so revisions come in commit order, with no gaps.
 changes = sa.Table(
     "reactor_changes",
     metadata,
-    sa.Column("revision", sa.Integer, primary_key=True, autoincrement=True),
-    sa.Column("scope", sa.String(1024), nullable=False),
-    sa.Column("key", sa.String(1024), nullable=False),
+    sa.Column(
+        "revision",
+        sa.BigInteger().with_variant(sa.Integer(), "sqlite"),
+        primary_key=True,
+        autoincrement=False,
+    ),
+    sa.Column("scope", _name(), nullable=False),
+    sa.Column("key", _name(), nullable=False),
     sa.Column("type", sa.String(16), nullable=False),
     sa.Column("old_value", sa.Text, nullable=True),
     sa.Column("new_value", sa.Text, nullable=True),
@@ -69,7 +83,7 @@ changes = sa.Table(
 locks = sa.Table(
     "reactor_locks",
     metadata,
-    sa.Column("name", sa.String(1024), primary_key=True),
+    sa.Column("name", _name(), primary_key=True),
     sa.Column("owner", sa.String(64), nullable=True),  # NULL: free
     sa.Column("token", sa.BigInteger, nullable=False),  # fencing token of the last holder
     sa.Column("expires_at", sa.Float, nullable=True),
@@ -82,7 +96,7 @@ _changes_by_scope = sa.Index("reactor_changes_scope", changes.c.scope, changes.c
 subscribers = sa.Table(
     "reactor_subscribers",
     metadata,
-    sa.Column("name", sa.String(1024), primary_key=True),
+    sa.Column("name", _name(), primary_key=True),
     sa.Column("position", sa.BigInteger, nullable=False),  # the last revision acknowledged
     sa.Column("delivered", sa.BigInteger, nullable=False),
     sa.Column("failed", sa.BigInteger, nullable=False),
@@ -92,7 +106,7 @@ subscribers = sa.Table(
 failures = sa.Table(
     "reactor_failures",
     metadata,
-    sa.Column("name", sa.String(1024), primary_key=True),
+    sa.Column("name", _name(), primary_key=True),
     sa.Column("revision", sa.BigInteger, primary_key=True),
     sa.Column("error", sa.Text, nullable=False),
     sa.Column("failed_at", sa.Float, nullable=False),

@@ -271,7 +271,8 @@ class WriteTxn:
 
 
 class Store(Protocol):
-    """A database as the engine uses it. Implementations: ``_sqlite.SQLiteStore``."""
+    """A database as the engine uses it. Implementations: ``_sqlite.SQLiteStore``,
+    ``_postgres.PostgresStore``."""
 
     location: str
 
@@ -318,7 +319,10 @@ class Store(Protocol):
         on_commit: Callable[[list[ChangeRecord]], None] | None = None,
     ) -> tuple[T, list[ChangeRecord]]: ...
 
-    def data_version(self) -> int: ...
+    def await_commits(self, timeout: float) -> int | None:
+        """Wait at most ``timeout`` for a sign that another connection committed; return
+        the highest revision it may have committed, or None without a sign."""
+        ...
 
     def checkpoint(self) -> None: ...
 

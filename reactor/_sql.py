@@ -1,0 +1,322 @@
+"""What the SQL backends share: the statements, and the reads and writes built on them.
+
+Statements are written once, with ``?`` placeholders; a backend whose driver wants
+another style converts them (``_postgres``). A backend provides a way to run a query
+(``SQLStore._query``) and a write connection (``SQLStatements``); everything else here
+works the same on SQLite and PostgreSQL.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any, Final
+
+from ._keys import Pattern
+from ._store import ChangeRecord, LockRow, Row
+
+__all__ = ["SQLStatements", "SQLStore", "TransactionReader"]
+
+_LIVE: Final = "(expires_at IS NULL OR expires_at > ?)"
+GET: Final = f"SELECT value FROM reactor_kv WHERE scope = ? AND key = ? AND {_LIVE}"
+GET_ENTRY: Final = (
+    f"SELECT value, expires_at FROM reactor_kv WHERE scope = ? AND key = ? AND {_LIVE}"
+)
+ITEMS: Final = f"SELECT key, value FROM reactor_kv WHERE scope = ? AND {_LIVE}"
+KEYS: Final = f"SELECT key FROM reactor_kv WHERE scope = ? AND {_LIVE}"
+RANGE: Final = " AND key >= ?"
+RANGE_END: Final = " AND key < ?"
+SCOPES: Final = f"SELECT DISTINCT scope FROM reactor_kv WHERE {_LIVE} ORDER BY scope"
+COUNTS: Final = f"SELECT scope, COUNT(*) FROM reactor_kv WHERE {_LIVE} GROUP BY scope"
+EXPIRED: Final = (
+    "SELECT scope, key FROM reactor_kv WHERE expires_at IS NOT NULL AND expires_at <= ? "
+    "ORDER BY expires_at LIMIT ?"
+)
+ROW: Final = "SELECT value, expires_at, revision FROM reactor_kv WHERE scope = ? AND key = ?"
+ROWS: Final = "SELECT key, value, expires_at, revision FROM reactor_kv WHERE scope = ?"
+UPSERT: Final = (
+    "INSERT INTO reactor_kv (scope, key, value, expires_at, revision) VALUES (?, ?, ?, ?, ?) "
+    "ON CONFLICT (scope, key) DO UPDATE SET value = excluded.value, "
+    "expires_at = excluded.expires_at, revision = excluded.revision"
+)
+DELETE: Final = "DELETE FROM reactor_kv WHERE scope = ? AND key = ?"
+REVISION: Final = "SELECT COALESCE(MAX(revision), 0) FROM reactor_changes"
+CHANGED_SINCE: Final = "SELECT 1 FROM reactor_changes WHERE scope = ? AND revision > ? LIMIT 1"
+COMPACT_UPTO: Final = "DELETE FROM reactor_changes WHERE revision <= ?"
+# By age: everything below the oldest revision still young enough, so that the log
+# stays a contiguous range even if timestamps do not rise with revisions; the newest
+# record always stays (it holds the revision counter: see _schema.changes).
+COMPACT_BEFORE: Final = (
+    "DELETE FROM reactor_changes WHERE revision < COALESCE("
+    "(SELECT MIN(revision) FROM reactor_changes WHERE timestamp >= ?), "
+    "(SELECT MAX(revision) FROM reactor_changes))"
+)
+COMPACTED: Final = "SELECT value FROM reactor_meta WHERE name = 'compacted'"
+LAST_REMOVED: Final = "SELECT COALESCE(MIN(revision), ?) - 1 FROM reactor_changes"
+SLOWEST: Final = "SELECT MIN(position) FROM reactor_subscribers"
+LOG_AFTER: Final = (
+    "SELECT scope, key, type, old_value, new_value, ops, revision, timestamp "
+    "FROM reactor_changes WHERE revision > ? AND revision <= ? ORDER BY revision LIMIT ?"
+)
+POSITION: Final = "SELECT position FROM reactor_subscribers WHERE name = ?"
+SUBSCRIBERS: Final = "SELECT name, position, delivered, failed FROM reactor_subscribers"
+SAVE_POSITION: Final = (
+    "INSERT INTO reactor_subscribers (name, position, delivered, failed, updated_at) "
+    "VALUES (?, ?, ?, ?, ?) ON CONFLICT (name) DO UPDATE SET position = excluded.position, "
+    "delivered = excluded.delivered, failed = excluded.failed, updated_at = excluded.updated_at"
+)
+RECORD_FAILURE: Final = (
+    "INSERT INTO reactor_failures (name, revision, error, failed_at) VALUES (?, ?, ?, ?) "
+    "ON CONFLICT (name, revision) DO UPDATE SET error = excluded.error, "
+    "failed_at = excluded.failed_at"
+)
+LOCK: Final = "SELECT owner, token, expires_at FROM reactor_locks WHERE name = ?"
+SAVE_LOCK: Final = (
+    "INSERT INTO reactor_locks (name, owner, token, expires_at) VALUES (?, ?, ?, ?) "
+    "ON CONFLICT (name) DO UPDATE SET owner = excluded.owner, token = excluded.token, "
+    "expires_at = excluded.expires_at"
+)
+LOCKS_HELD: Final = "SELECT COUNT(*) FROM reactor_locks WHERE owner IS NOT NULL AND expires_at > ?"
+IN_CHUNK: Final = 500  # keys per IN (...) list, well under every driver's variable limit
+
+
+def ranged(
+    sql: str, scope: str, bounds: tuple[str, str | None] | None, *live: float
+) -> tuple[str, tuple[Any, ...]]:
+    """``sql`` narrowed to the keys from ``bounds[0]`` up to (not including) ``bounds[1]``."""
+    params: tuple[Any, ...] = (scope, *live)
+    if bounds is not None:
+        low, high = bounds
+        sql += RANGE
+        params += (low,)
+        if high is not None:
+            sql += RANGE_END
+            params += (high,)
+    return sql, params
+
+
+class _RowReads:
+    """Reading rows as a write transaction sees them; ``_all`` runs a query."""
+
+    __slots__ = ()
+
+    def _all(self, sql: str, params: tuple[Any, ...]) -> list[Any]:
+        raise NotImplementedError
+
+    def fetch_row(self, scope: str, key: str) -> Row | None:
+        found = self._all(ROW, (scope, key))
+        return Row(*found[0]) if found else None
+
+    def fetch_rows(
+        self, scope: str, bounds: tuple[str, str | None] | None
+    ) -> list[tuple[str, Row]]:
+        sql, params = ranged(ROWS, scope, bounds)
+        return [
+            (key, Row(value, expires_at, revision))
+            for key, value, expires_at, revision in self._all(sql, params)
+        ]
+
+    def fetch_lock(self, name: str) -> LockRow | None:
+        found = self._all(LOCK, (name,))
+        return LockRow(*found[0]) if found else None
+
+    def fetch_many(self, scope: str, keys: list[str]) -> dict[str, Row]:
+        found: dict[str, Row] = {}
+        unique = list(dict.fromkeys(keys))
+        for start in range(0, len(unique), IN_CHUNK):
+            chunk = unique[start : start + IN_CHUNK]
+            sql = f"{ROWS} AND key IN ({', '.join('?' * len(chunk))})"
+            for key, value, expires_at, revision in self._all(sql, (scope, *chunk)):
+                found[key] = Row(value, expires_at, revision)
+        return found
+
+
+class SQLStatements(_RowReads):
+    """The write-path statements (``_store.Statements``) on a backend's write connection,
+    inside the transaction the backend began.
+
+    A backend supplies ``_all`` (a query's rows), ``_run`` (a statement's row count),
+    ``_many`` (one statement, many parameter rows), ``append_log`` and the statement
+    that raises the compaction horizon. Driver errors become reactor errors in those
+    three, so that the actor can tell a failed transaction (which fails its whole
+    batch) from a request that does not apply.
+    """
+
+    __slots__ = ()
+
+    SET_COMPACTED: str = ""
+
+    def _run(self, sql: str, params: tuple[Any, ...]) -> int:
+        raise NotImplementedError
+
+    def _many(self, sql: str, rows: list[tuple[Any, ...]]) -> None:
+        raise NotImplementedError
+
+    def append_log(self, records: list[ChangeRecord]) -> int:
+        raise NotImplementedError
+
+    def write_rows(
+        self, upserts: list[tuple[str, str, str, float | None, int]], deletes: list[tuple[str, str]]
+    ) -> None:
+        if len(deletes) == 1:  # execute(), not executemany(): a few microseconds less
+            self._run(DELETE, deletes[0])
+        elif deletes:
+            self._many(DELETE, deletes)
+        if len(upserts) == 1:
+            self._run(UPSERT, upserts[0])
+        elif upserts:
+            self._many(UPSERT, upserts)
+
+    def current_revision(self) -> int:
+        return int(self._all(REVISION, ())[0][0])
+
+    def changed_since(self, scope: str, revision: int) -> bool:
+        if self._all(CHANGED_SINCE, (scope, revision)):
+            return True
+        # A log compacted past the revision can no longer tell: assume a change.
+        return int(self._all(COMPACTED, ())[0][0]) > revision
+
+    def compact(self, upto_revision: int | None, before: float | None) -> int:
+        """Drop log records up to a revision and/or older than a time, but none that a
+        durable subscriber has yet to acknowledge; remember how far the log is gone."""
+        removed = 0
+        slowest = self._all(SLOWEST, ())[0][0]
+        if upto_revision is not None:
+            if slowest is not None:
+                upto_revision = min(upto_revision, slowest)
+            removed += self._run(COMPACT_UPTO, (upto_revision,))
+        if before is not None:
+            if slowest is not None:
+                removed += self._run(COMPACT_BEFORE + " AND revision <= ?", (before, slowest))
+            else:
+                removed += self._run(COMPACT_BEFORE, (before,))
+        if removed:
+            revision = self.current_revision()
+            gone = int(self._all(LAST_REMOVED, (revision + 1,))[0][0])
+            self._run(self.SET_COMPACTED, (gone,))
+        return removed
+
+    def save_position(
+        self, name: str, position: int, delivered: int, failed: int, now: float
+    ) -> None:
+        self._run(SAVE_POSITION, (name, position, delivered, failed, now))
+
+    def record_failure(self, name: str, revision: int, error: str, now: float) -> None:
+        self._run(RECORD_FAILURE, (name, revision, error, now))
+
+    def save_lock(self, name: str, row: LockRow) -> None:
+        self._run(SAVE_LOCK, (name, row.owner, row.token, row.expires_at))
+
+
+class TransactionReader(_RowReads):
+    """The read statements of a write transaction, for a transaction body: each runs
+    as a plain read of the store, outside any database transaction."""
+
+    __slots__ = ("_store",)
+
+    def __init__(self, store: SQLStore) -> None:
+        self._store = store
+
+    def _all(self, sql: str, params: tuple[Any, ...]) -> list[Any]:
+        return self._store._query(sql, params)
+
+    def append_log(self, *_: object) -> int:
+        raise AssertionError("a transaction body never writes")
+
+    def write_rows(self, *_: object) -> None:
+        raise AssertionError("a transaction body never writes")
+
+    def current_revision(self) -> int:
+        return self._store.revision()
+
+    def changed_since(self, *_: object) -> bool:
+        raise AssertionError("only a commit checks for changes")
+
+    def compact(self, *_: object) -> int:
+        raise AssertionError("a transaction body never compacts")
+
+    def save_position(self, *_: object) -> None:
+        raise AssertionError("a transaction body never moves subscribers")
+
+    def record_failure(self, *_: object) -> None:
+        raise AssertionError("a transaction body never moves subscribers")
+
+    def save_lock(self, *_: object) -> None:
+        raise AssertionError("locks are not part of transactions")
+
+
+class SQLStore:
+    """The reads of a SQL store; a backend supplies ``_query`` and the rest of
+    ``_store.Store`` (writes, snapshots, following other processes, closing)."""
+
+    location: str
+
+    def _query(self, sql: str, params: tuple[Any, ...]) -> list[Any]:
+        raise NotImplementedError
+
+    def get(self, scope: str, key: str, now: float) -> str | None:
+        found = self._query(GET, (scope, key, now))
+        return found[0][0] if found else None
+
+    def get_entry(self, scope: str, key: str, now: float) -> tuple[str, float | None] | None:
+        found = self._query(GET_ENTRY, (scope, key, now))
+        return (found[0][0], found[0][1]) if found else None
+
+    def get_many(self, scope: str, keys: Iterable[str], now: float) -> dict[str, str]:
+        wanted = list(dict.fromkeys(keys))
+        found: dict[str, str] = {}
+        for start in range(0, len(wanted), IN_CHUNK):
+            chunk = wanted[start : start + IN_CHUNK]
+            sql = f"{ITEMS} AND key IN ({', '.join('?' * len(chunk))})"
+            found.update(self._query(sql, (scope, now, *chunk)))
+        return {key: found[key] for key in wanted if key in found}
+
+    def items(self, scope: str, pattern: Pattern, now: float) -> list[tuple[str, str]]:
+        sql, params = ranged(ITEMS, scope, pattern.bounds(), now)
+        rows: list[tuple[str, str]] = self._query(sql + " ORDER BY key", params)
+        if pattern.matches_all:
+            return rows
+        return [(key, value) for key, value in rows if pattern.matches(key)]
+
+    def keys(self, scope: str, pattern: Pattern, now: float) -> list[str]:
+        sql, params = ranged(KEYS, scope, pattern.bounds(), now)
+        return [
+            key for (key,) in self._query(sql + " ORDER BY key", params) if pattern.matches(key)
+        ]
+
+    def scopes(self, now: float) -> list[str]:
+        return [scope for (scope,) in self._query(SCOPES, (now,))]
+
+    def counts(self, now: float) -> dict[str, int]:
+        return {scope: int(count) for scope, count in self._query(COUNTS, (now,))}
+
+    def expired(self, now: float, limit: int) -> list[tuple[str, str]]:
+        return [(scope, key) for scope, key in self._query(EXPIRED, (now, limit))]
+
+    def revision(self) -> int:
+        return int(self._query(REVISION, ())[0][0])
+
+    def reader(self) -> TransactionReader:
+        return TransactionReader(self)
+
+    def log_after(self, revision: int, limit: int, upto: int | None = None) -> list[ChangeRecord]:
+        """The change records after ``revision`` (up to ``upto``), oldest first."""
+        last = upto if upto is not None else 2**63 - 1
+        return [ChangeRecord(*row) for row in self._query(LOG_AFTER, (revision, last, limit))]
+
+    def compacted(self) -> int:
+        """Every change-log record up to this revision may have been compacted away."""
+        return int(self._query(COMPACTED, ())[0][0])
+
+    def position(self, name: str) -> int | None:
+        found = self._query(POSITION, (name,))
+        return int(found[0][0]) if found else None
+
+    def subscribers(self) -> dict[str, tuple[int, int, int]]:
+        """Each durable subscriber's position, events delivered and events failed."""
+        return {
+            name: (int(position), int(delivered), int(failed))
+            for name, position, delivered, failed in self._query(SUBSCRIBERS, ())
+        }
+
+    def locks_held(self, now: float) -> int:
+        return int(self._query(LOCKS_HELD, (now,))[0][0])
