@@ -3,7 +3,9 @@
 
     python3 dev.py demo           run the demo
     python3 dev.py test [-- ARGS] lint (ruff), types (mypy --strict), docs (mkdocs
-                                  --strict), then the test suite (pytest ARGS)
+                                  --strict), then the test suite (pytest ARGS) on
+                                  SQLite, and again on PostgreSQL when
+                                  $REACTOR_TEST_POSTGRES_URL names a server
     python3 dev.py pytest ARGS    the test suite alone
 
 The virtual environment lives in .venv; it is (re)installed when pyproject.toml changes.
@@ -23,6 +25,7 @@ ROOT = Path(__file__).resolve().parent
 VENV = ROOT / ".venv"
 BIN = VENV / ("Scripts" if os.name == "nt" else "bin")
 STAMP = VENV / ".reactor-installed"
+POSTGRES_ENV = "REACTOR_TEST_POSTGRES_URL"
 
 
 def run(*command: str | Path) -> None:
@@ -60,6 +63,10 @@ def main(argv: list[str]) -> None:
         with tempfile.TemporaryDirectory() as site:
             run(BIN / "mkdocs", "build", "--strict", "--quiet", "--site-dir", site)
         run(BIN / "python", "-m", "pytest", *rest)
+        if os.environ.get(POSTGRES_ENV):
+            run(BIN / "python", "-m", "pytest", "--backend=postgresql", *rest)
+        else:
+            print(f"the PostgreSQL pass did not run: ${POSTGRES_ENV} is not set", flush=True)
     elif command == "pytest":
         run(BIN / "python", "-m", "pytest", *rest)
     else:

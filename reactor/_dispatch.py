@@ -101,6 +101,9 @@ class Dispatcher:
     def catch_up(self) -> None:
         """Publish what other processes committed since the last revision handed on."""
         with self._lock:
+            if not self._wanted():  # nobody listens: only keep count of the revisions
+                self._published = max(self._published, self._store.revision())
+                return
             while True:
                 records = self._store.log_after(self._published, _PAGE)
                 if not records:

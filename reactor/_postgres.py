@@ -37,7 +37,7 @@ import sqlalchemy as sa
 from sqlalchemy.pool import NullPool
 
 from ._schema import migrate
-from ._sql import ITEMS, REVISION, SQLStatements, SQLStore
+from ._sql import DELETE, ITEMS, REVISION, UPSERT, SQLStatements, SQLStore
 from ._store import ChangeRecord, WriteTxn
 from .errors import BusyError, ClosedError, ReactorError, StorageError
 
@@ -53,13 +53,7 @@ logger = logging.getLogger("reactor")
 
 T = TypeVar("T")
 
-LOG_ONE: Final = (
-    "INSERT INTO reactor_changes "
-    "(revision, scope, key, type, old_value, new_value, ops, timestamp) "
-    "SELECT COALESCE(MAX(revision), 0) + 1, %s, %s, %s, %s, %s, %s, %s FROM reactor_changes "
-    "RETURNING revision"
-)
-LOG_MANY: Final = (
+LOG: Final = (
     "INSERT INTO reactor_changes "
     "(revision, scope, key, type, old_value, new_value, ops, timestamp) "
     "VALUES (%s, %s, %s, %s, %s, %s, %s, %s)"
@@ -70,6 +64,7 @@ SIZE: Final = (
     "AND c.relkind = 'r' AND c.relname IN ('reactor_meta', 'reactor_kv', 'reactor_changes', "
     "'reactor_locks', 'reactor_subscribers', 'reactor_failures')"
 )
+MIGRATION_LOCK: Final = int.from_bytes(b"reactor", "big")  # one advisory lock key
 SYNCHRONOUS_COMMIT: Final = {"normal": "on", "full": "on", "memory": "off"}
 
 _converted: dict[str, str] = {}
@@ -99,10 +94,9 @@ def normalize_url(target: str) -> sa.URL:
         url = sa.make_url(target)
     except sa.exc.ArgumentError as exc:
         raise InvalidArgumentError(f"not a database URL: {exc}") from None
-    driver = url.get_driver_name()
     if url.drivername in ("postgresql", "postgres"):
         url = url.set(drivername="postgresql+psycopg")
-    elif driver != "psycopg":
+    elif url.drivername != "postgresql+psycopg":
         raise InvalidArgumentError(
             f"reactor talks to PostgreSQL through psycopg 3: use postgresql+psycopg://, "
             f"not {url.drivername}://"
@@ -120,14 +114,21 @@ def translate(exc: Exception) -> ReactorError:
 
 
 class _Statements(SQLStatements):
-    """The write-path statements on the writer connection, in its transaction."""
+    """The write-path statements on the writer connection, in its transaction.
 
-    __slots__ = ("_conn",)
+    The writes of a flush (log records, rows) are held back and sent with the commit,
+    in one round trip (``finish``); revisions follow the largest one when the
+    transaction began (it holds the write lock, and compaction keeps the newest record).
+    """
+
+    __slots__ = ("_conn", "_next", "_queued")
 
     SET_COMPACTED = "UPDATE reactor_meta SET value = GREATEST(value, ?) WHERE name = 'compacted'"
 
-    def __init__(self, conn: psycopg.Connection[Any]) -> None:
+    def __init__(self, conn: psycopg.Connection[Any], last_revision: int) -> None:
         self._conn = conn
+        self._next = last_revision + 1
+        self._queued: list[tuple[str, list[tuple[Any, ...]]]] = []
 
     def _all(self, sql: str, params: tuple[Any, ...]) -> list[Any]:
         try:
@@ -142,51 +143,51 @@ class _Statements(SQLStatements):
             raise translate(exc) from exc
 
     def _many(self, sql: str, rows: list[tuple[Any, ...]]) -> None:
-        try:
-            with self._conn.cursor() as cursor:
-                cursor.executemany(_pg(sql), rows)
-        except psycopg.Error as exc:
-            raise translate(exc) from exc
+        self._queued.append((_pg(sql), rows))
+
+    def write_rows(
+        self, upserts: list[tuple[str, str, str, float | None, int]], deletes: list[tuple[str, str]]
+    ) -> None:
+        if deletes:
+            self._many(DELETE, deletes)
+        if upserts:
+            self._many(UPSERT, upserts)
+
+    def current_revision(self) -> int:
+        return self._next - 1
 
     def append_log(self, records: list[ChangeRecord]) -> int:
-        # The advisory lock is held: nobody else numbers records until this commits, and
-        # compaction keeps the newest record, so the largest revision plus one is new.
-        try:
-            first = records[0]
-            found = self._conn.execute(
-                LOG_ONE,
-                (
-                    first.scope,
-                    first.key,
-                    first.type,
-                    first.old_value,
-                    first.new_value,
-                    first.ops,
-                    first.timestamp,
-                ),
-            ).fetchall()
-            revision = int(found[0][0])
-            if len(records) > 1:
-                with self._conn.cursor() as cursor:
-                    cursor.executemany(
-                        LOG_MANY,
-                        [
-                            (
-                                revision + offset,
-                                r.scope,
-                                r.key,
-                                r.type,
-                                r.old_value,
-                                r.new_value,
-                                r.ops,
-                                r.timestamp,
-                            )
-                            for offset, r in enumerate(records[1:], start=1)
-                        ],
+        first = self._next
+        self._next += len(records)
+        self._queued.append(
+            (
+                LOG,
+                [
+                    (
+                        first + n,
+                        r.scope,
+                        r.key,
+                        r.type,
+                        r.old_value,
+                        r.new_value,
+                        r.ops,
+                        r.timestamp,
                     )
-        except psycopg.Error as exc:
-            raise translate(exc) from exc
-        return revision
+                    for n, r in enumerate(records)
+                ],
+            )
+        )
+        return first
+
+    def finish(self, notify: str | None) -> None:
+        """Send what is held back, the notification and the commit, in one round trip."""
+        conn = self._conn
+        with conn.pipeline(), conn.cursor() as cursor:
+            for sql, rows in self._queued:
+                cursor.executemany(sql, rows)
+            if notify is not None:
+                cursor.execute(notify)
+            cursor.execute("COMMIT")
 
 
 class PostgresStore(SQLStore):
@@ -225,7 +226,7 @@ class PostgresStore(SQLStore):
         # The advisory lock key and the notification channel of this reactor database.
         self._lock_key = int.from_bytes(digest, "big", signed=True)
         self._channel = f"reactor_{digest.hex()}"
-        self._begin = f"BEGIN; SELECT pg_advisory_xact_lock({self._lock_key})"
+        self._begin = f"BEGIN; SELECT pg_advisory_xact_lock({self._lock_key}); {REVISION}"
 
     # -- connections ---------------------------------------------------------------
     def _on_connect(self, dbapi_conn: Any, _record: object) -> None:
@@ -265,10 +266,13 @@ class PostgresStore(SQLStore):
             try:
                 rows = conn.execute(statement, params).fetchall()
             except psycopg.OperationalError as exc:
-                # An idle connection the server dropped: a read may try once more.
+                # The server dropped the connection (restarted, or killed it): the idle
+                # ones are likely gone too. A read may try once more, on a new one.
                 self._discard(conn)
                 if attempt == 2 or not conn.closed:
                     raise translate(exc) from exc
+                while self._idle:
+                    self._discard(self._idle.pop())
                 continue
             except psycopg.Error as exc:
                 self._idle.append(conn)
@@ -347,18 +351,18 @@ class PostgresStore(SQLStore):
         if not self._gate.acquire(timeout=self._timeout):
             raise BusyError(f"this process's writer stayed busy for more than {self._timeout} s")
         try:
-            conn = self._writing()
+            conn, last_revision = self._begin_writing()
             try:
-                conn.execute(self._begin)
                 try:
-                    txn = WriteTxn(_Statements(conn), now)
+                    statements = _Statements(conn, last_revision)
+                    txn = WriteTxn(statements, now)
                     result = work(txn)
                     records = txn.flush()
-                    if records:
-                        # NOTIFY is sent at commit, and only if it commits.
-                        conn.execute(f"NOTIFY {self._channel}, '{records[-1].revision}'; COMMIT")
-                    else:
-                        conn.execute("COMMIT")
+                    # NOTIFY is sent at commit, and only if it commits.
+                    notify = (
+                        f"NOTIFY {self._channel}, '{records[-1].revision}'" if records else None
+                    )
+                    statements.finish(notify)
                 except BaseException:
                     self._abandon(conn)
                     raise
@@ -373,17 +377,33 @@ class PostgresStore(SQLStore):
         finally:
             self._gate.release()
 
-    def _writing(self) -> psycopg.Connection[Any]:
-        """The writer connection, replaced if the server dropped it."""
+    def _begin_writing(self) -> tuple[psycopg.Connection[Any], int]:
+        """Begin a write transaction holding the write lock; return the connection and
+        the last revision. A writer connection the server dropped is replaced (once:
+        nothing was sent on it yet)."""
         if self._closed:
             raise ClosedError("the database is closed")
-        conn = self._writer
-        if conn is None or conn.closed:
+        for attempt in (1, 2):
+            conn = self._writer
+            if conn is None or conn.closed:
+                try:
+                    conn = self._writer = self._connect()
+                except sa.exc.DBAPIError as exc:
+                    raise StorageError(f"cannot connect to {self.location}: {exc.orig}") from exc
             try:
-                conn = self._writer = self._connect()
-            except sa.exc.DBAPIError as exc:
-                raise StorageError(f"cannot connect to {self.location}: {exc.orig}") from exc
-        return conn
+                # One round trip: begin, take the write lock, read the last revision.
+                cursor = conn.execute(self._begin)
+                cursor.nextset()
+                cursor.nextset()
+                return conn, int(cursor.fetchall()[0][0])
+            except psycopg.OperationalError as exc:
+                self._abandon(conn)
+                if attempt == 2 or not conn.closed:
+                    raise translate(exc) from exc
+            except psycopg.Error as exc:
+                self._abandon(conn)
+                raise translate(exc) from exc
+        raise AssertionError("unreachable")  # pragma: no cover
 
     def _abandon(self, conn: psycopg.Connection[Any]) -> None:
         """Roll back what a failed write began (or drop the connection if it cannot)."""
@@ -406,7 +426,10 @@ class PostgresStore(SQLStore):
                 opened, self._opened = self._opened, []
             for proxy in opened:
                 try:
-                    proxy.close()
+                    if proxy.driver_connection.closed:
+                        proxy.invalidate()  # no reset (and no logged error) on a dead one
+                    else:
+                        proxy.close()
                 except Exception:
                     logger.debug("closing a connection failed", exc_info=True)
             self._idle.clear()
@@ -418,4 +441,4 @@ class PostgresStore(SQLStore):
 
 def _lock_migrations(conn: sa.Connection) -> None:
     # Processes opening a new database at once take turns to migrate it.
-    conn.exec_driver_sql("SELECT pg_advisory_xact_lock(7370656374726f72)")
+    conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK})")

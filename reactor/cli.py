@@ -57,6 +57,22 @@ def demo(db: str) -> None:
 )
 @click.option("--threads", type=click.IntRange(min=1), default=4, show_default=True)
 @click.option("--processes", type=click.IntRange(min=1), default=4, show_default=True)
+@click.option(
+    "--backend",
+    type=click.Choice(["sqlite", "postgresql"]),
+    default="sqlite",
+    show_default=True,
+    help="Where reactor keeps its database (a fresh schema per mode on PostgreSQL); "
+    "the peers stay as they are.",
+)
+@click.option(
+    "--url",
+    envvar=["REACTOR_BENCH_POSTGRES_URL", "REACTOR_TEST_POSTGRES_URL"],
+    show_envvar=True,
+    default="postgresql+psycopg://postgres@127.0.0.1:5432/test",
+    show_default=True,
+    help="The PostgreSQL server for --backend postgresql.",
+)
 def bench(
     quick: bool,
     rounds: int | None,
@@ -65,24 +81,36 @@ def bench(
     db_dir: str | None,
     threads: int,
     processes: int,
+    backend: str,
+    url: str,
 ) -> None:
     """Measure reactor against dict+lock, sqlite3, diskcache, sqlitedict and Redis."""
-    from ._bench import Options, run
+    from ._bench import BackendUnavailable, Options, run
     from ._bench.report import render, write_json
 
+    if scale and backend != "sqlite":
+        raise click.UsageError("--scale runs on SQLite only: leave out --backend postgresql")
+    given = click.get_current_context().get_parameter_source("url")
+    if backend == "sqlite" and given is click.core.ParameterSource.COMMANDLINE:
+        raise click.UsageError("--url goes with --backend postgresql")
     console = Console()
-    with console.status("reactor bench") as status:
-        result = run(
-            Options(
-                quick=quick,
-                rounds=rounds,
-                scale=scale,
-                db_dir=db_dir,
-                threads=threads,
-                processes=processes,
-                progress=lambda message: status.update(f"reactor bench: {message}"),
+    try:
+        with console.status("reactor bench") as status:
+            result = run(
+                Options(
+                    quick=quick,
+                    rounds=rounds,
+                    scale=scale,
+                    db_dir=db_dir,
+                    threads=threads,
+                    processes=processes,
+                    backend=backend,
+                    url=url,
+                    progress=lambda message: status.update(f"reactor bench: {message}"),
+                )
             )
-        )
+    except BackendUnavailable as exc:
+        raise click.ClickException(str(exc)) from None
     render(result, console)
     if json_file is not None:
         write_json(result, json_file)

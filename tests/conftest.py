@@ -1,18 +1,122 @@
-"""Fixtures shared by the suite: real SQLite files, an injectable clock, clean-up."""
+"""Fixtures shared by the suite: a real database for each test, an injectable clock,
+clean-up.
+
+The suite runs on SQLite files by default; ``--backend=postgresql`` runs it again on
+the PostgreSQL server named by ``REACTOR_TEST_POSTGRES_URL``, each test in a schema of
+its own (dropped afterwards). Tests of what only SQLite has (its files, pragmas, WAL)
+are marked ``sqlite_only`` and skip there, saying why.
+"""
 
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+import sqlalchemy as sa
 
 import reactor
 from reactor import _engine
+
+POSTGRES_ENV = "REACTOR_TEST_POSTGRES_URL"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--backend",
+        choices=("sqlite", "postgresql"),
+        default="sqlite",
+        help=f"the database the suite runs on (postgresql: the server in ${POSTGRES_ENV})",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if config.getoption("backend") != "postgresql":
+        return
+    url = os.environ.get(POSTGRES_ENV)
+    if not url:
+        raise pytest.UsageError(f"--backend=postgresql needs ${POSTGRES_ENV} (a server URL)")
+    try:
+        PostgresSchemas(url).drop_all()  # connects: fail now if the server does not answer
+    except Exception as exc:
+        raise pytest.UsageError(
+            f"the PostgreSQL server at ${POSTGRES_ENV} does not answer: {exc}"
+        ) from exc
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if config.getoption("backend") != "postgresql":
+        return
+    for item in items:
+        marker = item.get_closest_marker("sqlite_only")
+        if marker is not None:
+            why = marker.args[0] if marker.args else "it tests SQLite itself"
+            item.add_marker(pytest.mark.skip(reason=f"SQLite only: {why}"))
+
+
+def postgres_url() -> str:
+    """The test server's URL, or a skip saying how to give one."""
+    url = os.environ.get(POSTGRES_ENV)
+    if not url:
+        pytest.skip(f"PostgreSQL tests need ${POSTGRES_ENV} (e.g. postgresql+psycopg://...)")
+    return url
+
+
+class PostgresSchemas:
+    """Fresh schemas on the test server, each a reactor database of its own."""
+
+    def __init__(self, url: str) -> None:
+        self.url = sa.make_url(url)
+        admin = self.url.set(drivername="postgresql").render_as_string(hide_password=False)
+        import psycopg
+
+        self._admin = psycopg.connect(admin, autocommit=True, connect_timeout=10)
+        self._created: list[str] = []
+
+    def create(self) -> str:
+        """A new, empty schema; the URL of a reactor database in it."""
+        name = f"t_{uuid.uuid4().hex[:16]}"
+        self._admin.execute(f"CREATE SCHEMA {name}")
+        self._created.append(name)
+        options = {"options": f"-csearch_path={name}"}
+        return self.url.update_query_dict(options).render_as_string(hide_password=False)
+
+    def drop_all(self) -> None:
+        self._admin.execute("SET lock_timeout = '10s'")
+        for name in self._created:
+            self._admin.execute(f"DROP SCHEMA IF EXISTS {name} CASCADE")
+        self._created.clear()
+        self._admin.close()
+
+
+def backend(config: pytest.Config) -> str:
+    return str(config.getoption("backend"))
+
+
+def raw_query(db: Any, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    """Rows of ``sql`` (``?`` placeholders) read straight from a test database, SQLite
+    file or PostgreSQL URL, past reactor."""
+    if isinstance(db, str) and db.startswith("postgresql"):
+        import psycopg
+
+        url = sa.make_url(db).set(drivername="postgresql")
+        options = url.query.get("options")
+        conninfo = url.set(query={}).render_as_string(hide_password=False)
+        with psycopg.connect(conninfo, options=options, autocommit=True) as conn:
+            cursor = conn.execute(sql.replace("?", "%s"), params)
+            return [] if cursor.description is None else [tuple(row) for row in cursor]
+    import sqlite3
+
+    with sqlite3.connect(db) as conn:
+        rows = conn.execute(sql, params).fetchall()
+    conn.close()
+    return rows
 
 
 class FakeClock:
@@ -54,8 +158,19 @@ def clock() -> FakeClock:
 
 
 @pytest.fixture
-def db_path(tmp_path: Path) -> Path:
-    return tmp_path / "state.db"
+def db_path(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
+    """The test's database: a SQLite file, or (``--backend=postgresql``) the URL of a
+    fresh PostgreSQL schema. Either goes to ``reactor.open`` as it is."""
+    if backend(request.config) != "postgresql":
+        yield tmp_path / "state.db"
+        return
+    schemas = PostgresSchemas(postgres_url())
+    try:
+        yield schemas.create()
+    finally:
+        for engine in list(_engine._live_engines):
+            engine.close()
+        schemas.drop_all()
 
 
 @pytest.fixture

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import sqlite3
 import subprocess
 import sys
 import textwrap
@@ -18,15 +17,14 @@ import pytest
 import reactor
 from tests.conftest import wait_for
 
+from .conftest import raw_query
+
 Opener = Callable[..., reactor.State]
 
 
 def _position(db_path: Path, name: str) -> int | None:
-    with sqlite3.connect(db_path) as conn:
-        row = conn.execute(
-            "SELECT position FROM reactor_subscribers WHERE name = ?", (name,)
-        ).fetchone()
-    return None if row is None else int(row[0])
+    rows = raw_query(db_path, "SELECT position FROM reactor_subscribers WHERE name = ?", (name,))
+    return None if not rows else int(rows[0][0])
 
 
 def test_a_new_durable_name_starts_now_and_stores_its_position(db_path: Path) -> None:
@@ -103,8 +101,7 @@ def test_a_failing_callback_is_retried_then_recorded_and_skipped(
     scope.set("fine", 1)
     wait_for(lambda: attempts.get("fine") == 1)
     assert attempts == {"poison": 3, "twice": 2, "fine": 1}
-    with sqlite3.connect(db_path) as conn:
-        failures = conn.execute("SELECT name, revision, error FROM reactor_failures").fetchall()
+    failures = raw_query(db_path, "SELECT name, revision, error FROM reactor_failures")
     assert [(name, revision) for name, revision, _ in failures] == [("billing", 1)]
     assert "ValueError: cannot bill this" in failures[0][2]
     stats = state.stats()["durable_subscribers"]["billing"]
@@ -234,8 +231,7 @@ def test_a_callback_that_meets_a_closed_engine_is_not_recorded_as_failed(db_path
     state.scope("s").set("k", 1)
     assert started.wait(5)
     state.close()
-    with sqlite3.connect(db_path) as conn:
-        assert conn.execute("SELECT COUNT(*) FROM reactor_failures").fetchone()[0] == 0
+    assert raw_query(db_path, "SELECT COUNT(*) FROM reactor_failures") == [(0,)]
     with reactor.open(db_path) as again:  # the event is delivered again, and taken
         seen: list[int] = []
         again.subscribe(lambda e: seen.append(e.revision), scope="s", durable="ledger-keeper")

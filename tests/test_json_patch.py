@@ -14,7 +14,6 @@ member, a pointer that is not RFC 6901 syntax, a ``move`` into its own child).
 from __future__ import annotations
 
 import json
-import sqlite3
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -24,6 +23,8 @@ import pytest
 
 import reactor
 from tests.conftest import canon
+
+from .conftest import raw_query
 
 KEY = "doc"
 
@@ -35,10 +36,9 @@ def scope(state: reactor.State) -> reactor.Scope:
 
 def log(db_path: Path, key: str = KEY) -> list[tuple[str, Any]]:
     """The change-log rows of ``key``: (type, decoded ops)."""
-    with sqlite3.connect(db_path) as conn:
-        rows = conn.execute(
-            "SELECT type, ops FROM reactor_changes WHERE key = ? ORDER BY revision", (key,)
-        ).fetchall()
+    rows = raw_query(
+        db_path, "SELECT type, ops FROM reactor_changes WHERE key = ? ORDER BY revision", (key,)
+    )
     return [(kind, None if ops is None else json.loads(ops)) for kind, ops in rows]
 
 
@@ -1262,10 +1262,9 @@ def test_one_patch_is_one_change_carrying_the_patch(scope: reactor.Scope, db_pat
     assert result.errors == []
     assert scope.get(KEY) == {"n": 1, "l": ["a", "b"], "m": ["a", "b"]}
     assert log(db_path) == [("created", None), ("updated", patch)]
-    with sqlite3.connect(db_path) as conn:
-        old, new = conn.execute(
-            "SELECT old_value, new_value FROM reactor_changes WHERE type = 'updated'"
-        ).fetchone()
+    [(old, new)] = raw_query(
+        db_path, "SELECT old_value, new_value FROM reactor_changes WHERE type = 'updated'"
+    )
     assert json.loads(old) == {"n": 0, "l": []}
     assert json.loads(new) == {"n": 1, "l": ["a", "b"], "m": ["a", "b"]}
 

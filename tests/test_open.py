@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
-import sqlite3
 import stat
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 import reactor
 from reactor import _schema
+
+from .conftest import raw_query
 
 Opener = Callable[..., reactor.State]
 
@@ -85,9 +87,11 @@ def test_default_database_is_reactor_db_then_home(
     assert stat.S_IMODE(home_db.parent.stat().st_mode) == 0o700
 
 
-def test_handles_to_one_database_share_one_engine(open_state: Opener, db_path: Path) -> None:
+def test_handles_to_one_database_share_one_engine(open_state: Opener, db_path: Any) -> None:
     first = open_state()
-    second = open_state(str(db_path.parent / "." / db_path.name))
+    # The same file by another spelling (a URL is taken as it is).
+    same = db_path if isinstance(db_path, str) else str(db_path.parent / "." / db_path.name)
+    second = open_state(same)
     assert first._engine is second._engine
     first.close()
     second.scope("s").set("still", "open")  # the engine lives while a handle does
@@ -148,6 +152,7 @@ def test_conflicting_options_for_a_running_engine_are_refused(open_state: Opener
         open_state(max_depth=11)
 
 
+@pytest.mark.sqlite_only("SQLite's journal mode and synchronous pragma")
 @pytest.mark.parametrize(("durability", "synchronous"), [("normal", 1), ("full", 2)])
 def test_durability_sets_wal_and_synchronous(
     open_state: Opener, durability: str, synchronous: int
@@ -159,6 +164,7 @@ def test_durability_sets_wal_and_synchronous(
         assert conn.execute("PRAGMA synchronous").fetchone()[0] == synchronous
 
 
+@pytest.mark.sqlite_only("the database files")
 def test_database_files_are_private(open_state: Opener, db_path: Path) -> None:
     open_state().scope("s").set("k", 1)
     for suffix in ("", "-wal", "-shm"):
@@ -167,13 +173,22 @@ def test_database_files_are_private(open_state: Opener, db_path: Path) -> None:
         assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
 
 
-def _raw_version(path: Path) -> int:
-    with sqlite3.connect(path) as conn:
-        return int(
-            conn.execute("SELECT value FROM reactor_meta WHERE name = 'schema_version'").fetchone()[
-                0
-            ]
-        )
+def _raw_version(db: Any) -> int:
+    return int(raw_query(db, "SELECT value FROM reactor_meta WHERE name = 'schema_version'")[0][0])
+
+
+def _sqlalchemy_url(db: Any) -> str:
+    return db if isinstance(db, str) else f"sqlite:///{db}"
+
+
+def _contents(db: Any) -> list[Any]:
+    """Everything a database holds, for a before/after comparison."""
+    if not isinstance(db, str):
+        return [db.read_bytes()]
+    return [
+        raw_query(db, f"SELECT * FROM {table} ORDER BY 1")
+        for table in ("reactor_meta", "reactor_kv", "reactor_changes")
+    ]
 
 
 def test_a_new_database_has_the_current_schema_version(open_state: Opener, db_path: Path) -> None:
@@ -181,10 +196,10 @@ def test_a_new_database_has_the_current_schema_version(open_state: Opener, db_pa
     assert _raw_version(db_path) == _schema.SCHEMA_VERSION
 
 
-def test_an_older_database_is_migrated(db_path: Path) -> None:
+def test_an_older_database_is_migrated(db_path: Any) -> None:
     import sqlalchemy as sa
 
-    engine = sa.create_engine(f"sqlite:///{db_path}")
+    engine = sa.create_engine(_sqlalchemy_url(db_path))
     assert _schema.migrate(engine, target=1) == 0  # a database as version 1 left it
     with engine.begin() as conn:
         conn.execute(_schema.kv.insert().values(scope="s", key="k", value="41", revision=0))
@@ -194,18 +209,16 @@ def test_an_older_database_is_migrated(db_path: Path) -> None:
     with reactor.open(db_path) as state:
         assert state.scope("s").increment("k") == 42
     assert _raw_version(db_path) == _schema.SCHEMA_VERSION
-    with sqlite3.connect(db_path) as conn:
-        logged = conn.execute("SELECT key, type, new_value FROM reactor_changes").fetchall()
+    logged = raw_query(db_path, "SELECT key, type, new_value FROM reactor_changes")
     assert logged == [("k", "updated", "42")]
 
 
-def test_a_newer_database_raises_schema_error_and_stays_untouched(db_path: Path) -> None:
+def test_a_newer_database_raises_schema_error_and_stays_untouched(db_path: Any) -> None:
     with reactor.open(db_path) as state:
         state.scope("s").set("k", 1)
-    with sqlite3.connect(db_path) as conn:
-        conn.execute("UPDATE reactor_meta SET value = 99 WHERE name = 'schema_version'")
-    before = db_path.read_bytes()
+    raw_query(db_path, "UPDATE reactor_meta SET value = 99 WHERE name = 'schema_version'")
+    before = _contents(db_path)
     with pytest.raises(reactor.SchemaError, match="99"):
         reactor.open(db_path)
-    assert db_path.read_bytes() == before
+    assert _contents(db_path) == before
     assert _raw_version(db_path) == 99

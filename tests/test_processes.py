@@ -1,7 +1,8 @@
-"""Several processes on one SQLite file; kill -9; interpreter exit (SPEC §8)."""
+"""Several processes on one database; kill -9; interpreter exit (SPEC §8)."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -11,6 +12,8 @@ import time
 from pathlib import Path
 
 import reactor
+
+from .conftest import raw_query
 
 
 def _python(code: str, *args: str) -> subprocess.Popen[str]:
@@ -125,3 +128,93 @@ def test_interpreter_exit_with_an_open_engine_neither_hangs_nor_loses(db_path: P
     with reactor.open(db_path) as state:
         assert state.scope("s").get("k") == "last"
         assert len(state.scope("s").keys("k?*")) == 100
+
+
+MIXED = """
+    import sys, reactor
+    from reactor import ops
+    path, count = sys.argv[1], int(sys.argv[2])
+    with reactor.open(path) as state:
+        scope = state.scope("shared")
+        for _ in range(count):
+            scope.increment("counter")
+            scope.update("doc", [ops.increment("n"), ops.append(1, "seen")])
+    print("done")
+"""
+
+WATCHER = """
+    import json, sys, reactor
+    path, total = sys.argv[1], int(sys.argv[2])
+    with reactor.open(path) as state:
+        watch = state.watch(scope="shared")
+        print("watching", flush=True)
+        revisions = []
+        with watch:
+            for event in watch:
+                revisions.append(event.revision)
+                if len(revisions) == total:
+                    break
+    print(json.dumps(revisions))
+"""
+
+
+def test_4_processes_mixing_increments_and_update_ops_on_one_key_with_a_watcher(
+    db_path: Path,
+) -> None:
+    """Each write's read-modify-write sees every earlier commit, whichever process made
+    it; a watcher in another process sees each event once, in revision order."""
+    per_worker = 60
+    total = 4 * per_worker * 2
+    with reactor.open(db_path) as state:
+        state.scope("shared").set("doc", {"n": 0, "seen": []})
+        start = state.stats()["revision"]
+    watcher = _python(WATCHER, str(db_path), str(total))
+    assert watcher.stdout is not None
+    assert watcher.stdout.readline().strip() == "watching"
+    workers = [_python(MIXED, str(db_path), str(per_worker)) for _ in range(4)]
+    for worker in workers:
+        out, err = worker.communicate(timeout=120)
+        assert worker.returncode == 0, err
+        assert out.strip() == "done"
+    out, err = watcher.communicate(timeout=60)
+    assert watcher.returncode == 0, err
+    assert json.loads(out) == list(range(start + 1, start + total + 1))
+    with reactor.open(db_path) as state:
+        scope = state.scope("shared")
+        assert scope.get("counter") == 4 * per_worker
+        doc = scope.get("doc")
+        assert doc["n"] == 4 * per_worker
+        assert len(doc["seen"]) == 4 * per_worker
+
+
+SWEEPER = """
+    import sys, time, reactor
+    path = sys.argv[1]
+    with reactor.open(path) as state:
+        print("open", flush=True)
+        time.sleep(float(sys.argv[2]))
+"""
+
+
+def test_several_processes_sweeping_expire_each_key_once(db_path: Path) -> None:
+    sweepers = [_python(SWEEPER, str(db_path), "2.5") for _ in range(3)]
+    for sweeper in sweepers:
+        assert sweeper.stdout is not None
+        assert sweeper.stdout.readline().strip() == "open"
+    with reactor.open(db_path) as state:
+        expired: list[str] = []
+        state.subscribe(lambda event: expired.append(event.key), events=["expired"])
+        scope = state.scope("cache")
+        for i in range(30):
+            scope.set(f"k{i}", i, ttl=0.3)
+        deadline = time.monotonic() + 10
+        while len(expired) < 30 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.5)  # time for a duplicate, if any sweeper were to fire one
+        for sweeper in sweepers:
+            _, err = sweeper.communicate(timeout=30)
+            assert sweeper.returncode == 0, err
+        assert sorted(expired) == sorted(f"k{i}" for i in range(30))
+        assert scope.keys() == []
+    logged = raw_query(db_path, "SELECT COUNT(*) FROM reactor_changes WHERE type = 'expired'")
+    assert logged == [(30,)]

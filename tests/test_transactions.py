@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sqlite3
 import subprocess
 import sys
 import textwrap
@@ -14,14 +13,15 @@ import pytest
 
 import reactor
 
+from .conftest import raw_query
+
 Opener = Callable[..., reactor.State]
 
 
 def _log(db_path: Path) -> list[tuple[int, str, str, str | None]]:
-    with sqlite3.connect(db_path) as conn:
-        return conn.execute(
-            "SELECT revision, key, type, new_value FROM reactor_changes ORDER BY revision"
-        ).fetchall()
+    return raw_query(  # type: ignore[return-value]
+        db_path, "SELECT revision, key, type, new_value FROM reactor_changes ORDER BY revision"
+    )
 
 
 def test_writes_commit_together(state: reactor.State, db_path: Path) -> None:

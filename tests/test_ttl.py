@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Callable
 from pathlib import Path
 
@@ -11,6 +10,8 @@ import pytest
 import reactor
 from tests.conftest import FakeClock, wait_for
 
+from .conftest import raw_query
+
 
 @pytest.fixture
 def scope(state: reactor.State) -> reactor.Scope:
@@ -18,8 +19,7 @@ def scope(state: reactor.State) -> reactor.Scope:
 
 
 def _rows(db_path: Path) -> int:
-    with sqlite3.connect(db_path) as conn:
-        return int(conn.execute("SELECT COUNT(*) FROM reactor_kv").fetchone()[0])
+    return int(raw_query(db_path, "SELECT COUNT(*) FROM reactor_kv")[0][0])
 
 
 def test_ttl_reports_seconds_left_no_expiry_and_absent(
@@ -138,9 +138,8 @@ def test_the_sweeper_removes_expired_rows(
     wait_for(lambda: _rows(db_path) == 25)
     assert scope.keys() == sorted(f"k{i}" for i in range(0, 50, 2))
     assert state.stats()["keys_expired"] == 26
-    with sqlite3.connect(db_path) as conn:
-        expired = conn.execute("SELECT COUNT(*) FROM reactor_changes WHERE type = 'expired'")
-        assert expired.fetchone()[0] == 26
+    expired = raw_query(db_path, "SELECT COUNT(*) FROM reactor_changes WHERE type = 'expired'")
+    assert expired == [(26,)]
     assert state.scopes() == ["cache"]
 
 
@@ -156,8 +155,7 @@ def test_expired_keys_are_expired_once(
     scope.set("k", 3, ttl=1)
     clock.advance(2)
     wait_for(lambda: _rows(db_path) == 0)  # ...then the sweeper
-    with sqlite3.connect(db_path) as conn:
-        kinds = [t for (t,) in conn.execute("SELECT type FROM reactor_changes ORDER BY revision")]
+    kinds = [t for (t,) in raw_query(db_path, "SELECT type FROM reactor_changes ORDER BY revision")]
     assert kinds == ["created", "expired", "created", "updated", "expired"]
 
 
@@ -169,8 +167,9 @@ def test_the_change_log_is_compacted_by_count(
     for i in range(25):
         scope.set("k", i)
     assert state._engine_or_raise().compact() == 15
-    with sqlite3.connect(db_path) as conn:
-        revisions = [r for (r,) in conn.execute("SELECT revision FROM reactor_changes")]
+    revisions = [
+        r for (r,) in raw_query(db_path, "SELECT revision FROM reactor_changes ORDER BY revision")
+    ]
     assert revisions == list(range(16, 26))
 
 
@@ -187,8 +186,7 @@ def test_the_change_log_is_compacted_by_age(
 
 
 def _rows_in_log(db_path: Path) -> int:
-    with sqlite3.connect(db_path) as conn:
-        return int(conn.execute("SELECT COUNT(*) FROM reactor_changes").fetchone()[0])
+    return int(raw_query(db_path, "SELECT COUNT(*) FROM reactor_changes")[0][0])
 
 
 def test_compaction_by_age_keeps_the_log_contiguous(

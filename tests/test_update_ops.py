@@ -12,7 +12,6 @@ import copy
 import itertools
 import json
 import math
-import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,6 +23,8 @@ from hypothesis import strategies as st
 import reactor
 from reactor import ops
 from tests.conftest import canon
+
+from .conftest import raw_query
 
 KEY = "k"
 
@@ -39,10 +40,9 @@ def codes(result: reactor.UpdateResult) -> list[tuple[int, str]]:
 
 def log(db_path: Path, key: str = KEY) -> list[tuple[str, Any]]:
     """The change-log rows of ``key``: (type, decoded ops)."""
-    with sqlite3.connect(db_path) as conn:
-        rows = conn.execute(
-            "SELECT type, ops FROM reactor_changes WHERE key = ? ORDER BY revision", (key,)
-        ).fetchall()
+    rows = raw_query(
+        db_path, "SELECT type, ops FROM reactor_changes WHERE key = ? ORDER BY revision", (key,)
+    )
     return [(kind, None if ops is None else json.loads(ops)) for kind, ops in rows]
 
 

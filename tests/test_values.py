@@ -6,7 +6,6 @@ import collections
 import datetime as dt
 import decimal
 import enum
-import sqlite3
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -15,6 +14,8 @@ from typing import Any
 import pytest
 
 import reactor
+
+from .conftest import raw_query
 
 
 class Colour(enum.Enum):
@@ -84,8 +85,7 @@ def test_bad_values_are_refused_and_nothing_is_written(
         with pytest.raises(reactor.InvalidValueError):
             write()
     assert scope.list() == {"existing": "before"}
-    with sqlite3.connect(db_path) as conn:
-        assert conn.execute("SELECT COUNT(*) FROM reactor_changes").fetchone()[0] == 1
+    assert raw_query(db_path, "SELECT COUNT(*) FROM reactor_changes") == [(1,)]
 
 
 GOOD_VALUES = {

@@ -9,6 +9,8 @@ import pytest
 import reactor
 from reactor import MISSING, Change
 
+from .conftest import raw_query
+
 
 @pytest.fixture
 def scope(state: reactor.State) -> reactor.Scope:
@@ -16,12 +18,9 @@ def scope(state: reactor.State) -> reactor.Scope:
 
 
 def _log(db_path: Path) -> list[tuple[str, str, str | None, str | None]]:
-    import sqlite3
-
-    with sqlite3.connect(db_path) as conn:
-        return conn.execute(
-            "SELECT key, type, old_value, new_value FROM reactor_changes ORDER BY revision"
-        ).fetchall()
+    return raw_query(  # type: ignore[return-value]
+        db_path, "SELECT key, type, old_value, new_value FROM reactor_changes ORDER BY revision"
+    )
 
 
 def test_scope_name_and_repr(scope: reactor.Scope) -> None:
@@ -235,17 +234,10 @@ def test_every_change_is_logged_with_old_and_new(scope: reactor.Scope, db_path: 
 
 
 def test_revisions_increase_strictly_across_scopes(state: reactor.State, db_path: Path) -> None:
-    import sqlite3
-
     for i in range(10):
         state.scope(f"s{i % 3}").set("k", i)
-    with sqlite3.connect(db_path) as conn:
-        revisions = [
-            r for (r,) in conn.execute("SELECT revision FROM reactor_changes ORDER BY rowid")
-        ]
-        last = conn.execute("SELECT MAX(revision) FROM reactor_changes").fetchone()[0]
-    assert revisions == list(range(1, 11))
-    assert last == 10
+    log = raw_query(db_path, "SELECT revision, scope, new_value FROM reactor_changes")
+    assert sorted(log) == [(i + 1, f"s{i % 3}", str(i)) for i in range(10)]
 
 
 def test_stats(state: reactor.State) -> None:

@@ -12,12 +12,13 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
 from . import report
-from .peers import PEERS, available, redis_server_version
+from .backends import Backend, BackendUnavailable, connect_backend
+from .peers import PEERS, available, reactor_target, redis_server_version
 from .scale import run_scale
 from .workloads import (
     COUNTER,
@@ -29,7 +30,7 @@ from .workloads import (
     run_threads,
 )
 
-__all__ = ["Options", "run"]
+__all__ = ["BackendUnavailable", "Options", "run"]
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,8 @@ class Options:
     threads: int = 4
     processes: int = 4
     tasks: int = 100
+    backend: str = "sqlite"  # or "postgresql": reactor only; the peers stay as they are
+    url: str | None = None  # the PostgreSQL server; None: backends.default_postgres_url()
     progress: Callable[[str], None] | None = None
 
 
@@ -99,24 +102,48 @@ def _say(options: Options, message: str) -> None:
 
 
 def run(options: Options) -> dict[str, Any]:
-    """Measure, and return every figure with the settings and the machine they come from."""
+    """Measure, and return every figure with the settings and the machine they come from.
+
+    Raises:
+        BackendUnavailable: the backend asked for cannot run here (the message says why).
+    """
     began = time.perf_counter()
+    if options.scale and options.backend != "sqlite":
+        raise BackendUnavailable("--scale runs on SQLite only: leave out --backend postgresql")
+    backend = connect_backend(options.backend, options.url)
+    try:
+        result = _run(options, backend)
+    finally:
+        backend.close()
+    result["notes"].extend(f"could not drop schema {what}" for what in backend.leftovers)
+    result["seconds"] = time.perf_counter() - began
+    return result
+
+
+def _run(options: Options, backend: Backend) -> dict[str, Any]:
     names, skipped = available()
+    fresh = "files" if backend.name == "sqlite" else "files (reactor: a PostgreSQL schema)"
     notes = [
         (
             "ratios are reactor's ops/s divided by the peer's, in the same mode and round; "
             "latency is per operation as the caller sees it"
         ),
         (
-            "each mode starts on fresh files; workers use keys of their own, increment one "
-            "shared counter; phases run set, get, update, increment, delete in that order"
+            f"each mode starts on fresh {fresh}; workers use keys of their own, increment "
+            "one shared counter; phases run set, get, update, increment, delete in that order"
         ),
     ]
+    if backend.name != "sqlite":
+        notes.append(
+            f"reactor runs on {backend.describe()}; the peers as always; "
+            "targets are set for the SQLite backend"
+        )
     machine = report.machine_info()
     if "redis" in names:
         machine["redis_server"] = redis_server_version()
     result: dict[str, Any] = {
         "machine": machine,
+        "backend": backend.about(),
         "peers": {
             name: {"notes": list(PEERS[name].notes), "asyncio": PEERS[name].aio} for name in names
         },
@@ -125,29 +152,40 @@ def run(options: Options) -> dict[str, Any]:
     }
     with _workspace(options.db_dir) as root:
         if options.scale:
-            sizes = [10_000, 100_000] if options.quick else [10_000, 100_000, 1_000_000]
-            writes, reads = (200, 2000) if options.quick else (2000, 20_000)
-            _say(options, f"scale: growing a database to {sizes[-1]:,} keys")
-            result["settings"] = {"quick": options.quick, "writes": writes, "reads": reads}
-            result["scale"] = run_scale(root, sizes, writes, reads)
-            result["skipped"] = {}
-            result["peers"] = {}
-            result["notes"] = [
-                (
-                    f"keys spread evenly over 100 scopes, filled with set_many of up to "
-                    f"1,000 keys; at each size {writes:,} sets overwrite random existing "
-                    f"keys in random scopes and {reads:,} gets read random keys, one thread"
-                ),
-                "reopen runs in a fresh process, after reactor is imported",
-            ]
-            result["seconds"] = time.perf_counter() - began
-            return result
-        result.update(_compare(options, names, root, notes))
-    result["seconds"] = time.perf_counter() - began
+            result.update(_scale(options, root))
+        else:
+            result.update(_compare(options, backend, names, root, notes))
     return result
 
 
-def _compare(options: Options, names: list[str], root: str, notes: list[str]) -> dict[str, Any]:
+def _scale(options: Options, root: str) -> dict[str, Any]:
+    sizes = [10_000, 100_000] if options.quick else [10_000, 100_000, 1_000_000]
+    writes, reads = (200, 2000) if options.quick else (2000, 20_000)
+    _say(options, f"scale: growing a database to {sizes[-1]:,} keys")
+    return {
+        "settings": {"quick": options.quick, "writes": writes, "reads": reads},
+        "scale": run_scale(root, sizes, writes, reads),
+        "skipped": {},
+        "peers": {},
+        "notes": [
+            (
+                f"keys spread evenly over 100 scopes, filled with set_many of up to "
+                f"1,000 keys; at each size {writes:,} sets overwrite random existing "
+                f"keys in random scopes and {reads:,} gets read random keys, one thread"
+            ),
+            "reopen runs in a fresh process, after reactor is imported",
+        ],
+    }
+
+
+def _where(backend: Backend, name: str, directory: str, tag: str) -> AbstractContextManager[str]:
+    """Where peer ``name`` keeps its data: the backend decides for reactor."""
+    return backend.location(directory, tag) if name == "reactor" else nullcontext(directory)
+
+
+def _compare(
+    options: Options, backend: Backend, names: list[str], root: str, notes: list[str]
+) -> dict[str, Any]:
     rounds = options.rounds if options.rounds is not None else (1 if options.quick else 3)
     counts = Counts(200, 200) if options.quick else Counts(2000, 20_000)
     modes = _modes(options)
@@ -178,9 +216,10 @@ def _compare(options: Options, names: list[str], root: str, notes: list[str]) ->
                 location = os.path.join(root, f"r{number}-{name}-{mode}")
                 os.makedirs(location)
                 try:
-                    figures.setdefault(name, {})[mode] = _measure(
-                        name, kind, workers, location, counts, options.tasks
-                    )
+                    with _where(backend, name, location, f"r{number}-{mode}") as where:
+                        figures.setdefault(name, {})[mode] = _measure(
+                            name, kind, workers, where, counts, options.tasks
+                        )
                 except Exception as exc:  # noqa: BLE001 - one failure must not end the run
                     errors.setdefault(name, {})[mode] = f"{type(exc).__name__}: {exc}"
                 finally:
@@ -188,18 +227,8 @@ def _compare(options: Options, names: list[str], root: str, notes: list[str]) ->
         per_round.append(figures)
         _say(options, f"round {number + 1}/{rounds}: event delivery")
         location = os.path.join(root, f"r{number}-events")
-        os.makedirs(location)
         try:
-            events["in_process"].append(
-                event_latency_in_process(
-                    os.path.join(location, "in.db"), 50 if options.quick else 200
-                )
-            )
-            events["cross_process"].append(
-                event_latency_cross_process(
-                    os.path.join(location, "cross.db"), 20 if options.quick else 100
-                )
-            )
+            _events(options, backend, location, f"r{number}", events)
         except Exception as exc:  # noqa: BLE001 - one failure must not end the run
             errors.setdefault("reactor", {})["events"] = f"{type(exc).__name__}: {exc}"
         finally:
@@ -227,6 +256,25 @@ def _compare(options: Options, names: list[str], root: str, notes: list[str]) ->
         "rounds": per_round,
         "events_rounds": events,
     }
+
+
+def _events(
+    options: Options,
+    backend: Backend,
+    location: str,
+    tag: str,
+    into: dict[str, list[dict[str, Any]]],
+) -> None:
+    """Event delivery in one process, then across processes, each on a fresh database;
+    each result appended to ``into`` as soon as it is measured."""
+    for which, measure, count in (
+        ("in_process", event_latency_in_process, 50 if options.quick else 200),
+        ("cross_process", event_latency_cross_process, 20 if options.quick else 100),
+    ):
+        directory = os.path.join(location, which)
+        os.makedirs(directory)
+        with backend.location(directory, f"{tag}-{which}") as where:
+            into[which].append(measure(reactor_target(where), count))
 
 
 def _median_events(found: list[dict[str, Any]]) -> dict[str, Any] | None:

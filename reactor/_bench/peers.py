@@ -1,6 +1,7 @@
 """The systems ``reactor bench`` measures, each behind the same small adapter.
 
-Every adapter takes a fresh directory (``location``) to keep its files in and has the
+Every adapter takes a fresh directory (``location``) to keep its files in (reactor's
+may instead be a PostgreSQL URL naming a fresh schema: see ``backends``) and has the
 verbs ``set``, ``get``, ``increment``, ``update`` (three field changes to a stored
 dict), ``delete``, plus ``count`` (read a counter), ``flush`` (commit pending work),
 ``acall`` (one verb from asyncio), ``cleanup`` (remove what it stored outside
@@ -26,6 +27,7 @@ __all__ = [
     "apply_update",
     "available",
     "make_value",
+    "reactor_target",
     "redis_server_version",
 ]
 
@@ -108,7 +110,15 @@ class Peer:
         raise NotImplementedError
 
 
+def reactor_target(location: str) -> str:
+    """What ``reactor.open`` is given for ``location``: a PostgreSQL URL as it is (a
+    schema of its own), else a file in that directory."""
+    return location if "://" in location else os.path.join(location, "reactor.db")
+
+
 class ReactorPeer(Peer):
+    """reactor, on ``location``: a directory, or a PostgreSQL URL (``backends``)."""
+
     name = "reactor"
     aio = "reactor.aio"
     notes = (
@@ -123,7 +133,7 @@ class ReactorPeer(Peer):
 
         super().__init__(location)
         self._ops = reactor.ops
-        self._state = reactor.open(os.path.join(location, "reactor.db"))
+        self._state = reactor.open(reactor_target(location))
         self._scope = self._state.scope("bench")
 
     def set(self, key: str, value: dict[str, Any]) -> None:
@@ -150,7 +160,7 @@ class ReactorPeer(Peer):
     async def astart(self) -> None:
         import reactor.aio
 
-        self._aio = reactor.aio.open(os.path.join(self.location, "reactor.db"))
+        self._aio = reactor.aio.open(reactor_target(self.location))
         await self._aio.__aenter__()
         self._ascope = self._aio.scope("bench")
 

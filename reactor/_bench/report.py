@@ -197,13 +197,23 @@ def _cell(entry: dict[str, Any] | None, ratio: float | None) -> Text:
     return text
 
 
+def _backend_name(result: dict[str, Any]) -> str:
+    return str(result.get("backend", {}).get("name", "sqlite"))
+
+
+def _target_heading(result: dict[str, Any]) -> str:
+    """``target``, saying so when the run was not on SQLite (the targets are set there)."""
+    return "target" if _backend_name(result) == "sqlite" else "target (set for SQLite)"
+
+
 def _throughput_table(result: dict[str, Any]) -> Table:
     figures: dict[str, Any] = result["figures"]
     found_ratios: dict[str, Any] = result["ratios"]
     peers = [peer for peer in result["peers"] if peer in figures]
+    on = "" if _backend_name(result) == "sqlite" else " on PostgreSQL"
     table = Table(
-        title="reactor bench: ops/s (reactor ÷ peer), p50 / p99 latency, medians of "
-        f"{result['settings']['rounds']} round(s)",
+        title=f"reactor bench (reactor{on}): ops/s (reactor ÷ peer), p50 / p99 latency, "
+        f"medians of {result['settings']['rounds']} round(s)",
         title_justify="left",
         show_lines=True,
     )
@@ -211,7 +221,7 @@ def _throughput_table(result: dict[str, Any]) -> Table:
     table.add_column("mode")
     for peer in peers:
         table.add_column(peer, justify="right", no_wrap=True)
-    table.add_column("target")
+    table.add_column(_target_heading(result))
     by_row: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for target in result["targets"]:
         by_row.setdefault((target["verb"], target["mode"]), []).append(target)
@@ -237,9 +247,11 @@ def _throughput_table(result: dict[str, Any]) -> Table:
 
 
 def _events_table(result: dict[str, Any]) -> Table:
-    table = Table(title="event delivery (reactor): commit to callback", title_justify="left")
-    for column in ("where", "delivered", "p50", "p99", "callback before ack", "target"):
-        table.add_column(column, justify="left" if column in {"where", "target"} else "right")
+    on = "" if _backend_name(result) == "sqlite" else " on PostgreSQL"
+    table = Table(title=f"event delivery (reactor{on}): commit to callback", title_justify="left")
+    for column in ("where", "delivered", "p50", "p99", "callback before ack"):
+        table.add_column(column, justify="left" if column == "where" else "right")
+    table.add_column(_target_heading(result))
     by_mode = {t["mode"]: t for t in result["targets"] if t["verb"] == "event"}
     for which, found in result["events"].items():
         if found is None:
@@ -305,9 +317,10 @@ def render(result: dict[str, Any], console: Console) -> None:
     for note in result["notes"]:
         notes.append(f"{note}\n", style="dim")
     machine = result["machine"]
+    backend = result.get("backend", {}).get("describe", "SQLite files")
     notes.append(
         f"{machine['platform']}, {machine['cpu_count']} CPUs, {machine['python']}, "
-        f"SQLite {machine['sqlite']}; {result['seconds']:.0f} s",
+        f"SQLite {machine['sqlite']}; reactor backend: {backend}; {result['seconds']:.0f} s",
         style="dim",
     )
     console.print(notes)
