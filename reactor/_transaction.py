@@ -66,11 +66,31 @@ class Transaction(Verbs):
 
     # -- lifetime ------------------------------------------------------------------
     def __enter__(self) -> Transaction:
-        if self._status != "new":
-            raise ReentrancyError("a transaction is entered once")
         engine = self._state._engine_or_raise()
         if in_transaction(engine, self.name):
             raise ReentrancyError(f"this thread already holds a transaction on {self.name!r}")
+        self.begin()
+        scopes: set[tuple[int, str]] = getattr(_held, "scopes", None) or set()
+        scopes.add((id(engine), self.name))
+        _held.scopes = scopes
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        if self._engine_ref is not None:
+            _held.scopes.discard((id(self._engine_ref), self.name))
+        self.finish(commit=exc_type is None)
+
+    def begin(self) -> None:
+        """Take the scope over from its actor (waiting for it, within the engine's
+        timeout) and open the pending write transaction. ``with`` calls it."""
+        if self._status != "new":
+            raise ReentrancyError("a transaction is entered once")
+        engine = self._state._engine_or_raise()
         mailbox = engine.mailbox(self.name)
         future = mailbox.submit(None, self.name, owner=self)
         try:
@@ -87,24 +107,20 @@ class Transaction(Verbs):
         self._engine_ref = engine
         self._txn = WriteTxn(engine.store.reader(), engine.now())
         self._status = "open"
-        scopes: set[tuple[int, str]] = getattr(_held, "scopes", None) or set()
-        scopes.add((id(engine), self.name))
-        _held.scopes = scopes
-        return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
+    def finish(self, commit: bool) -> None:
+        """Commit what the body staged (``commit``), or drop it; hand the scope back to
+        its actor. ``with`` calls it.
+
+        Raises:
+            ConflictError: another process changed the scope meanwhile (nothing applied).
+        """
         engine, txn = self._engine_ref, self._txn
         if engine is None or txn is None:
             return
-        _held.scopes.discard((id(engine), self.name))
         mailbox = engine.mailbox(self.name)
         try:
-            if exc_type is None and txn.changed:
+            if commit and txn.changed:
                 self._status = "committing"
                 future = mailbox.submit(_commit(self.name, txn, self._base), self.name, owner=self)
                 engine.wait(self.name, future)

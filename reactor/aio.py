@@ -32,6 +32,7 @@ from types import TracebackType
 from typing import Any, TypeVar, cast
 
 from . import _writes
+from ._aio_exclusive import AsyncLock, AsyncTransaction, check_not_held
 from ._engine import Engine, operation_timeout
 from ._events import ChangeEvent
 from ._keys import check_key
@@ -43,9 +44,10 @@ from ._subscriptions import Subscription, Watch
 from ._verbs import Verbs
 from .errors import ClosedError
 
-__all__ = ["AsyncScope", "AsyncState", "AsyncWatch", "open"]
+__all__ = ["AsyncLock", "AsyncScope", "AsyncState", "AsyncTransaction", "AsyncWatch", "open"]
 
 T = TypeVar("T")
+F = TypeVar("F", bound=Callable[..., Any])
 _DONE = object()
 
 
@@ -155,6 +157,42 @@ class AsyncState:
     ) -> None:
         await self.close()
 
+    @property
+    def closed(self) -> bool:
+        """Whether this handle is closed (or its engine is)."""
+        return self._closed or (self._state is not None and self._state.closed)
+
+    def lock(self, name: str, ttl: float, timeout: float | None = None) -> AsyncLock:
+        """A lease on ``name`` for ``ttl`` seconds, shared by every process on this
+        database: ``async with state.lock("deploy", ttl=30, timeout=60):``.
+
+        Raises:
+            InvalidKeyError: ``name`` is not a valid name.
+            InvalidArgumentError: ``ttl`` is not a number > 0.
+        """
+        return AsyncLock(self, name, ttl, timeout)
+
+    def on(
+        self,
+        scope: str | None = None,
+        key: str | None = None,
+        events: Any = None,
+        where: Any = None,
+        since: int | None = None,
+        durable: str | None = None,
+    ) -> Callable[[F], F]:
+        """``subscribe`` as a decorator, on a handle already open (inside ``async with``,
+        or after any awaited call): ``@state.on("orders")`` over ``async def`` or ``def``.
+
+        Raises:
+            ClosedError: the handle is not open yet, or closed.
+        """
+        if self._state is None or self._closed:
+            raise ClosedError(
+                "this handle is not open: use @state.on inside 'async with reactor.aio.open()'"
+            )
+        return self._state.on(scope, key, events, where, since, durable)
+
     def scope(self, name: str) -> AsyncScope:
         """The handle to scope ``name``.
 
@@ -230,6 +268,7 @@ class AsyncScope:
     async def _write(self, submit: Callable[[_Writer], Any]) -> Any:
         if self._writer is None:
             self._writer = _Writer(await self._handle._sync(), self.name)
+        check_not_held(id(self._writer._usable()), self.name)
         future = cast(Future[Any], submit(self._writer))
         timeout = self._writer._usable().options.timeout
         try:
@@ -237,6 +276,15 @@ class AsyncScope:
                 return await _bridge().track(future)
         except TimeoutError:
             raise operation_timeout(self.name, timeout, future) from None
+
+    def transaction(self) -> AsyncTransaction:
+        """``async with scope.transaction() as tx:``: the scope is this task's until the
+        block ends; ``tx``'s verbs (coroutines) commit together, or not at all.
+
+        Raises (at the end of the block):
+            ConflictError: another process changed the scope meanwhile (nothing applied).
+        """
+        return AsyncTransaction(self._handle, self.name)
 
     async def _read(self, read: Callable[[Scope], T]) -> T:
         scope = await self._reader()

@@ -147,3 +147,105 @@ async def test_open_returns_at_once_and_close_is_idempotent(tmp_path: Path) -> N
     await state.close()
     with pytest.raises(reactor.ClosedError):
         await state.scope("s").get("k")
+
+
+async def test_an_async_transaction_commits_together_or_not_at_all(db_path: Path) -> None:
+    async with reactor.aio.open(db_path) as state:
+        accounts = state.scope("accounts")
+        await accounts.set_many({"a": 100, "b": 0})
+        async with accounts.transaction() as tx:
+            balance = await tx.get("a")
+            await tx.set("a", balance - 30)
+            await tx.increment("b", 30)
+            assert await tx.get("b") == 30  # the body sees its own writes
+            assert await accounts.get("b") == 0  # others do not, yet
+        assert await accounts.get_many(["a", "b"]) == {"a": 70, "b": 30}
+        with pytest.raises(RuntimeError, match="abort"):
+            async with accounts.transaction() as tx:
+                await tx.set("a", 0)
+                raise RuntimeError("abort")
+        assert await accounts.get("a") == 70
+        events = await state.changes(scope="accounts")
+        assert [(e.key, e.new_value) for e in events][-2:] == [("a", 70), ("b", 30)]
+
+
+async def test_other_tasks_wait_for_a_transaction_and_its_own_task_may_not(
+    db_path: Path,
+) -> None:
+    async with reactor.aio.open(db_path) as state:
+        scope = state.scope("s")
+        await scope.set("k", 0)
+        order: list[str] = []
+        async with scope.transaction() as tx:
+            with pytest.raises(reactor.ReentrancyError):
+                await scope.set("k", 1)  # would wait for this very transaction
+            other = asyncio.create_task(scope.increment("k"))
+            await asyncio.sleep(0.1)
+            assert not other.done()  # the scope is this transaction's
+            await tx.set("k", 10)
+            order.append("committing")
+        assert await other == 11  # it ran after the commit, on the committed value
+        assert await scope.get("k") == 11
+
+
+async def test_async_locks_exclude_each_other_without_blocking_the_loop(db_path: Path) -> None:
+    async with reactor.aio.open(db_path) as state:
+        holders: list[int] = []
+        inside = 0
+        most = 0
+        ticks = 0
+
+        async def ticker() -> None:
+            nonlocal ticks
+            while True:
+                ticks += 1
+                await asyncio.sleep(0.001)
+
+        async def worker() -> None:
+            nonlocal inside, most
+            async with state.lock("deploy", ttl=10, timeout=10) as lock:
+                inside += 1
+                most = max(most, inside)
+                assert lock.token is not None
+                holders.append(lock.token)
+                await asyncio.sleep(0.05)
+                inside -= 1
+
+        ticking = asyncio.create_task(ticker())
+        try:
+            await asyncio.gather(*(worker() for _ in range(4)))
+        finally:
+            ticking.cancel()
+        assert most == 1
+        assert sorted(holders) == holders == list(range(holders[0], holders[0] + 4))
+        assert ticks >= 50  # the loop ran while tasks waited for the lease
+
+        held = state.lock("busy", ttl=10)
+        assert await held.acquire()
+        with pytest.raises(reactor.LockTimeout):
+            async with state.lock("busy", ttl=10, timeout=0.1):
+                pass
+        assert await held.held()
+        await held.release()
+        with pytest.raises(reactor.LockNotOwnedError):
+            await held.release()
+
+
+async def test_on_decorates_async_callbacks_and_closed_tells(db_path: Path) -> None:
+    handle = reactor.aio.open(db_path)
+    with pytest.raises(reactor.ClosedError):
+        handle.on("s")  # not open yet
+    async with handle as state:
+        seen: list[int] = []
+        arrived = asyncio.Event()
+
+        @state.on("s", events={"created"})
+        async def on_created(event: reactor.ChangeEvent) -> None:
+            seen.append(event.new_value)
+            arrived.set()
+
+        await state.scope("s").set("k", 7)
+        await asyncio.wait_for(arrived.wait(), 5)
+        assert seen == [7]
+        assert not state.closed
+    assert handle.closed

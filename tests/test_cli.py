@@ -34,23 +34,6 @@ def test_the_console_script_is_installed() -> None:
     assert script is not None
 
 
-def test_demo_shows_that_state_survives(tmp_path: Path) -> None:
-    first = _reactor("demo", cwd=tmp_path)
-    assert first.returncode == 0, first.stderr
-    assert "First run" in first.stdout
-    assert (tmp_path / "reactor-demo.db").exists()
-
-    second = _reactor("demo", cwd=tmp_path)
-    assert second.returncode == 0, second.stderr
-    assert "Run #2" in second.stdout
-    assert "1 order in the history" in second.stdout
-
-    with reactor.open(tmp_path / "reactor-demo.db") as state:
-        assert state.scope("demo").get("runs") == 2
-        assert state.scope("orders").get("history") == ["o-1", "o-2"]
-        assert state.scope("orders").get("o-2")["status"] == "paid"
-
-
 def test_errors_are_one_line_on_stderr(tmp_path: Path) -> None:
     (tmp_path / "not-a-db").write_text("this is not a database" * 100)
     done = _reactor("demo", "--db", str(tmp_path / "not-a-db"), cwd=tmp_path)
