@@ -252,9 +252,13 @@ class PostgresStore(SQLStore):
             conn.close()
 
     def _query(self, sql: str, params: tuple[Any, ...]) -> list[Any]:
+        statement = _pg(sql)
+        return self._reading(lambda conn: conn.execute(statement, params).fetchall())
+
+    def _reading(self, read: Callable[[psycopg.Connection[Any]], T]) -> T:
+        """``read`` on an idle reader connection (a new one if none is idle)."""
         if self._closed:
             raise ClosedError("the database is closed")
-        statement = _pg(sql)
         for attempt in (1, 2):
             try:
                 conn = self._idle.pop()
@@ -264,7 +268,7 @@ class PostgresStore(SQLStore):
                 except sa.exc.DBAPIError as exc:
                     raise StorageError(f"cannot connect to {self.location}: {exc.orig}") from exc
             try:
-                rows = conn.execute(statement, params).fetchall()
+                result = read(conn)
             except psycopg.OperationalError as exc:
                 # The server dropped the connection (restarted, or killed it): the idle
                 # ones are likely gone too. A read may try once more, on a new one.
@@ -275,10 +279,12 @@ class PostgresStore(SQLStore):
                     self._discard(self._idle.pop())
                 continue
             except psycopg.Error as exc:
-                self._idle.append(conn)
+                self._abandon(conn)
+                if not conn.closed:
+                    self._idle.append(conn)
                 raise translate(exc) from exc
             self._idle.append(conn)
-            return rows
+            return result
         raise AssertionError("unreachable")  # pragma: no cover
 
     # -- what only this backend says ------------------------------------------------
@@ -290,22 +296,16 @@ class PostgresStore(SQLStore):
 
     def snapshot(self, scope: str, now: float) -> tuple[list[tuple[str, str]], int]:
         """Every live key-value of ``scope`` and the revision they are current at."""
-        if self._closed:
-            raise ClosedError("the database is closed")
-        conn = self._idle.pop() if self._idle else self._connect()
-        try:
+
+        def read(conn: psycopg.Connection[Any]) -> tuple[list[tuple[str, str]], int]:
             # One REPEATABLE READ transaction: both statements see the same snapshot.
             conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
-            try:
-                revision = int(conn.execute(REVISION).fetchall()[0][0])
-                rows = conn.execute(_pg(ITEMS) + " ORDER BY key", (scope, now)).fetchall()
-            finally:
-                conn.execute("COMMIT")
-        except psycopg.Error as exc:
-            self._discard(conn)
-            raise translate(exc) from exc
-        self._idle.append(conn)
-        return rows, revision
+            revision = int(conn.execute(REVISION).fetchall()[0][0])
+            rows = conn.execute(_pg(ITEMS) + " ORDER BY key", (scope, now)).fetchall()
+            conn.execute("COMMIT")
+            return rows, revision
+
+        return self._reading(read)
 
     def await_commits(self, timeout: float) -> int | None:
         """Wait at most ``timeout`` for a notification of another connection's commit;
