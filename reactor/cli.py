@@ -1,24 +1,381 @@
-"""The ``reactor`` command line."""
+"""The ``reactor`` command line: a scope's verbs, the live change feed, export and import.
+
+Every data command works on ``--db`` (else ``$REACTOR_DB``, else ``~/.reactor/state.db``).
+A command's result is JSON when stdout is piped, a table on a terminal (``--json`` and
+``--table`` choose instead). Errors are one line on stderr, ``Error: ...``, with exit
+status 1 (2 for usage errors) and no traceback: reactor's errors are turned into click's
+in one place, ``_Group.invoke``.
+"""
 
 from __future__ import annotations
 
+import errno
+import signal
 import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Final, TypeVar
 
 import click
 from rich.console import Console
+from rich.text import Text
 
+from . import _exchange
 from . import open as open_state
+from ._cli_output import (
+    Output,
+    change_view,
+    deleted_view,
+    items_view,
+    keys_view,
+    scopes_view,
+    stats_view,
+    ttl_view,
+    update_view,
+    value_view,
+)
 from ._demo import DEMO_DATABASE, run_demo
+from ._engine import locate
+from ._keys import compile_pattern
+from ._state import State
 from ._version import __version__
 from .errors import ReactorError
 
+F = TypeVar("F", bound=Callable[..., Any])
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+_DB: Final = "reactor.db"  # ctx.meta keys: what --db and --json/--table said, if anything
+_AS_JSON: Final = "reactor.as_json"
+_ABSENT: Final = object()
+_DB_HELP: Final = (
+    "The database: a file path, sqlite:///PATH or postgresql+psycopg://USER@HOST/DB "
+    "[default: $REACTOR_DB, else ~/.reactor/state.db]."
+)
+
+
+class _Group(click.Group):
+    """A command group whose commands' reactor errors end as click's: one line on
+    stderr, ``Error: ...``, exit status 1."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except ReactorError as exc:
+            raise click.ClickException(str(exc)) from None
+        except OSError as exc:
+            if exc.errno == errno.EPIPE:
+                raise  # the reader went away (| head): click exits quietly
+            raise click.ClickException(str(exc)) from None
+
+
+def _remember(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+    # Given to the group or to the command: the command's, parsed last, wins.
+    if value is not None:
+        ctx.meta[f"reactor.{param.name}"] = value
+    return value
+
+
+def _options(*, envvar: str | None = None) -> Callable[[F], F]:
+    """``--db`` and ``--json/--table``, for the group and again for each data command."""
+
+    def decorate(command: F) -> F:
+        command = click.option(
+            "--json/--table",
+            "as_json",
+            default=None,
+            expose_value=False,
+            callback=_remember,
+            help="Print JSON, or tables [default: JSON when piped, tables on a terminal].",
+        )(command)
+        return click.option(
+            "--db",
+            metavar="PATH|URL",
+            envvar=envvar,
+            expose_value=False,
+            callback=_remember,
+            help=_DB_HELP,
+        )(command)
+
+    return decorate
+
+
+def _state(*, create: bool = False) -> State:
+    """Open the database for the running command; it closes when the command ends.
+
+    Only writes create a database: a read on a file that does not exist is an error.
+    """
+    ctx = click.get_current_context()
+    target: str | None = ctx.meta.get(_DB)
+    if not create:
+        _, location = locate(target, "normal")
+        if isinstance(location, Path) and not location.exists():
+            raise click.ClickException(f"no database at {location}")
+    return ctx.with_resource(open_state(target))
+
+
+def _output() -> Output:
+    return Output(click.get_current_context().meta.get(_AS_JSON))
+
+
+def _json(text: str, what: str, *, value: bool = False) -> Any:
+    """Parse a JSON argument (``-`` reads it from stdin); ``value``: one to store, which
+    may be a bare word meant as a string."""
+    if text == "-":
+        text = sys.stdin.read()
+    try:
+        return _exchange.parse_json(text)
+    except ValueError as exc:
+        shown = text if len(text) <= 40 else text[:37] + "..."
+        hint = (
+            " (a string goes in double quotes: '\"text\"')" if value and text[:1].isalpha() else ""
+        )
+        raise click.ClickException(f"{what} is not JSON: {shown!r}: {exc}{hint}") from None
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="reactor")
+@_options(envvar="REACTOR_DB")
 def cli() -> None:
-    """reactor: persistent, reactive JSON state in named scopes."""
+    """reactor: persistent, reactive JSON state in named scopes.
+
+    Values and ops are JSON ('{"total": 120}', '"text"', 42). Results print as JSON when
+    piped and as tables on a terminal; errors go to stderr with exit status 1.
+    """
 
 
+# -- values ----------------------------------------------------------------------
+@cli.command(context_settings={"ignore_unknown_options": True})  # --default -1
+@click.argument("scope")
+@click.argument("key")
+@click.option("--default", metavar="JSON", help="Print this when the key is absent, not an error.")
+@_options()
+def get(scope: str, key: str, default: str | None) -> None:
+    """Print the value of KEY in SCOPE.
+
+    JSON when piped; exit status 1 if there is no such key (unless --default).
+    """
+    fallback = _ABSENT if default is None else _json(default, "--default", value=True)
+    value = _state().scope(scope).get(key, _ABSENT)
+    if value is _ABSENT:
+        if fallback is _ABSENT:
+            raise click.ClickException(f"no key {key!r} in scope {scope!r}")
+        value = fallback
+    _output().show(value, value_view)
+
+
+@cli.command("set", context_settings={"ignore_unknown_options": True})  # a value of -1
+@click.argument("scope")
+@click.argument("key")
+@click.argument("value", metavar="JSON")
+@click.option(
+    "--ttl",
+    type=click.FloatRange(min=0, min_open=True),
+    metavar="SECONDS",
+    help="Expire the key after this many seconds (no expiry without it).",
+)
+@click.option("--keep-ttl", is_flag=True, help="Keep the expiry the key had.")
+@_options()
+def set_value(scope: str, key: str, value: str, ttl: float | None, keep_ttl: bool) -> None:
+    """Set KEY in SCOPE to a JSON value.
+
+    The value is JSON (- reads it from stdin): quote strings, '"text"'. Prints the old
+    value and the new one.
+    """
+    if ttl is not None and keep_ttl:
+        raise click.UsageError("--ttl and --keep-ttl exclude each other")
+    data = _json(value, "the value", value=True)
+    change = _state(create=True).scope(scope).set(key, data, ttl=ttl, keep_ttl=keep_ttl)
+    _output().show({"old_value": change.old_value, "new_value": change.new_value}, change_view)
+
+
+@cli.command()
+@click.argument("scope")
+@click.argument("key")
+@click.argument("ops", metavar="OPS_JSON")
+@click.option("--atomic", is_flag=True, help="All the update ops or none (a JSON Patch always).")
+@_options()
+def update(scope: str, key: str, ops: str, atomic: bool) -> None:
+    """Apply update ops or a JSON Patch to KEY.
+
+    OPS_JSON is a list of update ops ({"type": ...}) or a JSON Patch ({"op": ...}), or
+    one op alone. Prints the old value, the new one and the ops that did not apply;
+    exit status 1 if any did not.
+    """
+    parsed = _json(ops, "OPS_JSON")
+    if isinstance(parsed, dict):
+        parsed = [parsed]
+    result = _state(create=True).scope(scope).update(key, parsed, atomic=atomic or None)
+    data = {"old_value": result.old_value, "new_value": result.new_value, "errors": result.errors}
+    _output().show(data, update_view)
+    if result.errors:
+        failed = len(result.errors)
+        click.echo(f"Error: {failed} of {len(parsed)} ops did not apply", err=True)
+        click.get_current_context().exit(1)
+
+
+@cli.command()
+@click.argument("scope")
+@click.argument("key")
+@_options()
+def delete(scope: str, key: str) -> None:
+    """Delete KEY from SCOPE.
+
+    Prints whether it existed and the value it had.
+    """
+    handle = _state(create=True).scope(scope)
+    existed = handle.exists(key)
+    old = handle.delete(key)
+    _output().show({"deleted": existed or old is not None, "old_value": old}, deleted_view)
+
+
+@cli.command(context_settings={"ignore_unknown_options": True})  # a step of -1
+@click.argument("scope")
+@click.argument("key")
+@click.argument("by", metavar="[BY]", default="1")
+@_options()
+def incr(scope: str, key: str, by: str) -> None:
+    """Add BY (default 1) to the number at KEY.
+
+    BY may be negative or a float; a missing key starts at 0. Prints the new number.
+    """
+    step = _json(by, "BY")
+    total = _state(create=True).scope(scope).increment(key, step)
+    _output().show(total, value_view)
+
+
+@cli.command()
+@click.argument("scope")
+@click.argument("key")
+@_options()
+def ttl(scope: str, key: str) -> None:
+    """Print the seconds KEY has left.
+
+    -1 if it has no expiry, -2 if it does not exist (as Redis TTL).
+    """
+    left = _state().scope(scope).ttl(key)
+    _output().show(int(left) if left in (-1, -2) else round(left, 3), ttl_view)
+
+
+# -- listings --------------------------------------------------------------------
+@cli.command()
+@click.argument("scope")
+@click.argument("pattern", default="*")
+@_options()
+def keys(scope: str, pattern: str) -> None:
+    """List the keys of SCOPE, sorted.
+
+    PATTERN is a glob as in Redis KEYS: * ? [abc] [a-z] [!a], \\ to escape.
+    """
+    _output().show(_state().scope(scope).keys(pattern), keys_view)
+
+
+@cli.command("list")
+@click.argument("scope")
+@click.argument("pattern", default="*")
+@_options()
+def list_items(scope: str, pattern: str) -> None:
+    """Print the keys of SCOPE with their values.
+
+    Only the keys matching the glob PATTERN, if given; sorted by key.
+    """
+    match = compile_pattern(pattern)
+    items = _state().scope(scope).list()
+    _output().show({key: value for key, value in items.items() if match.matches(key)}, items_view)
+
+
+@cli.command()
+@_options()
+def scopes() -> None:
+    """List the scopes, with their key counts."""
+    counts = _state().stats()["scopes"]
+    _output().show(dict(sorted(counts.items())), scopes_view)
+
+
+@cli.command()
+@_options()
+def stats() -> None:
+    """Print the database's figures.
+
+    Keys per scope, size and revision, with this process's own counters.
+    """
+    _output().show(_state().stats(), stats_view)
+
+
+# -- the change feed -------------------------------------------------------------
+@cli.command()
+@click.option("--scope", metavar="GLOB", help="Only scopes matching this glob.")
+@click.option("--key", metavar="GLOB", help="Only keys matching this glob.")
+@click.option(
+    "--since",
+    type=click.IntRange(min=0),
+    metavar="REV",
+    help="First replay the recorded changes after this revision.",
+)
+@click.option("--count", type=click.IntRange(min=1), metavar="N", help="Stop after N changes.")
+@_options()
+def watch(scope: str | None, key: str | None, since: int | None, count: int | None) -> None:
+    """Print changes live, from every process.
+
+    One JSON line per change when piped, flushed as it comes. Runs until Ctrl-C (exit
+    status 0) or --count changes.
+    """
+    state = _state()
+    output = _output()
+    # SIGTERM (kill, docker stop) ends the watch as Ctrl-C does: cleanly.
+    previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
+    try:
+        with state.watch(since=since, scope=scope, key=key) as feed:
+            click.echo(f"watching {state.location} (Ctrl-C to stop)", err=True)
+            for seen, event in enumerate(feed, 1):
+                output.event(event)
+                if count is not None and seen >= count:
+                    break
+    except KeyboardInterrupt:
+        pass  # how a watch is meant to end
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+# -- backup ----------------------------------------------------------------------
+@cli.command()
+@click.argument("file", type=click.Path(dir_okay=False, allow_dash=True), default="-")
+@click.option(
+    "--scope", "pattern", metavar="GLOB", default="*", help="Only scopes matching this glob."
+)
+@_options()
+def export(file: str, pattern: str) -> None:
+    """Write keys as JSON Lines (a backup).
+
+    One line per key: {"scope", "key", "value", "ttl"}, ttl being the seconds left
+    (null: no expiry), to FILE or stdout. A FILE is replaced once the export is complete.
+    """
+    state = _state()
+    if file == "-":
+        with click.open_file("-", "w", encoding="utf-8") as stdout:
+            _exchange.dump(state, stdout, pattern)
+        return
+    count = _exchange.dump_file(state, file, pattern)
+    _output().show(
+        {"exported": count, "file": file},
+        lambda data: Text(f"{data['exported']:,} keys written to {data['file']}"),
+    )
+
+
+@cli.command("import")
+@click.argument("file", type=click.Path(dir_okay=False, exists=True, allow_dash=True), default="-")
+@_options()
+def import_lines(file: str) -> None:
+    """Set the keys of an export (JSON Lines).
+
+    Reads FILE or stdin. Every line is checked first: if one is bad, nothing is
+    imported. Keys take the TTL they had left when exported.
+    """
+    with click.open_file(file, "rb") as lines:
+        found = _exchange.read(lines)
+    count = _exchange.write(_state(create=True), found)
+    _output().show({"imported": count}, lambda data: Text(f"{data['imported']:,} keys imported"))
+
+
+# -- programs --------------------------------------------------------------------
 @cli.command()
 @click.option(
     "--db",
@@ -118,9 +475,9 @@ def bench(
 
 
 def main() -> None:
-    """Entry point: reactor errors become one line on stderr and exit status 1."""
+    """Entry point of the ``reactor`` console script (and ``python -m reactor``)."""
     try:
         cli.main(standalone_mode=True)
-    except ReactorError as exc:
-        click.echo(f"reactor: {exc}", err=True)
+    except ReactorError as exc:  # raised outside a command: closing the database, say
+        click.echo(f"Error: {exc}", err=True)
         sys.exit(1)

@@ -1,0 +1,230 @@
+"""What the command line prints: JSON for programs, tables for people.
+
+Every command hands ``Output.show`` its result as plain data and a renderer for it.
+Piped (or with ``--json``) the data goes out as one JSON document, or one JSON line per
+item for streams; on a terminal (or with ``--table``) the renderer draws it with rich.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Mapping
+from typing import Any, Final
+
+import click
+import orjson
+from rich.console import Console, RenderableType
+from rich.highlighter import JSONHighlighter
+from rich.json import JSON
+from rich.table import Table
+from rich.text import Text
+
+from ._events import ChangeEvent
+
+__all__ = [
+    "Output",
+    "change_view",
+    "deleted_view",
+    "event_line",
+    "items_view",
+    "keys_view",
+    "scopes_view",
+    "stats_view",
+    "ttl_view",
+    "update_view",
+    "value_view",
+]
+
+STYLES: Final = {"created": "green", "updated": "yellow", "deleted": "red", "expired": "magenta"}
+_highlight = JSONHighlighter()
+
+
+def dumps(data: Any) -> bytes:
+    """Compact JSON, UTF-8, no trailing newline."""
+    return orjson.dumps(data)
+
+
+def compact(data: Any) -> Text:
+    """``data`` as one line of highlighted JSON."""
+    return _highlight(Text(dumps(data).decode()))
+
+
+class Output:
+    """Where a command's result goes: ``as_json`` None decides by whether stdout is a
+    terminal."""
+
+    def __init__(self, as_json: bool | None = None) -> None:
+        self.json = not sys.stdout.isatty() if as_json is None else as_json
+        self.console = Console(soft_wrap=False)
+
+    def show(self, data: Any, view: Callable[[Any], RenderableType]) -> None:
+        """Print ``data``: as JSON, or as ``view(data)`` draws it."""
+        if self.json:
+            self.line(data)
+        else:
+            self.console.print(view(data))
+
+    def line(self, data: Any) -> None:
+        """Print ``data`` as one JSON line, flushed at once (streams follow it live)."""
+        click.echo(dumps(data) + b"\n", nl=False)
+        sys.stdout.flush()
+
+    def event(self, event: ChangeEvent) -> None:
+        """Print one change event: a JSON line, or a readable line."""
+        if self.json:
+            self.line(event.as_dict())
+        else:
+            self.console.print(event_line(event), soft_wrap=True)
+            self.console.file.flush()
+
+
+def _grid(rows: Mapping[str, RenderableType]) -> Table:
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="bold")
+    grid.add_column()
+    for name, cell in rows.items():
+        grid.add_row(name, cell)
+    return grid
+
+
+def _empty(what: str) -> Text:
+    return Text(f"({what})", style="dim")
+
+
+# -- views: data -> what a terminal shows ----------------------------------------
+def value_view(value: Any) -> RenderableType:
+    """A stored value, pretty-printed."""
+    return JSON(dumps(value).decode(), indent=2)
+
+
+def change_view(change: Mapping[str, Any]) -> RenderableType:
+    """What ``set`` did: the old and the new value."""
+    return _grid({"old": compact(change["old_value"]), "new": compact(change["new_value"])})
+
+
+def update_view(result: Mapping[str, Any]) -> RenderableType:
+    """What ``update`` did, and the ops that did not apply."""
+    grid = _grid({"old": compact(result["old_value"]), "new": compact(result["new_value"])})
+    if not result["errors"]:
+        return grid
+    table = Table("op", "code", "message", title="not applied", title_justify="left")
+    for error in result["errors"]:
+        table.add_row(str(error["index"]), error["code"], error["message"])
+    container = Table.grid()
+    container.add_row(grid)
+    container.add_row(table)
+    return container
+
+
+def deleted_view(result: Mapping[str, Any]) -> RenderableType:
+    """What ``delete`` did."""
+    if not result["deleted"]:
+        return _empty("no such key")
+    return _grid({"deleted": compact(result["old_value"])})
+
+
+def keys_view(keys: list[str]) -> RenderableType:
+    """A list of keys, one per row."""
+    if not keys:
+        return _empty("no keys")
+    table = Table("key")
+    for key in keys:
+        table.add_row(Text(key))
+    return table
+
+
+def items_view(items: Mapping[str, Any]) -> RenderableType:
+    """Keys and their values."""
+    if not items:
+        return _empty("no keys")
+    table = Table("key", "value")
+    for key, value in items.items():
+        table.add_row(Text(key), compact(value))
+    return table
+
+
+def scopes_view(counts: Mapping[str, int]) -> RenderableType:
+    """Scopes and how many keys each holds."""
+    if not counts:
+        return _empty("no scopes")
+    table = Table("scope", "keys")
+    table.columns[1].justify = "right"
+    for name, count in counts.items():
+        table.add_row(Text(name), f"{count:,}")
+    return table
+
+
+def ttl_view(seconds: float) -> RenderableType:
+    """Seconds left, or what -1 and -2 mean."""
+    if seconds == -2:
+        return _empty("no such key")
+    if seconds == -1:
+        return _empty("no expiry")
+    return Text(f"{seconds:.3f} s")
+
+
+def stats_view(stats: Mapping[str, Any]) -> RenderableType:
+    """``state.stats()``: the figures in one table, each nested group in its own."""
+    figures = Table("figure", "value", title="database", title_justify="left")
+    figures.columns[1].justify = "right"
+    container = Table.grid()
+    container.add_row(figures)
+    for name, item in stats.items():
+        if not isinstance(item, Mapping):
+            figures.add_row(name, _cell(item))
+        elif item:
+            container.add_row(_nested(name, item))
+    return container
+
+
+def _nested(name: str, group: Mapping[str, Any]) -> Table:
+    if not any(isinstance(value, Mapping) for value in group.values()):
+        table = Table(title=name, title_justify="left", show_header=False)
+        table.add_column()
+        table.add_column(justify="right")
+        for key, value in group.items():
+            table.add_row(Text(key), _cell(value))
+        return table
+    rows = {
+        key: value if isinstance(value, Mapping) else {"": value} for key, value in group.items()
+    }
+    columns = list(dict.fromkeys(column for row in rows.values() for column in row))
+    table = Table("", *columns, title=name, title_justify="left")
+    for column in table.columns[1:]:
+        column.justify = "right"
+    for key, row in rows.items():
+        table.add_row(Text(key), *(_cell(row.get(column)) for column in columns))
+    return table
+
+
+def _cell(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:,.3f}"
+    if isinstance(value, int) and not isinstance(value, bool):
+        return f"{value:,}"
+    return "" if value is None else str(value)
+
+
+def event_line(event: ChangeEvent) -> Text:
+    """One change, readable: time, revision, type, scope and key, then the value it
+    had and the value it has (only the one that exists)."""
+    when = event.timestamp.astimezone().strftime("%H:%M:%S")
+    line = Text.assemble(
+        (when, "dim"),
+        "  ",
+        (f"#{event.revision}", "bold"),
+        "  ",
+        (f"{event.type:<7}", STYLES.get(event.type, "")),
+        "  ",
+        (event.scope, "cyan"),
+        " ",
+        event.key,
+        "  ",
+    )
+    if event.type != "created":
+        line.append_text(compact(event.old_value))
+    if event.type in ("created", "updated"):
+        if event.type == "updated":
+            line.append(" -> ", "dim")
+        line.append_text(compact(event.new_value))
+    return line
