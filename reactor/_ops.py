@@ -393,7 +393,12 @@ def _guard_growth(doc: Any, op: Mapping[str, Any], budget: list[int], max_depth:
             jsonpointer.JsonPointer.from_parts(target.parts[:-1]).resolve(doc)
     except (jsonpointer.JsonPointerException, TypeError):
         return  # jsonpatch reports the bad pointer itself
-    if target_depth + _depth(source, max_depth) > max_depth:
+    if isinstance(source, jsonpointer.EndOfList):
+        raise _OpError("path_not_found", f"{op.get('from')!r} names no value (the end of a list)")
+    source_depth = len(jsonpointer.JsonPointer(op.get("from", "")).parts)
+    moving_up = op["op"] == "move" and target_depth <= source_depth
+    # A move to no deeper a place cannot nest the value deeper: no need to walk it.
+    if not moving_up and target_depth + _depth(source, max_depth) > max_depth:
         raise InvalidValueError(
             f"{op['op']} to {op.get('path')!r} would nest the value deeper than {max_depth} levels"
         )
@@ -403,7 +408,7 @@ def _guard_growth(doc: Any, op: Mapping[str, Any], budget: list[int], max_depth:
             raise InvalidValueError("this copy would grow the value past the size limit")
 
 
-def apply_patch(
+def apply_patch(  # noqa: PLR0912 - one branch per RFC 6902 outcome
     doc: Any, exists: bool, ops: list[dict[str, Any]], max_depth: int, max_bytes: int, size: int
 ) -> Outcome:
     """Apply a JSON Patch to ``doc`` (a private copy); all or nothing, as RFC 6902 says.
@@ -422,7 +427,11 @@ def apply_patch(
             outcome.errors.append(_error(index, raw, "invalid_op", str(exc) or "invalid op"))
             return outcome
         if raw["op"] in ("copy", "move"):
-            _guard_growth(outcome.doc, raw, budget, max_depth)
+            try:
+                _guard_growth(outcome.doc, raw, budget, max_depth)
+            except _OpError as exc:
+                outcome.errors.append(_error(index, raw, exc.code, str(exc)))
+                return outcome
         if raw.get("path") not in ("", None):
             outcome.start()
         try:

@@ -245,6 +245,9 @@ class PostgresStore(SQLStore):
         conn = proxy.driver_connection
         assert isinstance(conn, psycopg.Connection)
         conn.autocommit = True  # transactions are begun and committed here
+        # No server-side prepared statements: a pipeline that fails part-way leaves
+        # psycopg believing in statements the server never prepared.
+        conn.prepare_threshold = None
         return conn
 
     def _discard(self, conn: psycopg.Connection[Any]) -> None:

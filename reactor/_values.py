@@ -44,7 +44,12 @@ def encode(value: Any, *, max_depth: int, max_bytes: int) -> str:
             nesting deeper than ``max_depth`` (cycles included), an integer outside
             64 bits, a string that is not valid Unicode, or text over ``max_bytes``.
     """
-    _check(value, 0, max_depth)
+    budget = [max_bytes]
+    _check(value, 0, max_depth, budget)
+    if budget[0] < 0:  # refused before encoding: the encoder's buffers would be huge
+        raise InvalidValueError(
+            f"value is more than {max_bytes:,} bytes as JSON, over the limit of {max_bytes:,}"
+        )
     try:
         data = orjson.dumps(value)
     except orjson.JSONEncodeError as exc:  # integers beyond 64 bits, lone surrogates
@@ -84,29 +89,46 @@ def decode(text: str | bytes) -> Any:
     return orjson.loads(text)
 
 
-def _check(value: Any, depth: int, max_depth: int) -> None:
+def _check(  # noqa: PLR0911, PLR0912 - one branch per JSON type
+    value: Any, depth: int, max_depth: int, budget: list[int]
+) -> None:
+    """Validate ``value``; take a lower bound of its encoded size from ``budget[0]``
+    (checking stops early once the budget is spent)."""
     kind = type(value)
-    if kind is str or kind is int or kind is bool or value is None:
+    if kind is str:
+        budget[0] -= len(value) + 2
+        return
+    if kind is int or kind is bool or value is None:
+        budget[0] -= 1
         return
     if kind is float:
         if not math.isfinite(value):
             raise InvalidValueError(f"{value!r} is not a JSON number")
+        budget[0] -= 1
         return
     if isinstance(value, dict):
         if depth >= max_depth:
             raise _too_deep(max_depth)
+        budget[0] -= 2
         for key, item in value.items():
             if type(key) is not str:
                 raise InvalidValueError(
                     f"dict keys must be str, not {type(key).__name__} ({key!r})"
                 )
-            _check(item, depth + 1, max_depth)
+            budget[0] -= len(key) + 4
+            _check(item, depth + 1, max_depth, budget)
+            if budget[0] < 0:
+                return
         return
     if isinstance(value, list):
         if depth >= max_depth:
             raise _too_deep(max_depth)
+        budget[0] -= 2
         for item in value:
-            _check(item, depth + 1, max_depth)
+            budget[0] -= 1
+            _check(item, depth + 1, max_depth, budget)
+            if budget[0] < 0:
+                return
         return
     raise InvalidValueError(
         f"{kind.__name__} is not a JSON type (use dict, list, str, int, float, bool or None)"
