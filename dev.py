@@ -45,7 +45,7 @@ def ensure_environment() -> None:
         print(f"creating {VENV}", flush=True)
         venv.create(VENV, with_pip=True)
     run(BIN / "python", "-m", "pip", "install", "--quiet", "--upgrade", "pip")
-    run(BIN / "python", "-m", "pip", "install", "--quiet", "-e", ".[dev,bench,postgresql]")
+    run(BIN / "python", "-m", "pip", "install", "--quiet", "-e", ".[dev,bench,postgresql,ui]")
     STAMP.write_text(wanted)
 
 

@@ -48,7 +48,8 @@ def check_not_held(engine_id: int, scope: str) -> None:
     Raises:
         ReentrancyError: this task is inside a transaction body on ``scope``.
     """
-    if (engine_id, scope, id(asyncio.current_task())) in _held.get():
+    held = _held.get()
+    if held and (engine_id, scope, id(asyncio.current_task())) in held:
         raise ReentrancyError(
             f"this task holds a transaction on {scope!r}: write through its tx, not the scope"
         )

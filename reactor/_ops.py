@@ -4,9 +4,10 @@ Update ops are implemented here directly: they are the hot path. JSON Patch goes
 through the jsonpatch library, one operation at a time on a document that is already a
 private copy (decoded from the database), with three guards of ours: ``test`` compares
 as JSON does (``1`` is not ``true``, ``1`` equals ``1.0``); ``copy`` and ``move`` are
-checked for size and depth before they run, so a patch cannot grow a document past the
-limits or nest it until recursion fails; and a failed patch leaves nothing behind,
-since the caller keeps the original text.
+checked for size and depth before they run (a copy is charged its JSON size plus
+``CONTAINER_COST`` per object or list), so a patch cannot grow a document past the
+limits, in text or in memory, or nest it until recursion fails; and a failed patch
+leaves nothing behind, since the caller keeps the original text.
 """
 
 from __future__ import annotations
@@ -18,15 +19,18 @@ from typing import Any, Final
 
 import jsonpatch
 import jsonpointer
-import orjson
 
-from ._values import json_equal
+from ._values import encoded_size, json_equal
 from .errors import InvalidOpError, InvalidValueError
 
 __all__ = ["Outcome", "apply_patch", "apply_update_ops", "op_style"]
 
 UPDATE_OPS: Final = frozenset({"set", "merge", "increment", "decrement", "append", "remove"})
 PATCH_OPS: Final = frozenset({"add", "remove", "replace", "move", "copy", "test"})
+# A copy is charged its JSON size plus this much for each object or list in it (about
+# what Python needs for an empty one), so that copies of many small containers cannot
+# build in memory far more than the size limit allows.
+CONTAINER_COST: Final = 64
 
 
 def op_style(ops: object) -> str:
@@ -61,6 +65,7 @@ class Outcome:
     errors: list[dict[str, Any]] = field(default_factory=list)
     applied: list[int] = field(default_factory=list)
     implicit: bool = False  # the document exists only as the {} a field op started
+    texts: bool = False  # string appends wait in _Text parts, joined when the ops end
 
     def start(self) -> None:
         """A missing value starts as ``{}`` when an op names a field in it."""
@@ -150,7 +155,58 @@ def _container(doc: Any, path: list[Segment], create: bool) -> Any:
 
 
 def _kind(value: Any) -> str:
+    if isinstance(value, _Text):
+        return "str"
     return "null" if value is None else type(value).__name__
+
+
+class _Text:
+    """A string that update ops append to, joined once when the ops are done.
+
+    Appending to a Python string copies it: 10,000 appends to a long string would be
+    quadratic. The parts wait here instead, and the length is checked at each append,
+    so an append that takes the string past the size limit fails at once.
+    """
+
+    __slots__ = ("length", "parts")
+
+    def __init__(self, start: str) -> None:
+        self.parts = [start]
+        self.length = len(start)
+
+    def add(self, text: str, max_bytes: int) -> None:
+        self.parts.append(text)
+        self.length += len(text)
+        if self.length + 2 > max_bytes:  # each character takes at least a byte of JSON
+            raise InvalidValueError(
+                f"appending makes a string of {self.length:,} characters, over the value "
+                f"size limit of {max_bytes:,} bytes"
+            )
+
+    def __str__(self) -> str:
+        return "".join(self.parts)
+
+
+def _join_texts(node: Any) -> Any:
+    """``node`` with every :class:`_Text` in it joined into a string (in place)."""
+    if isinstance(node, _Text):
+        return str(node)
+    stack = [node]
+    while stack:
+        container = stack.pop()
+        if isinstance(container, dict):
+            for key, item in container.items():
+                if isinstance(item, _Text):
+                    container[key] = str(item)
+                elif isinstance(item, dict | list):
+                    stack.append(item)
+        elif isinstance(container, list):
+            for index, item in enumerate(container):
+                if isinstance(item, _Text):
+                    container[index] = str(item)
+                elif isinstance(item, dict | list):
+                    stack.append(item)
+    return node
 
 
 class _Slot:
@@ -193,7 +249,12 @@ def _number(op: Mapping[str, Any]) -> int | float:
 
 
 def _combine(
-    kind: str, current: Any, present: bool, op: Mapping[str, Any], path: list[Segment]
+    kind: str,
+    current: Any,
+    present: bool,
+    op: Mapping[str, Any],
+    path: list[Segment],
+    max_bytes: int,
 ) -> Any:
     """The new value of the target at ``path`` for a merge, increment/decrement or
     append op (its name is only spelled out for an error)."""
@@ -229,8 +290,10 @@ def _combine(
     if isinstance(current, list):
         current.append(value)
         return current
-    if isinstance(current, str) and isinstance(value, str):
-        return current + value
+    if isinstance(current, str | _Text) and isinstance(value, str):
+        text = current if isinstance(current, _Text) else _Text(current)
+        text.add(value, max_bytes)
+        return text
     where = _name(path, len(path))
     raise _OpError(
         "type_mismatch", f"cannot append {_kind(value)} to {where}: it is {_kind(current)}"
@@ -265,14 +328,14 @@ def _check_nesting(kind: str, op: Mapping[str, Any], path: list[Segment], max_de
         )
 
 
-def _apply_one(outcome: Outcome, op: Mapping[str, Any], max_depth: int) -> None:
+def _apply_one(outcome: Outcome, op: Mapping[str, Any], max_depth: int, max_bytes: int) -> None:
     kind = op.get("type")
     if kind not in UPDATE_OPS:
         raise _OpError("invalid_op", f"unknown update op type {kind!r}")
     path = _segments(op, kind in ("set", "increment", "decrement", "remove"), max_depth)
     _check_nesting(kind, op, path, max_depth)
     if not path:
-        _apply_root(outcome, kind, op)
+        _apply_root(outcome, kind, op, max_bytes)
         return
     outcome.start()
     if kind == "remove":
@@ -290,34 +353,48 @@ def _apply_one(outcome: Outcome, op: Mapping[str, Any], max_depth: int) -> None:
         _Slot(outcome.doc, path, create=True).put(op["value"])
         return
     slot = _Slot(outcome.doc, path, create=True)
-    slot.put(_combine(kind, slot.get(), slot.exists(), op, path))
+    result = _combine(kind, slot.get(), slot.exists(), op, path, max_bytes)
+    outcome.texts = outcome.texts or isinstance(result, _Text)
+    slot.put(result)
 
 
-def _apply_root(outcome: Outcome, kind: str, op: Mapping[str, Any]) -> None:
+def _apply_root(outcome: Outcome, kind: str, op: Mapping[str, Any], max_bytes: int) -> None:
     if kind == "remove":
         outcome.doc, outcome.exists, outcome.implicit = None, False, False
         return
     _check_fields(kind, op)
-    doc = op["value"] if kind == "set" else _combine(kind, outcome.doc, outcome.exists, op, [])
+    doc = (
+        op["value"]
+        if kind == "set"
+        else _combine(kind, outcome.doc, outcome.exists, op, [], max_bytes)
+    )
     outcome.doc, outcome.exists, outcome.implicit = doc, True, False
+    outcome.texts = outcome.texts or isinstance(doc, _Text)
 
 
-def apply_update_ops(doc: Any, exists: bool, ops: list[dict[str, Any]], max_depth: int) -> Outcome:
+def apply_update_ops(
+    doc: Any, exists: bool, ops: list[dict[str, Any]], max_depth: int, max_bytes: int
+) -> Outcome:
     """Apply update ops in order to ``doc`` (a private copy, changed in place).
 
     An op that cannot apply is skipped and reported. (For ``atomic=True`` the caller
     keeps the original text when there is any error.)
+
+    Raises:
+        InvalidValueError: an append makes a string longer than ``max_bytes``.
     """
     outcome = Outcome(doc, exists)
     for index, op in enumerate(ops):
         try:
-            _apply_one(outcome, op, max_depth)
+            _apply_one(outcome, op, max_depth, max_bytes)
         except _OpError as exc:
             # With atomic, the ops after a failure still run (on a value that will be
             # thrown away), so that every op that cannot apply is reported at once.
             outcome.errors.append(_error(index, op, exc.code, str(exc)))
         else:
             outcome.applied.append(index)
+    if outcome.texts:
+        outcome.doc = _join_texts(outcome.doc)
     return outcome
 
 
@@ -403,9 +480,25 @@ def _guard_growth(doc: Any, op: Mapping[str, Any], budget: list[int], max_depth:
             f"{op['op']} to {op.get('path')!r} would nest the value deeper than {max_depth} levels"
         )
     if op["op"] == "copy":
-        budget[0] -= len(orjson.dumps(source))
+        budget[0] -= encoded_size(source)
+        budget[0] -= CONTAINER_COST * _containers(source, budget[0] // CONTAINER_COST + 1)
         if budget[0] < 0:
             raise InvalidValueError("this copy would grow the value past the size limit")
+
+
+def _containers(value: Any, limit: int) -> int:
+    """How many objects and lists ``value`` holds (itself included), counting no
+    further than ``limit``."""
+    count, stack = 0, [value]
+    while stack and count <= limit:
+        node = stack.pop()
+        if isinstance(node, dict):
+            count += 1
+            stack.extend(item for item in node.values() if isinstance(item, dict | list))
+        elif isinstance(node, list):
+            count += 1
+            stack.extend(item for item in node if isinstance(item, dict | list))
+    return count
 
 
 def apply_patch(  # noqa: PLR0912 - one branch per RFC 6902 outcome

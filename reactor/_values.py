@@ -8,6 +8,7 @@ nothing, and decoding makes a fresh copy for every reader.
 from __future__ import annotations
 
 import enum
+import json
 import math
 from typing import Any, Final
 
@@ -21,6 +22,12 @@ DEFAULT_MAX_VALUE_BYTES: Final = 16 * 1024 * 1024
 DEFAULT_MAX_DEPTH: Final = 64
 # orjson refuses to encode more than 254 levels; a limit above it could never be met.
 MAX_DEPTH_LIMIT: Final = 250
+# orjson reserves address space in proportion to its input for a moment: about 16 bytes
+# per character of a string it encodes, about 12 per byte of text it decodes (a 16 MB
+# value would take 200-250 MB). Under an address-space limit that is a crash, not a
+# MemoryError. Above this size the standard library's json, which grows its buffers as
+# it goes, does the part that is that large; below it, orjson is ten times faster.
+_ORJSON_MAX: Final = 1024 * 1024
 
 
 class Missing(enum.Enum):
@@ -50,10 +57,8 @@ def encode(value: Any, *, max_depth: int, max_bytes: int) -> str:
         raise InvalidValueError(
             f"value is more than {max_bytes:,} bytes as JSON, over the limit of {max_bytes:,}"
         )
-    try:
-        data = orjson.dumps(value)
-    except orjson.JSONEncodeError as exc:  # integers beyond 64 bits, lone surrogates
-        raise InvalidValueError(f"value is not storable JSON: {exc}") from None
+    # What _check took from the budget bounds the longest string from above.
+    data = _dumps(value, longest_string=max_bytes - budget[0])
     if len(data) > max_bytes:
         raise InvalidValueError(
             f"value is {len(data):,} bytes as JSON, over the limit of {max_bytes:,}"
@@ -61,17 +66,15 @@ def encode(value: Any, *, max_depth: int, max_bytes: int) -> str:
     return data.decode()
 
 
-def encode_built(value: Any, *, max_bytes: int) -> str:
-    """Encode a value built from valid parts (a stored value and checked op values),
-    where only the encoder's own limits and the size can still fail.
+def encode_built(value: Any, *, max_bytes: int, parts_size: int) -> str:
+    """Encode a value built from valid parts (a stored value and checked op values, whose
+    texts together are ``parts_size`` long), where only the encoder's own limits and the
+    size can still fail.
 
     Raises:
         InvalidValueError: an integer grew past 64 bits, or the text is over ``max_bytes``.
     """
-    try:
-        data = orjson.dumps(value)
-    except orjson.JSONEncodeError as exc:
-        raise InvalidValueError(f"value is not storable JSON: {exc}") from None
+    data = _dumps(value, longest_string=parts_size)
     if len(data) > max_bytes:
         raise InvalidValueError(
             f"value is {len(data):,} bytes as JSON, over the limit of {max_bytes:,}"
@@ -79,14 +82,49 @@ def encode_built(value: Any, *, max_bytes: int) -> str:
     return data.decode()
 
 
-def encode_trusted(value: Any) -> str:
-    """Encode a value known to be valid (read from the database, or cut from one)."""
-    return orjson.dumps(value).decode()
+def encode_trusted(value: Any, *, parts_size: int) -> str:
+    """Encode a value known to be valid (read from the database, or cut from one),
+    taken from texts ``parts_size`` long."""
+    return _dumps(value, longest_string=parts_size).decode()
+
+
+def encoded_size(value: Any) -> int:
+    """How many bytes ``value`` (known to be valid) takes as JSON."""
+    return len(_dumps(value, longest_string=_ORJSON_MAX + 1))
 
 
 def decode(text: str | bytes) -> Any:
     """Return a fresh Python object for stored JSON text."""
+    if len(text) > _ORJSON_MAX:
+        return json.loads(text)
     return orjson.loads(text)
+
+
+def _dumps(value: Any, *, longest_string: int) -> bytes:
+    """``value`` as JSON; ``longest_string`` is an upper bound of its strings' lengths."""
+    if longest_string > _ORJSON_MAX:
+        value = _long_strings_encoded(value)
+    try:
+        return orjson.dumps(value)
+    except orjson.JSONEncodeError as exc:  # integers beyond 64 bits, lone surrogates
+        raise InvalidValueError(f"value is not storable JSON: {exc}") from None
+
+
+def _long_strings_encoded(value: Any) -> Any:
+    """A copy of ``value`` where each string over the orjson limit is encoded by the
+    standard library (an ``orjson.Fragment``, which orjson copies as it is)."""
+    if isinstance(value, str):
+        if len(value) <= _ORJSON_MAX:
+            return value
+        try:
+            return orjson.Fragment(json.dumps(value, ensure_ascii=False).encode())
+        except UnicodeEncodeError as exc:  # a lone surrogate, as orjson would say
+            raise InvalidValueError(f"value is not storable JSON: {exc}") from None
+    if isinstance(value, dict):
+        return {key: _long_strings_encoded(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_long_strings_encoded(item) for item in value]
+    return value
 
 
 def _check(  # noqa: PLR0911, PLR0912 - one branch per JSON type
@@ -109,6 +147,9 @@ def _check(  # noqa: PLR0911, PLR0912 - one branch per JSON type
     if isinstance(value, dict):
         if depth >= max_depth:
             raise _too_deep(max_depth)
+        if 5 * len(value) + 1 > budget[0]:  # '"":0' and a comma per item at least
+            budget[0] = -1
+            return
         budget[0] -= 2
         for key, item in value.items():
             if type(key) is not str:
@@ -123,6 +164,9 @@ def _check(  # noqa: PLR0911, PLR0912 - one branch per JSON type
     if isinstance(value, list):
         if depth >= max_depth:
             raise _too_deep(max_depth)
+        if 2 * len(value) + 1 > budget[0]:  # a byte and a comma per item at least
+            budget[0] = -1
+            return
         budget[0] -= 2
         for item in value:
             budget[0] -= 1

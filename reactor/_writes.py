@@ -181,7 +181,8 @@ def pop(scope: str, key: str, front: bool) -> Work:
             return None
         item = current.pop(0 if front else -1)
         # What remains of a stored list is valid as it is: no need to check it again.
-        txn.write(scope, key, old, encode_trusted(current), old.expires_at)
+        text = encode_trusted(current, parts_size=len(old.value))
+        txn.write(scope, key, old, text, old.expires_at)
         return item
 
     return _touching(work, scope, key)
@@ -225,7 +226,7 @@ def update(
             size = 0 if old is None else len(old.value)
             outcome = apply_patch(doc, old is not None, ops, max_depth, max_bytes, size)
         else:
-            outcome = apply_update_ops(doc, old is not None, ops, max_depth)
+            outcome = apply_update_ops(doc, old is not None, ops, max_depth, max_bytes)
         old_value = None if old is None else decode(old.value)
         if not outcome.applied or (outcome.errors and atomic):
             return UpdateResult(
@@ -235,13 +236,19 @@ def update(
             applied = ops_text
         else:  # the ops as given: those applied may have been changed since, in the value
             given = decode(ops_text)
-            applied = encode_trusted([given[index] for index in outcome.applied])
+            applied = encode_trusted(
+                [given[index] for index in outcome.applied], parts_size=len(ops_text)
+            )
         if not outcome.created:
             txn.write(scope, key, old, None, None, ops=applied)
             return UpdateResult(old_value, None, outcome.errors)
         # Update ops check what they add (depth, finiteness) as they go; a patch is
         # checked whole.
-        text = encode(outcome.doc) if patch else encode_built(outcome.doc, max_bytes=max_bytes)
+        if patch:
+            text = encode(outcome.doc)
+        else:  # no string can be longer than the stored value and the ops together
+            parts = len(ops_text) + (0 if old is None else len(old.value))
+            text = encode_built(outcome.doc, max_bytes=max_bytes, parts_size=parts)
         txn.write(scope, key, old, text, None if old is None else old.expires_at, ops=applied)
         # The document is this request's own (decoded from the row and the ops): it can
         # go back to the caller as it is, without decoding the text again.

@@ -22,7 +22,9 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import collections
 import contextlib
+import dataclasses
 import os
 import threading
 import weakref
@@ -59,18 +61,52 @@ def open(target: str | os.PathLike[str] | None = None, **options: Any) -> AsyncS
 
 
 class _LoopBridge:
-    """Hands results from the actor's thread to one event loop, many per wake-up."""
+    """Hands results from the actor's thread to one event loop, many per wake-up, and
+    times the requests out with one timer for all (not one ``asyncio.timeout`` each)."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
         self._lock = threading.Lock()
         self._ready: list[tuple[Future[Any], asyncio.Future[Any]]] = []
+        # Requests in the order they were made, per timeout: their deadlines ascend.
+        self._waiting: dict[float, collections.deque[_Waiting]] = {}
+        self._timer: asyncio.TimerHandle | None = None
 
-    def track(self, source: Future[Any]) -> asyncio.Future[Any]:
-        """An asyncio future, on this loop, that settles as ``source`` does."""
+    def track(self, source: Future[Any], scope: str, timeout: float | None) -> asyncio.Future[Any]:
+        """An asyncio future, on this loop, that settles as ``source`` does, or fails
+        with ``OperationTimeout`` after ``timeout`` seconds."""
         target: asyncio.Future[Any] = self._loop.create_future()
         source.add_done_callback(lambda done: self._settled(done, target))
+        if timeout is not None:
+            deadline = self._loop.time() + timeout
+            queue = self._waiting.get(timeout)
+            if queue is None:
+                queue = self._waiting[timeout] = collections.deque()
+            queue.append(_Waiting(deadline, target, source, scope, timeout))
+            if self._timer is None or deadline < self._timer.when():
+                self._arm(deadline)
         return target
+
+    def _arm(self, deadline: float) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = self._loop.call_at(deadline, self._expire)
+
+    def _expire(self) -> None:
+        self._timer = None
+        now = self._loop.time()
+        earliest: float | None = None
+        for queue in self._waiting.values():
+            while queue and (queue[0].target.done() or queue[0].deadline <= now):
+                waiting = queue.popleft()
+                if not waiting.target.done():
+                    waiting.target.set_exception(
+                        operation_timeout(waiting.scope, waiting.timeout, waiting.source)
+                    )
+            if queue and (earliest is None or queue[0].deadline < earliest):
+                earliest = queue[0].deadline
+        if earliest is not None:
+            self._arm(earliest)
 
     def _settled(self, source: Future[Any], target: asyncio.Future[Any]) -> None:
         with self._lock:
@@ -92,6 +128,18 @@ class _LoopBridge:
                 target.set_exception(error)
             else:
                 target.set_result(source.result())
+        for queue in self._waiting.values():  # forget what is answered (mostly in order)
+            while queue and queue[0].target.done():
+                queue.popleft()
+
+
+@dataclasses.dataclass(slots=True)
+class _Waiting:
+    deadline: float
+    target: asyncio.Future[Any]
+    source: Future[Any]
+    scope: str
+    timeout: float
 
 
 _bridges: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopBridge] = (
@@ -271,11 +319,7 @@ class AsyncScope:
         check_not_held(id(self._writer._usable()), self.name)
         future = cast(Future[Any], submit(self._writer))
         timeout = self._writer._usable().options.timeout
-        try:
-            async with asyncio.timeout(timeout):  # cheaper than wait_for: no extra task
-                return await _bridge().track(future)
-        except TimeoutError:
-            raise operation_timeout(self.name, timeout, future) from None
+        return await _bridge().track(future, self.name, timeout)
 
     def transaction(self) -> AsyncTransaction:
         """``async with scope.transaction() as tx:``: the scope is this task's until the

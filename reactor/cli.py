@@ -1,4 +1,5 @@
-"""The ``reactor`` command line: a scope's verbs, the live change feed, export and import.
+"""The ``reactor`` command line: a scope's verbs, the live change feed, export and import,
+and a web dashboard (``reactor ui``).
 
 Every data command works on ``--db`` (else ``$REACTOR_DB``, else ``~/.reactor/state.db``).
 A command's result is JSON when stdout is piped, a table on a terminal (``--json`` and
@@ -12,6 +13,7 @@ from __future__ import annotations
 import errno
 import signal
 import sys
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final, TypeVar
@@ -46,6 +48,8 @@ F = TypeVar("F", bound=Callable[..., Any])
 _DB: Final = "reactor.db"  # ctx.meta keys: what --db and --json/--table said, if anything
 _AS_JSON: Final = "reactor.as_json"
 _ABSENT: Final = object()
+_UI_PACKAGES: Final = frozenset({"starlette", "uvicorn", "sse_starlette", "anyio", "h11"})
+_WATCH_JOIN: Final = 5.0  # seconds for the printing thread to end once the watch closes
 _DB_HELP: Final = (
     "The database: a file path, sqlite:///PATH or postgresql+psycopg://USER@HOST/DB "
     "[default: $REACTOR_DB, else ~/.reactor/state.db]."
@@ -320,19 +324,41 @@ def watch(scope: str | None, key: str | None, since: int | None, count: int | No
     """
     state = _state()
     output = _output()
-    # SIGTERM (kill, docker stop) ends the watch as Ctrl-C does: cleanly.
-    previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
+    stop = threading.Event()
+    failed: list[BaseException] = []
+
+    def on_signal(*_: object) -> None:
+        stop.set()  # no KeyboardInterrupt: it could land inside the engine, mid-lock
+
+    # Ctrl-C and SIGTERM (kill, docker stop) end the watch cleanly, with status 0. The
+    # events are printed by a thread of their own, so that the main thread, the one
+    # signals reach, only waits.
+    previous = {sent: signal.signal(sent, on_signal) for sent in (signal.SIGINT, signal.SIGTERM)}
     try:
         with state.watch(since=since, scope=scope, key=key) as feed:
+
+            def pump() -> None:
+                try:
+                    for seen, event in enumerate(feed, 1):
+                        output.event(event)
+                        if count is not None and seen >= count:
+                            break
+                except BaseException as exc:  # noqa: BLE001 - raised again in the main thread
+                    failed.append(exc)
+                finally:
+                    stop.set()
+
             click.echo(f"watching {state.location} (Ctrl-C to stop)", err=True)
-            for seen, event in enumerate(feed, 1):
-                output.event(event)
-                if count is not None and seen >= count:
-                    break
-    except KeyboardInterrupt:
-        pass  # how a watch is meant to end
+            printer = threading.Thread(target=pump, name="reactor-watch", daemon=True)
+            printer.start()
+            while not stop.wait(0.25):
+                pass
+        printer.join(_WATCH_JOIN)  # the watch is closed: its iteration has ended
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sent, handler in previous.items():
+            signal.signal(sent, handler)
+    if failed:
+        raise failed[0]
 
 
 # -- backup ----------------------------------------------------------------------
@@ -376,6 +402,79 @@ def import_lines(file: str) -> None:
 
 
 # -- programs --------------------------------------------------------------------
+@cli.command()
+@click.option("--db", metavar="PATH|URL", expose_value=False, callback=_remember, help=_DB_HELP)
+@click.option(
+    "--host",
+    default="127.0.0.1",
+    show_default=True,
+    metavar="ADDRESS",
+    help="The address to listen on; anything but loopback opens the page to the network.",
+)
+@click.option(
+    "--port",
+    type=click.IntRange(0, 65535),
+    default=8765,
+    metavar="N",
+    show_default=True,
+    help="The port to listen on (0: any free port).",
+)
+@click.option("--write", is_flag=True, help="Allow set, update and delete from the page.")
+@click.option(
+    "--allow-host",
+    "allow_hosts",
+    multiple=True,
+    metavar="NAME",
+    help="Another host name the page may be reached by (the loopback names always are).",
+)
+@click.option("--open", "open_browser", is_flag=True, help="Open the page in a web browser.")
+def ui(host: str, port: int, write: bool, allow_hosts: tuple[str, ...], open_browser: bool) -> None:
+    """Serve a web dashboard: scopes, keys, values, stats and the live change feed.
+
+    Read-only unless --write. Listens on 127.0.0.1 until Ctrl-C.
+    """
+    try:
+        from ._ui import server
+    except ModuleNotFoundError as exc:
+        if exc.name is None or exc.name.partition(".")[0] not in _UI_PACKAGES:
+            raise
+        raise click.ClickException("reactor ui needs: pip install 'reactor[ui]'") from None
+    # Opened here, so that a bad --db is one line on stderr; the app shares the engine.
+    state = _state(create=write)
+    try:
+        listener = server.listen(host, port)
+    except OSError as exc:
+        raise click.ClickException(f"cannot listen on {host}:{port}: {exc.strerror}") from None
+    url = server.url_of(listener)
+    mode = "read-write" if write else "read-only"
+    # SIGTERM (kill, docker stop) ends the server as Ctrl-C does: cleanly, status 0.
+    previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
+    try:
+        with listener:
+            if not server.is_loopback(host):
+                click.echo(
+                    f"Warning: listening on {host}, beyond this machine: whoever reaches "
+                    f"{url} can read every value" + (" and change it" if write else "") + " "
+                    "(no login).",
+                    err=True,
+                )
+            click.echo(f"reactor ui: {state.location} at {url} ({mode}; Ctrl-C to stop)", err=True)
+            if open_browser:
+                import webbrowser
+
+                webbrowser.open(url)
+            server.serve(
+                listener,
+                click.get_current_context().meta.get(_DB),
+                write=write,
+                hosts=server.allowed_hosts(host, allow_hosts),
+            )
+    except KeyboardInterrupt:
+        pass  # how the server is meant to end
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 @cli.command()
 @click.option(
     "--db",

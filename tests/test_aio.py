@@ -249,3 +249,39 @@ async def test_on_decorates_async_callbacks_and_closed_tells(db_path: Path) -> N
         assert seen == [7]
         assert not state.closed
     assert handle.closed
+
+
+async def test_a_write_the_actor_cannot_start_times_out_and_is_withdrawn(
+    tmp_path: Path,
+) -> None:
+    """One timer times out every waiting write, each after its own engine's timeout, in
+    order; a withdrawn write never runs; later writes work. (Two engines, so two SQLite
+    files whatever the backend: the timing out is the loop's, not the database's.)"""
+    async with (
+        reactor.aio.open(tmp_path / "fast.db", timeout=0.2) as fast,
+        reactor.aio.open(tmp_path / "slow.db", timeout=0.5) as slow,
+    ):
+        await fast.scope("s").set("warm", 1)
+        await slow.scope("t").set("warm", 1)
+        fast_engine = (await fast._sync())._engine_or_raise()
+        slow_engine = (await slow._sync())._engine_or_raise()
+        finished: dict[str, float] = {}
+
+        async def write(state: reactor.aio.AsyncState, scope: str, key: str) -> None:
+            started = time.monotonic()
+            with pytest.raises(reactor.OperationTimeout, match="withdrawn"):
+                await state.scope(scope).set(key, 1)
+            finished[key] = time.monotonic() - started
+
+        # As if a batch were running: the writes queue for actors that cannot start.
+        with fast_engine.mailbox("s")._running, slow_engine.mailbox("t")._running:  # type: ignore[attr-defined]
+            await asyncio.gather(
+                write(slow, "t", "b"), write(fast, "s", "a"), write(fast, "s", "c")
+            )
+        assert finished["b"] >= 0.5, finished
+        assert 0.2 <= finished["a"] < finished["b"], finished
+        assert 0.2 <= finished["c"] < finished["b"], finished
+        assert await fast.scope("s").get("a") is None  # withdrawn: it never ran
+        assert await slow.scope("t").get("b") is None
+        assert (await fast.scope("s").set("a", 2)).new_value == 2
+        assert (await slow.scope("t").set("b", 2)).new_value == 2

@@ -456,6 +456,7 @@ def test_watch_streams_other_processes_writes(db_path: Any, tmp_path: Path) -> N
         out, err = watcher.communicate(timeout=30)
     finally:
         watcher.kill()
+        watcher.communicate()  # reaped, pipes closed, whatever happened
     assert watcher.returncode == 0, err
     events = [json.loads(line) for line in out.splitlines()]
     assert [(e["type"], e["old_value"], e["new_value"]) for e in events] == [
@@ -495,6 +496,7 @@ def test_a_signal_ends_watch_cleanly(db_path: Any, tmp_path: Path, sent: signal.
         out, err = watcher.communicate(timeout=30)
     finally:
         watcher.kill()
+        watcher.communicate()  # reaped, pipes closed, whatever happened
     assert watcher.returncode in (0, 130), err
     assert "Traceback" not in err
     assert out == ""

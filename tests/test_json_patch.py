@@ -1088,6 +1088,21 @@ def test_copies_that_double_the_value_stop_at_the_size_limit(
     assert len(json.dumps(scope.get(KEY))) > 8000
 
 
+def test_copies_are_charged_for_their_objects_not_only_their_json(
+    open_state: Callable[..., reactor.State], db_path: Path
+) -> None:
+    """{} is 2 bytes of JSON but some 64 in memory: copies of many tiny objects stop at
+    the limit before they fill memory, even while their JSON is still small."""
+    scope = open_state(max_value_bytes=100_000).scope("limits")
+    document = {"a": [{} for _ in range(1_000)]}  # 3 KB of JSON, 1,001 containers
+    scope.set(KEY, document)
+    assert scope.update(KEY, [{"op": "copy", "from": "/a", "path": "/b"}]).errors == []
+    with pytest.raises(reactor.InvalidValueError, match="size limit"):
+        scope.update(KEY, [{"op": "copy", "from": "/a", "path": f"/c{i}"} for i in range(2)])
+    assert scope.get(KEY) == {"a": document["a"], "b": document["a"]}
+    assert [kind for kind, _ in log(db_path)] == ["created", "updated"]
+
+
 def _nest(levels: int) -> Any:
     """``levels`` objects nested in one another: {"n": {"n": ... {} }}."""
     value: Any = {}

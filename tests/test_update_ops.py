@@ -12,6 +12,7 @@ import copy
 import itertools
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -367,6 +368,76 @@ def test_append(scope: reactor.Scope, start: Any, op: dict[str, Any], expected: 
     result = run(scope, start, [op])
     assert result.errors == []
     assert canon(scope.get(KEY)) == canon(expected)
+
+
+def test_many_appends_to_a_string_build_it_in_order(scope: reactor.Scope) -> None:
+    pieces = [f"{i}," for i in range(10_000)]
+    result = run(scope, {"s": "start:", "n": 1}, [ops.append(piece, "s") for piece in pieces])
+    assert result.errors == []
+    assert scope.get(KEY) == {"s": "start:" + "".join(pieces), "n": 1}
+    assert result.new_value == scope.get(KEY)
+
+
+@pytest.mark.parametrize(
+    ("start", "op_list", "expected", "errors"),
+    [
+        pytest.param(
+            {"s": "a"},
+            [ops.append("b", "s"), ops.increment("s"), ops.append(1, "s"), ops.append("c", "s")],
+            {"s": "abc"},
+            [(1, "type_mismatch"), (2, "type_mismatch")],
+            id="other ops on a string being appended to",
+        ),
+        pytest.param(
+            {"l": ["a", "b"]},
+            [ops.append("x", "l.1"), ops.remove("l.0"), ops.append("y", "l.0")],
+            {"l": ["bxy"]},
+            [],
+            id="the list holding it shifts",
+        ),
+        pytest.param(
+            {"s": "a"},
+            [ops.append("b", "s"), ops.set("t", "?"), ops.set("s", "new"), ops.append("!", "s")],
+            {"s": "new!", "t": "?"},
+            [],
+            id="replaced, then appended to again",
+        ),
+        pytest.param(
+            {"s": "a"},
+            [ops.append("b", "s"), ops.append("c", "s.x")],
+            {"s": "ab"},
+            [(1, "type_mismatch")],
+            id="a path through it",
+        ),
+        pytest.param("a", [ops.append("b"), ops.append("c")], "abc", [], id="the root"),
+    ],
+)
+def test_appends_to_a_string_mix_with_other_ops(
+    scope: reactor.Scope,
+    start: Any,
+    op_list: list[dict[str, Any]],
+    expected: Any,
+    errors: list[tuple[int, str]],
+) -> None:
+    result = run(scope, start, op_list)
+    assert codes(result) == errors
+    assert all("str" in error["message"] for error in result.errors), result.errors
+    assert canon(scope.get(KEY)) == canon(expected)
+
+
+def test_appends_past_the_size_limit_stop_at_the_first_one_over(
+    open_state: Callable[..., reactor.State], db_path: Path
+) -> None:
+    scope = open_state(max_value_bytes=100_000).scope("limits")
+    scope.set(KEY, "x" * 99_000)
+    with pytest.raises(reactor.InvalidValueError, match="over the value size limit"):
+        scope.update(KEY, [ops.append("x")] * 2_000)  # the 999th passes the limit
+    with pytest.raises(reactor.InvalidValueError):
+        scope.update(KEY, [ops.append("y" * 600, "")] * 2, atomic=True)
+    assert scope.get(KEY) == "x" * 99_000
+    assert log(db_path) == [("created", None)]
+    assert scope.update(KEY, [ops.append("y")] * 900).errors == []
+    assert scope.get(KEY) == "x" * 99_000 + "y" * 900
 
 
 # -- remove ----------------------------------------------------------------------------

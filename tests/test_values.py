@@ -6,6 +6,9 @@ import collections
 import datetime as dt
 import decimal
 import enum
+import os
+import subprocess
+import sys
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -186,3 +189,65 @@ def test_increment_beyond_64_bits_is_refused(state: reactor.State) -> None:
     with pytest.raises(reactor.InvalidValueError):
         scope.increment("f", 1e308)
     assert scope.get("f") == 1e308
+
+
+LONG_STRINGS = {  # each over a million characters: the encoders switch there
+    "ascii": "x" * 1_200_000,
+    "escapes": '"\\\n\t\x00\x1f' * 200_000,
+    "unicode": "é😀中" * 400_000,
+}
+
+
+@pytest.mark.parametrize("text", list(LONG_STRINGS.values()), ids=list(LONG_STRINGS))
+def test_strings_of_megabytes_round_trip_through_every_kind_of_write(
+    state: reactor.State, text: str
+) -> None:
+    scope = state.scope("long")
+    scope.set("doc", {"s": text, "n": 1})
+    assert scope.get("doc") == {"s": text, "n": 1}
+    scope.update("doc", [reactor.ops.append("!", path="s"), reactor.ops.increment(path="n")])
+    assert scope.get("doc") == {"s": text + "!", "n": 2}
+    scope.update("doc", [{"op": "copy", "from": "/s", "path": "/t"}])
+    assert scope.get("doc") == {"s": text + "!", "t": text + "!", "n": 2}
+    scope.set("list", [text, 1])
+    assert scope.pop("list") == 1
+    assert scope.get("list") == [text]
+
+
+def test_a_long_string_with_a_lone_surrogate_is_refused(state: reactor.State) -> None:
+    scope = state.scope("long")
+    with pytest.raises(reactor.InvalidValueError, match="not storable JSON"):
+        scope.set("k", "x" * 2**21 + "\ud800")
+    assert scope.get("k") is None
+    assert state.stats()["revision"] == 0
+
+
+ADDRESS_SPACE_CHILD = """
+import sys
+from reactor._values import decode, encode
+
+def peak_mb():
+    with open("/proc/self/status") as status:
+        return next(int(line.split()[1]) // 1024 for line in status if line.startswith("VmPeak"))
+
+value = {"text": "é" * (8 * 2**20)}  # 16 MB as JSON
+start = peak_mb()
+text = encode(value, max_depth=64, max_bytes=32 * 2**20)
+assert decode(text) == value
+print(peak_mb() - start)
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads Linux's /proc")
+def test_a_16_mb_string_takes_a_small_multiple_of_its_size_to_encode_and_decode() -> None:
+    """orjson reserves ~16 bytes of address space per character (250 MB here, a crash
+    under an address-space limit); reactor hands strings this long to the stdlib."""
+    child = subprocess.run(
+        [sys.executable, "-c", ADDRESS_SPACE_CHILD],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+        env={**os.environ, "MALLOC_ARENA_MAX": "1"},
+    )
+    assert int(child.stdout) < 100, child.stdout  # MB over the start: 16 MB in, copies out

@@ -1,0 +1,260 @@
+"""The dashboard's web app: the page, a JSON API to read, and (``--write``) to write.
+
+```text
+GET  /                    the page (static HTML, JS and CSS under /static)
+GET  /api/info            {"database", "write", "version"}
+GET  /api/scopes          {"scopes": {name: key count}}
+GET  /api/keys?scope=S&pattern=GLOB           {"scope", "pattern", "keys": [...]}
+GET  /api/value?scope=S&key=K                 {"scope", "key", "value", "text", "ttl"}
+GET  /api/stats           state.stats()
+GET  /api/events?scope=GLOB&key=GLOB&since=R  the change feed, as Server-Sent Events
+POST /api/set     {"scope", "key", "value", "ttl"?, "keep_ttl"?}  {"old_value", "new_value"}
+POST /api/update  {"scope", "key", "ops", "atomic"?}   {"old_value", "new_value", "errors"}
+POST /api/delete  {"scope", "key"}                     {"deleted", "old_value"}
+```
+
+A refused or failed request answers ``{"error": NAME, "message": TEXT}``: 400 with the
+name of reactor's error for bad input (nothing is written), 403 for a write the server
+does not allow (see ``guard``), 404 for a missing key.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any, Final
+
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.middleware.trustedhost import TrustedHostMiddleware
+from starlette.requests import Request
+from starlette.responses import FileResponse, JSONResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from reactor._exchange import parse_json
+from reactor._version import __version__
+from reactor.aio import AsyncState
+from reactor.aio import open as open_async
+from reactor.errors import ConflictError, ReactorError, RevisionCompactedError
+
+from .feed import DEFAULT_PING, events
+from .guard import LOOPBACK_NAMES, write_refusal
+
+__all__ = ["Problem", "create_app"]
+
+STATIC: Final = Path(__file__).resolve().parent / "static"
+_ABSENT: Final = object()
+# The page loads nothing from elsewhere, and no other site may frame it.
+_PAGE_HEADERS: Final = {
+    "Content-Security-Policy": (
+        "default-src 'self'; img-src 'self' data:; object-src 'none'; base-uri 'none'; "
+        "form-action 'self'; frame-ancestors 'none'"
+    ),
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-store",
+}
+
+Endpoint = Callable[[Request], Awaitable[Response]]
+
+
+class Problem(Exception):
+    """A request the API refuses: answered as ``{"error", "message"}`` with ``status``."""
+
+    def __init__(self, status: int, error: str, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.error = error
+
+
+def state_of(request: Request) -> AsyncState:
+    """The app's handle on the database."""
+    state: AsyncState = request.app.state.reactor
+    return state
+
+
+def create_app(
+    target: str | os.PathLike[str] | None,
+    *,
+    write: bool = False,
+    hosts: list[str] | None = None,
+    ping: float = DEFAULT_PING,
+) -> Starlette:
+    """The dashboard for the database ``target`` (what ``reactor.open`` takes).
+
+    ``write`` allows the write endpoints; ``hosts`` are the names the ``Host`` header
+    may carry (the loopback names by default); ``ping`` is the seconds between the
+    feed's keep-alive comments. The database opens when the app starts, and closes
+    when it stops.
+    """
+    state = open_async(target)
+
+    @asynccontextmanager
+    async def lifespan(_app: Starlette) -> AsyncIterator[None]:
+        async with state:
+            yield
+
+    def guarded(endpoint: Endpoint) -> Endpoint:
+        async def guard(request: Request) -> Response:
+            refusal = write_refusal(request, write)
+            if refusal is not None:
+                raise Problem(403, "Forbidden", refusal)
+            return await endpoint(request)
+
+        return guard
+
+    app = Starlette(
+        routes=[
+            Route("/", _page),
+            Route("/api/info", _info),
+            Route("/api/scopes", _scopes),
+            Route("/api/keys", _keys),
+            Route("/api/value", _value),
+            Route("/api/stats", _stats),
+            Route("/api/events", events),
+            Route("/api/set", guarded(_set), methods=["POST"]),
+            Route("/api/update", guarded(_update), methods=["POST"]),
+            Route("/api/delete", guarded(_delete), methods=["POST"]),
+            Mount("/static", StaticFiles(directory=STATIC), name="static"),
+        ],
+        middleware=[Middleware(TrustedHostMiddleware, allowed_hosts=hosts or [*LOOPBACK_NAMES])],
+        exception_handlers={Problem: _problem, ReactorError: _reactor_error},
+        lifespan=lifespan,
+    )
+    app.state.reactor = state
+    app.state.write = write
+    app.state.ping = ping
+    return app
+
+
+# -- errors ----------------------------------------------------------------------
+def _answer(status: int, error: str, message: str) -> JSONResponse:
+    return JSONResponse({"error": error, "message": message}, status_code=status)
+
+
+async def _problem(_request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, Problem)
+    return _answer(exc.status, exc.error, str(exc))
+
+
+async def _reactor_error(_request: Request, exc: Exception) -> Response:
+    if isinstance(exc, ValueError | TypeError):
+        status = 400  # bad input: InvalidKeyError, InvalidValueError, InvalidOpError, ...
+    elif isinstance(exc, RevisionCompactedError):
+        status = 410
+    elif isinstance(exc, ConflictError):
+        status = 409
+    elif isinstance(exc, TimeoutError):
+        status = 503  # BusyError, OperationTimeout: worth another try
+    else:
+        status = 500
+    return _answer(status, type(exc).__name__, str(exc))
+
+
+def _param(request: Request, name: str, default: str | None = None) -> str:
+    value = request.query_params.get(name, default)
+    if value is None:
+        raise Problem(400, "InvalidRequest", f"the query parameter {name!r} is required")
+    return value
+
+
+async def _body(request: Request, required: tuple[str, ...], optional: tuple[str, ...]) -> Any:
+    """The request's JSON object, with the fields ``required`` and no others but
+    ``optional``."""
+    try:
+        data = parse_json(await request.body())
+    except ValueError as exc:
+        raise Problem(400, "InvalidRequest", f"the request body is not JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise Problem(400, "InvalidRequest", "the request body must be a JSON object")
+    missing = [name for name in required if name not in data]
+    if missing:
+        raise Problem(400, "InvalidRequest", f"the request needs {', '.join(map(repr, missing))}")
+    unknown = sorted(set(data) - set(required) - set(optional))
+    if unknown:
+        raise Problem(400, "InvalidRequest", f"unknown fields: {', '.join(map(repr, unknown))}")
+    return data
+
+
+# -- the page and the reads -------------------------------------------------------
+async def _page(_request: Request) -> Response:
+    return FileResponse(STATIC / "index.html", headers=_PAGE_HEADERS)
+
+
+async def _info(request: Request) -> Response:
+    stats = await state_of(request).stats()
+    return JSONResponse(
+        {"database": stats["database"], "write": request.app.state.write, "version": __version__}
+    )
+
+
+async def _scopes(request: Request) -> Response:
+    counts: dict[str, int] = (await state_of(request).stats())["scopes"]
+    return JSONResponse({"scopes": dict(sorted(counts.items()))})
+
+
+async def _keys(request: Request) -> Response:
+    scope, pattern = _param(request, "scope"), _param(request, "pattern", "*")
+    keys = await state_of(request).scope(scope).keys(pattern)
+    return JSONResponse({"scope": scope, "pattern": pattern, "keys": keys})
+
+
+async def _value(request: Request) -> Response:
+    scope, key = _param(request, "scope"), _param(request, "key")
+    handle = state_of(request).scope(scope)
+    value = await handle.get(key, _ABSENT)
+    left = await handle.ttl(key) if value is not _ABSENT else -2
+    if left == -2:  # absent, or expired between the two reads
+        raise Problem(404, "NotFound", f"no key {key!r} in scope {scope!r}")
+    return JSONResponse(
+        {
+            "scope": scope,
+            "key": key,
+            "value": value,
+            # As stored: the page shows (and edits) 1.0 as 1.0, not as JavaScript's 1.
+            "text": json.dumps(value, indent=2, ensure_ascii=False),
+            "ttl": None if left == -1 else round(left, 3),
+        }
+    )
+
+
+async def _stats(request: Request) -> Response:
+    return JSONResponse(await state_of(request).stats())
+
+
+# -- the writes (behind guard.write_refusal) -----------------------------------------
+async def _set(request: Request) -> Response:
+    data = await _body(request, ("scope", "key", "value"), ("ttl", "keep_ttl"))
+    scope = state_of(request).scope(data["scope"])
+    keep_ttl = data.get("keep_ttl", False)
+    if type(keep_ttl) is not bool:
+        raise Problem(400, "InvalidRequest", f"keep_ttl must be true or false, not {keep_ttl!r}")
+    change = await scope.set(data["key"], data["value"], ttl=data.get("ttl"), keep_ttl=keep_ttl)
+    return JSONResponse({"old_value": change.old_value, "new_value": change.new_value})
+
+
+async def _update(request: Request) -> Response:
+    data = await _body(request, ("scope", "key", "ops"), ("atomic",))
+    scope = state_of(request).scope(data["scope"])
+    ops = data["ops"]
+    if isinstance(ops, dict):
+        ops = [ops]  # one op alone, as the command line takes it
+    atomic = data.get("atomic")
+    if atomic is not None and type(atomic) is not bool:
+        raise Problem(400, "InvalidRequest", f"atomic must be true, false or null, not {atomic!r}")
+    result = await scope.update(data["key"], ops, atomic=atomic)
+    return JSONResponse(
+        {"old_value": result.old_value, "new_value": result.new_value, "errors": result.errors}
+    )
+
+
+async def _delete(request: Request) -> Response:
+    data = await _body(request, ("scope", "key"), ())
+    scope = state_of(request).scope(data["scope"])
+    existed = await scope.exists(data["key"])
+    old = await scope.delete(data["key"])
+    return JSONResponse({"deleted": existed or old is not None, "old_value": old})

@@ -1,0 +1,87 @@
+"""Running the dashboard: a listening socket, then uvicorn until Ctrl-C.
+
+The socket is bound before uvicorn starts, so that a port in use is an error the
+command line can put in one line, and so that ``--port 0`` can print the port it got.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from typing import Final
+
+import uvicorn
+
+from .app import create_app
+from .feed import DEFAULT_PING
+from .guard import allowed_hosts, is_loopback
+
+__all__ = ["allowed_hosts", "is_loopback", "listen", "serve", "url_of"]
+
+# Seconds uvicorn gives open connections to end once told to stop. The change feeds end
+# on their own at once (see ``feed``); this bounds anything else.
+GRACE: Final = 3
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """A socket listening on ``host``:``port`` (``port`` 0: a free one).
+
+    Raises:
+        OSError: the address does not resolve, or cannot be listened on.
+    """
+    family, kind, proto, _, address = socket.getaddrinfo(
+        host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+    )[0]
+    listener = socket.socket(family, kind, proto)
+    try:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(address)
+        listener.listen(128)
+    except OSError:
+        listener.close()
+        raise
+    return listener
+
+
+def url_of(listener: socket.socket) -> str:
+    """The page's address: a loopback one when the socket listens on every address."""
+    host, port = listener.getsockname()[:2]
+    if host in ("0.0.0.0", "::"):  # noqa: S104 - read from the socket, not a bind
+        host = "127.0.0.1" if listener.family == socket.AF_INET else "::1"
+    if ":" in host:
+        host = f"[{host}]"
+    return f"http://{host}:{port}/"
+
+
+def config(
+    listener: socket.socket,
+    target: str | os.PathLike[str] | None,
+    *,
+    write: bool,
+    hosts: list[str],
+    ping: float = DEFAULT_PING,
+) -> uvicorn.Config:
+    """uvicorn's configuration for the dashboard of ``target`` on ``listener``."""
+    return uvicorn.Config(
+        create_app(target, write=write, hosts=hosts, ping=ping),
+        log_level="warning",
+        access_log=False,
+        lifespan="on",
+        ws="none",
+        timeout_graceful_shutdown=GRACE,
+        host=listener.getsockname()[0],
+        port=listener.getsockname()[1],
+    )
+
+
+def serve(
+    listener: socket.socket,
+    target: str | os.PathLike[str] | None,
+    *,
+    write: bool,
+    hosts: list[str],
+) -> None:
+    """Serve the dashboard on ``listener`` until SIGINT or SIGTERM (then re-raised by
+    uvicorn: ``KeyboardInterrupt`` under Python's default handler)."""
+    server = uvicorn.Server(config(listener, target, write=write, hosts=hosts))
+    server.run(sockets=[listener])

@@ -1,0 +1,636 @@
+"""``reactor ui``, the dashboard: its JSON API on the test's database (SQLite, or
+PostgreSQL with ``--backend=postgresql``), its change feed under a real uvicorn, and the
+command as a process."""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+import reactor
+from reactor._ui import server
+from reactor._ui.guard import allowed_hosts, is_loopback
+from tests._ui_support import (
+    ENV,
+    HEADERS,
+    TIMEOUT,
+    dashboard_thread,
+    feed,
+    start_cli,
+    stop_cli,
+    take,
+    write_elsewhere,
+)
+
+pytestmark = pytest.mark.timeout(90)
+
+Client = Callable[..., httpx.Client]
+
+
+@pytest.fixture
+def client(db_path: Any) -> Iterator[Client]:
+    """Start the dashboard on the test's database (under uvicorn, in a thread), and a
+    client for it: ``client(write=True)``. All stopped afterwards."""
+    with ExitStack() as stack:
+
+        def start(*, write: bool = False, hosts: list[str] | None = None) -> httpx.Client:
+            url = stack.enter_context(dashboard_thread(db_path, write=write, hosts=hosts))
+            return stack.enter_context(httpx.Client(base_url=url, timeout=TIMEOUT))
+
+        yield start
+
+
+@pytest.fixture
+def seeded(db_path: Any) -> Any:
+    """The test's database with a few orders, a counter and a cache entry."""
+    with reactor.open(db_path) as state:
+        orders = state.scope("orders")
+        orders.set("o-1", {"total": 120, "status": "new"})
+        orders.set("o-2", {"total": 80, "status": "paid"})
+        orders.increment("count", 2)
+        state.scope("cache").set("rate", 1.0, ttl=600)
+    return db_path
+
+
+def _everything(db: Any) -> dict[str, Any]:
+    """Every scope's values, and the revision: what a refused write must not change."""
+    with reactor.open(db) as state:
+        values = {name: state.scope(name).list() for name in state.scopes()}
+        return {"values": values, "revision": state.stats()["revision"]}
+
+
+# -- the page ---------------------------------------------------------------------
+def test_the_page_and_its_files_are_served_from_the_package(client: Client) -> None:
+    ui = client()
+    page = ui.get("/")
+    assert page.status_code == 200
+    assert page.headers["content-type"].startswith("text/html")
+    assert "frame-ancestors 'none'" in page.headers["content-security-policy"]
+    assert '<script src="static/app.js"' in page.text
+    for name, kind in [("app.js", "javascript"), ("style.css", "text/css")]:
+        served = ui.get(f"/static/{name}")
+        assert served.status_code == 200, name
+        assert kind in served.headers["content-type"]
+        # Offline: nothing is fetched from another host (no CDN, no web font).
+        assert "http://" not in served.text
+        assert "https://" not in served.text
+    assert "http://" not in page.text
+    assert "https://" not in page.text
+    assert ui.get("/static/nothing.js").status_code == 404
+
+
+def test_info_says_the_database_and_the_mode(client: Client, seeded: Any) -> None:
+    info = client().get("/api/info").json()
+    assert info["write"] is False
+    assert info["version"] == reactor.__version__
+    with reactor.open(seeded) as state:
+        assert info["database"] == state.location
+    assert client(write=True).get("/api/info").json()["write"] is True
+
+
+# -- reads ------------------------------------------------------------------------
+def test_scopes_with_their_key_counts(client: Client, seeded: Any) -> None:
+    answer = client().get("/api/scopes")
+    assert answer.status_code == 200
+    assert answer.json() == {"scopes": {"cache": 1, "orders": 3}}
+    assert list(answer.json()["scopes"]) == ["cache", "orders"]
+
+
+def test_keys_filtered_by_a_glob_with_sql_metacharacters_literal(
+    client: Client, db_path: Any
+) -> None:
+    names = ["o-1", "o-2", "o_1", "o%1", "o*1", "order", "x-1"]
+    with reactor.open(db_path) as state:
+        state.scope("s").set_many(dict.fromkeys(names, 0))
+    ui = client()
+
+    def keys(pattern: str) -> list[str]:
+        answer = ui.get("/api/keys", params={"scope": "s", "pattern": pattern})
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["pattern"] == pattern
+        found: list[str] = answer.json()["keys"]
+        return found
+
+    assert keys("*") == sorted(names)
+    assert keys("o-*") == ["o-1", "o-2"]
+    assert keys("o_*") == ["o_1"]  # _ is not SQL's any-character
+    assert keys("o%*") == ["o%1"]  # nor % SQL's any-string
+    assert keys("o\\*1") == ["o*1"]  # \ escapes a glob character
+    assert keys("o?1") == ["o%1", "o*1", "o-1", "o_1"]
+    assert keys("[ox]-1") == ["o-1", "x-1"]
+    assert keys("nothing*") == []
+    default = ui.get("/api/keys", params={"scope": "s"}).json()
+    assert default["keys"] == sorted(names)
+
+
+def test_keys_of_an_empty_scope_and_bad_requests(client: Client, seeded: Any) -> None:
+    ui = client()
+    assert ui.get("/api/keys", params={"scope": "none"}).json()["keys"] == []
+    missing = ui.get("/api/keys")
+    assert missing.status_code == 400
+    assert missing.json()["error"] == "InvalidRequest"
+    assert "'scope'" in missing.json()["message"]
+    empty = ui.get("/api/keys", params={"scope": ""})
+    assert empty.status_code == 400
+    assert empty.json()["error"] == "InvalidKeyError"
+
+
+def test_a_value_with_its_ttl(client: Client, seeded: Any) -> None:
+    ui = client()
+    order = ui.get("/api/value", params={"scope": "orders", "key": "o-1"})
+    assert order.status_code == 200
+    assert order.json() == {
+        "scope": "orders",
+        "key": "o-1",
+        "value": {"total": 120, "status": "new"},
+        "text": '{\n  "total": 120,\n  "status": "new"\n}',
+        "ttl": None,
+    }
+    rate = ui.get("/api/value", params={"scope": "cache", "key": "rate"}).json()
+    assert rate["text"] == "1.0"  # a float stays a float, for the page too
+    assert isinstance(rate["value"], float)
+    assert 590 < rate["ttl"] <= 600
+
+
+def test_a_missing_key_is_404(client: Client, seeded: Any) -> None:
+    answer = client().get("/api/value", params={"scope": "orders", "key": "o-9"})
+    assert answer.status_code == 404
+    assert answer.json() == {"error": "NotFound", "message": "no key 'o-9' in scope 'orders'"}
+
+
+def test_stats(client: Client, seeded: Any) -> None:
+    stats = client().get("/api/stats").json()
+    assert stats["scopes"] == {"cache": 1, "orders": 3}
+    assert stats["keys"] == 4
+    assert stats["revision"] == 4
+    assert stats["database_bytes"] > 0
+
+
+# -- writes -----------------------------------------------------------------------
+WRITES = [
+    ("/api/set", {"scope": "orders", "key": "o-3", "value": 1}),
+    ("/api/update", {"scope": "orders", "key": "o-1", "ops": [{"type": "remove", "path": ""}]}),
+    ("/api/delete", {"scope": "orders", "key": "o-1"}),
+]
+
+
+@pytest.mark.parametrize(("path", "body"), WRITES)
+def test_writes_are_refused_without_write(
+    client: Client, seeded: Any, path: str, body: dict[str, Any]
+) -> None:
+    before = _everything(seeded)
+    answer = client().post(path, json=body, headers=HEADERS)
+    assert answer.status_code == 403
+    assert answer.json()["error"] == "Forbidden"
+    assert "read-only" in answer.json()["message"]
+    assert "--write" in answer.json()["message"]
+    assert _everything(seeded) == before
+
+
+def test_set_update_and_delete_with_write(client: Client, seeded: Any) -> None:
+    ui = client(write=True)
+
+    def post(path: str, body: dict[str, Any]) -> Any:
+        answer = ui.post(path, content=json.dumps(body), headers=HEADERS)
+        assert answer.status_code == 200, answer.text
+        return answer.json()
+
+    assert post("/api/set", {"scope": "orders", "key": "o-3", "value": {"total": 1.0}}) == {
+        "old_value": None,
+        "new_value": {"total": 1.0},
+    }
+    post("/api/set", {"scope": "cache", "key": "eur", "value": 1.08, "ttl": 60})
+    post("/api/set", {"scope": "cache", "key": "rate", "value": 2.0, "keep_ttl": True})
+    ops = [
+        {"type": "increment", "path": "total", "by": 5},
+        {"type": "set", "path": "n", "value": 1},
+    ]
+    assert post("/api/update", {"scope": "orders", "key": "o-1", "ops": ops}) == {
+        "old_value": {"total": 120, "status": "new"},
+        "new_value": {"total": 125, "status": "new", "n": 1},
+        "errors": [],
+    }
+    patch = [{"op": "replace", "path": "/status", "value": "paid"}]
+    assert post("/api/update", {"scope": "orders", "key": "o-2", "ops": patch})["errors"] == []
+    one_op = {"type": "increment", "path": "total"}
+    assert post("/api/update", {"scope": "orders", "key": "o-3", "ops": one_op})["new_value"] == {
+        "total": 2.0
+    }
+    assert post("/api/delete", {"scope": "orders", "key": "count"}) == {
+        "deleted": True,
+        "old_value": 2,
+    }
+    assert post("/api/delete", {"scope": "orders", "key": "nope"}) == {
+        "deleted": False,
+        "old_value": None,
+    }
+    with reactor.open(seeded) as state:
+        orders = state.scope("orders")
+        assert orders.list() == {
+            "o-1": {"total": 125, "status": "new", "n": 1},
+            "o-2": {"total": 80, "status": "paid"},
+            "o-3": {"total": 2.0},
+        }
+        assert isinstance(orders.get("o-3")["total"], float)
+        assert 50 < state.scope("cache").ttl("eur") <= 60
+        assert state.scope("cache").get("rate") == 2.0
+        assert 500 < state.scope("cache").ttl("rate") <= 600  # kept
+
+
+def test_ops_that_do_not_apply_are_reported(client: Client, seeded: Any) -> None:
+    ui = client(write=True)
+    before = _everything(seeded)
+    ops = [{"type": "set", "path": "status", "value": "x"}, {"type": "increment", "path": "status"}]
+    body = {"scope": "orders", "key": "o-1", "ops": ops, "atomic": True}
+    answer = ui.post("/api/update", content=json.dumps(body), headers=HEADERS)
+    assert answer.status_code == 200
+    result = answer.json()
+    assert [error["code"] for error in result["errors"]] == ["type_mismatch"]
+    assert result["new_value"] == result["old_value"]
+    assert _everything(seeded) == before  # atomic: none applied
+
+
+MIXED_STYLES = [{"op": "remove", "path": "/total"}, {"type": "remove", "path": "status"}]
+BAD_INPUT = [
+    ("/api/set", {"scope": "orders", "key": "", "value": 1}, "InvalidKeyError"),
+    ("/api/set", {"scope": "", "key": "k", "value": 1}, "InvalidKeyError"),
+    ("/api/set", {"scope": "orders", "key": 7, "value": 1}, "InvalidKeyError"),
+    ("/api/set", {"scope": "orders", "key": "k", "value": 2**64}, "InvalidValueError"),
+    ("/api/set", {"scope": "orders", "key": "k", "value": 1, "ttl": -1}, "InvalidArgumentError"),
+    ("/api/set", {"scope": "orders", "key": "k", "value": 1, "ttl": "1"}, "InvalidArgumentError"),
+    ("/api/set", {"scope": "orders", "key": "k"}, "InvalidRequest"),
+    ("/api/set", {"scope": "orders", "key": "k", "value": 1, "tll": 5}, "InvalidRequest"),
+    ("/api/set", {"scope": "o", "key": "k", "value": 1, "keep_ttl": 1}, "InvalidRequest"),
+    ("/api/update", {"scope": "orders", "key": "o-1", "ops": "increment"}, "InvalidOpError"),
+    ("/api/update", {"scope": "orders", "key": "o-1", "ops": [1]}, "InvalidOpError"),
+    (
+        "/api/update",
+        {"scope": "orders", "key": "o-1", "ops": MIXED_STYLES},
+        "InvalidOpError",
+    ),
+    ("/api/update", {"scope": "orders", "key": "o-1", "ops": [], "atomic": 1}, "InvalidRequest"),
+    ("/api/update", {"scope": "orders", "key": "o-1"}, "InvalidRequest"),
+    ("/api/delete", {"scope": "orders", "key": ""}, "InvalidKeyError"),
+    ("/api/delete", {"scope": "orders"}, "InvalidRequest"),
+]
+
+
+@pytest.mark.parametrize(("path", "body", "error"), BAD_INPUT)
+def test_bad_input_is_400_with_the_error_and_nothing_written(
+    client: Client, seeded: Any, path: str, body: dict[str, Any], error: str
+) -> None:
+    ui = client(write=True)
+    before = _everything(seeded)
+    answer = ui.post(path, content=json.dumps(body), headers=HEADERS)
+    assert answer.status_code == 400, answer.text
+    assert answer.json()["error"] == error
+    assert answer.json()["message"]
+    assert _everything(seeded) == before
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [b"", b"{", b"[1]", b'{"scope": "orders", "key": "k", "value": NaN}', b"\xff"],
+)
+def test_a_body_that_is_not_a_json_object_is_400(client: Client, seeded: Any, raw: bytes) -> None:
+    ui = client(write=True)
+    before = _everything(seeded)
+    answer = ui.post("/api/set", content=raw, headers=HEADERS)
+    assert answer.status_code == 400
+    assert answer.json()["error"] == "InvalidRequest"
+    assert _everything(seeded) == before
+
+
+# -- cross-site requests and host names -------------------------------------------
+@pytest.mark.parametrize(
+    ("headers", "says"),
+    [
+        ({"Content-Type": "application/json"}, "X-Reactor-UI"),  # no custom header
+        ({"X-Reactor-UI": "1", "Content-Type": "text/plain"}, "application/json"),
+        ({"X-Reactor-UI": "1", "Content-Type": "application/x-www-form-urlencoded"}, "json"),
+        ({"X-Reactor-UI": "1", "Content-Type": "multipart/form-data; boundary=x"}, "json"),
+        ({"X-Reactor-UI": "0", "Content-Type": "application/json"}, "X-Reactor-UI"),
+        ({**HEADERS, "Origin": "http://evil.example"}, "another origin"),
+    ],
+)
+def test_a_write_needs_json_and_the_dashboards_header(
+    client: Client, seeded: Any, headers: dict[str, str], says: str
+) -> None:
+    ui = client(write=True)
+    before = _everything(seeded)
+    body = json.dumps({"scope": "orders", "key": "o-9", "value": 1})
+    answer = ui.post("/api/set", content=body, headers=headers)
+    assert answer.status_code == 403
+    assert answer.json()["error"] == "Forbidden"
+    assert says in answer.json()["message"]
+    assert _everything(seeded) == before
+    same_origin = {**HEADERS, "Origin": str(ui.base_url).rstrip("/")}
+    assert ui.post("/api/set", content=body, headers=same_origin).status_code == 200
+
+
+def test_a_form_post_from_another_site_cannot_write(client: Client, seeded: Any) -> None:
+    before = _everything(seeded)
+    answer = client(write=True).post(
+        "/api/set",
+        data={"scope": "orders", "key": "o-9", "value": "1"},
+        headers={"Origin": "http://evil.example"},
+    )
+    assert answer.status_code == 403
+    assert _everything(seeded) == before
+
+
+@pytest.mark.parametrize(
+    ("host", "status"),
+    [
+        ("127.0.0.1:8765", 200),
+        ("localhost:8765", 200),
+        ("localhost", 200),
+        ("[::1]:8765", 200),
+        ("evil.example", 400),  # DNS rebinding: another name pointed at 127.0.0.1
+        ("evil.example:8765", 400),
+        ("127.0.0.1.evil.example", 400),
+    ],
+)
+def test_only_loopback_host_names_are_served(
+    client: Client, seeded: Any, host: str, status: int
+) -> None:
+    ui = client()
+    for path in ("/", "/api/scopes", "/api/value?scope=orders&key=o-1"):
+        assert ui.get(path, headers={"Host": host}).status_code == status, (host, path)
+
+
+def test_the_host_names_allowed(client: Client, seeded: Any) -> None:
+    assert is_loopback("127.0.0.1")
+    assert is_loopback("127.8.0.1")
+    assert is_loopback("::1")
+    assert is_loopback("[::1]")
+    assert is_loopback("localhost")
+    assert not is_loopback("0.0.0.0")  # noqa: S104
+    assert not is_loopback("192.168.1.5")
+    assert not is_loopback("example.com")
+    assert allowed_hosts("127.0.0.1") == ["127.0.0.1", "localhost", "::1", "[::1]"]
+    assert "192.168.1.5" in allowed_hosts("192.168.1.5")
+    assert socket.gethostname() in allowed_hosts("0.0.0.0")  # noqa: S104
+    assert "dash.internal" in allowed_hosts("0.0.0.0", ["dash.internal"])  # noqa: S104
+    ui = client(hosts=allowed_hosts("127.0.0.1", ["dash.internal"]))
+    assert ui.get("/", headers={"Host": "dash.internal"}).status_code == 200
+    assert ui.get("/", headers={"Host": "evil.example"}).status_code == 400
+
+
+# -- the change feed, under uvicorn ----------------------------------------------------
+def test_the_feed_shows_writes_from_another_process(db_path: Any) -> None:
+    with dashboard_thread(db_path) as url, feed(url) as events:
+        ready = next(events)
+        assert ready.event == "ready"
+        assert ready.id == "0"
+        write_elsewhere(db_path, 'state.scope("orders").set("o-1", {"total": 120})')
+        (change,) = take(events, 1)
+    assert change.event == "change"
+    assert change.id == "1"
+    data = change.json()
+    assert [data[name] for name in ("revision", "scope", "key", "type")] == [
+        1,
+        "orders",
+        "o-1",
+        "created",
+    ]
+    assert (data["old_value"], data["new_value"]) == (None, {"total": 120})
+
+
+def test_the_feed_filters_by_scope_and_key_globs(db_path: Any) -> None:
+    with (
+        dashboard_thread(db_path) as url,
+        feed(url, {"scope": "ord*", "key": "o-?"}) as events,
+    ):
+        assert next(events).event == "ready"
+        write_elsewhere(
+            db_path,
+            """
+            state.scope("jobs").set("o-1", 1)       # another scope
+            state.scope("orders").set("count", 1)   # another key
+            state.scope("orders").set("o-10", 1)    # ? is one character
+            state.scope("orders").set("o-1", {"total": 5})
+            state.scope("orders").update("o-1", [{"type": "increment", "path": "total"}])
+            state.scope("orders").delete("o-1")
+            """,
+        )
+        changes = [event.json() for event in take(events, 3)]
+    assert [(c["type"], c["key"], c["old_value"], c["new_value"]) for c in changes] == [
+        ("created", "o-1", None, {"total": 5}),
+        ("updated", "o-1", {"total": 5}, {"total": 6}),
+        ("deleted", "o-1", {"total": 6}, None),
+    ]
+    assert [c["revision"] for c in changes] == [4, 5, 6]
+    assert changes[1]["ops"][0]["type"] == "increment"
+
+
+def test_the_feed_resumes_after_a_dropped_connection(db_path: Any) -> None:
+    """As a browser's EventSource does: reconnect with Last-Event-ID, and get exactly
+    the changes after it, those made while disconnected included."""
+    with reactor.open(db_path) as state:
+        for n in range(3):
+            state.scope("s").set(f"k{n}", n)  # revisions 1-3, before the feed
+    with dashboard_thread(db_path) as url:
+        with feed(url) as events:
+            assert next(events).id == "3"
+            write_elsewhere(db_path, 'for n in range(3, 6): state.scope("s").set(f"k{n}", n)')
+            seen = take(events, 2)
+        assert [event.id for event in seen] == ["4", "5"]
+        # Disconnected: revision 6 is pending, 7 and 8 are made now.
+        write_elsewhere(db_path, 'state.scope("s").set("k6", 6); state.scope("s").set("k7", 7)')
+        with feed(url, headers={"Last-Event-ID": seen[-1].id}) as events:
+            ready = next(events)
+            assert (ready.event, ready.id) == ("ready", "5")
+            assert [event.id for event in take(events, 3)] == ["6", "7", "8"]
+            write_elsewhere(db_path, 'state.scope("s").set("k8", 8)')
+            (live,) = take(events, 1)
+            assert live.id == "9"
+            assert live.json()["key"] == "k8"
+        # ``since`` does as Last-Event-ID on a first connection; the header wins.
+        with feed(url, {"since": "1"}) as events:
+            assert [event.id for event in take(events, 4)] == ["1", "2", "3", "4"]
+        with feed(url, {"since": "1"}, {"Last-Event-ID": "7"}) as events:
+            assert [event.id for event in take(events, 3)] == ["7", "8", "9"]
+
+
+def test_the_feed_from_a_revision_the_database_has_not_reached(db_path: Any) -> None:
+    with reactor.open(db_path) as state:
+        state.scope("s").set("k", 1)
+    with dashboard_thread(db_path) as url, feed(url, {"since": "50"}) as events:
+        ready = next(events)
+        assert ready.id == "1"
+        assert "ahead" in ready.json()["notice"]
+        write_elsewhere(db_path, 'state.scope("s").set("k", 2)')
+        assert take(events, 1)[0].id == "2"
+
+
+def test_the_feed_from_a_revision_the_log_no_longer_holds(db_path: Any) -> None:
+    write_elsewhere(
+        db_path,
+        """
+        for n in range(6):
+            state.scope('s').set('k', n)
+        assert state._engine_or_raise().compact() > 0
+        """,
+        options="log_retention=2",
+    )
+    with dashboard_thread(db_path) as url, feed(url, {"since": "1"}) as events:
+        ready = next(events)
+        assert ready.id == "6"  # from now on, saying so
+        assert "the changes in between are not shown" in ready.json()["notice"]
+        write_elsewhere(db_path, 'state.scope("s").set("k", 6)')
+        assert take(events, 1)[0].id == "7"
+
+
+def test_a_bad_since_is_400(db_path: Any) -> None:
+    with dashboard_thread(db_path) as url, httpx.Client(timeout=10) as http:
+        answer = http.get(url + "api/events", params={"since": "-1"})
+        assert answer.status_code == 400
+        assert answer.json()["error"] == "InvalidArgumentError"
+
+
+def test_the_feed_pings_and_ends_when_the_client_goes(db_path: Any) -> None:
+    with (
+        dashboard_thread(db_path) as url,
+        httpx.Client(timeout=10) as http,
+    ):
+        for _ in range(3):  # each stream's subscription ends with it
+            with http.stream("GET", url + "api/events") as response:
+                assert response.headers["content-type"].startswith("text/event-stream")
+                lines = response.iter_lines()
+                pings = 0
+                for line in lines:
+                    pings += line.startswith(":")
+                    if pings == 2:
+                        break
+                assert len(_subscriber_threads()) == 1
+            deadline = time.monotonic() + 10
+            while _subscriber_threads() and time.monotonic() < deadline:
+                time.sleep(0.02)
+            assert _subscriber_threads() == []
+
+
+def _subscriber_threads() -> list[str]:
+    """The subscription threads running in this process (each feed has one)."""
+    return [t.name for t in threading.enumerate() if t.name.startswith("reactor-subscriber")]
+
+
+def test_the_server_stops_with_a_feed_open(db_path: Any) -> None:
+    """A feed open does not hold the server up beyond its grace period. (Under the
+    command, which handles the signals, the feed ends at once: see below.)"""
+    with httpx.Client(timeout=10) as http:
+        with dashboard_thread(db_path) as url:
+            response = http.send(http.build_request("GET", url + "api/events"), stream=True)
+            assert response.status_code == 200
+            stopping = time.monotonic()
+        stopped = time.monotonic() - stopping
+        response.close()
+    assert stopped < server.GRACE + 2, f"the server took {stopped:.1f} s to stop"
+    assert _subscriber_threads() == []
+
+
+# -- the command ------------------------------------------------------------------
+def test_reactor_ui_serves_on_loopback_and_stops_on_ctrl_c(seeded: Any, tmp_path: Path) -> None:
+    process, url, told = start_cli(seeded, cwd=tmp_path)
+    try:
+        assert url.startswith("http://127.0.0.1:")
+        assert f"at {url} (read-only; Ctrl-C to stop)" in told
+        assert "Warning" not in told
+        page = httpx.get(url, timeout=10)
+        assert page.status_code == 200
+        assert "<title>reactor</title>" in page.text
+        assert httpx.get(url + "api/scopes", timeout=10).json()["scopes"]["orders"] == 3
+        refused = httpx.post(url + "api/set", json={}, headers=HEADERS, timeout=10)
+        assert refused.status_code == 403
+        with feed(url) as events:  # a feed open when Ctrl-C comes ends, cleanly
+            assert next(events).event == "ready"
+            stopping = time.monotonic()
+            _, err = stop_cli(process)
+            stopped = time.monotonic() - stopping
+            assert list(events) == []  # the stream ended, complete
+    finally:
+        stop_cli(process)
+    assert process.returncode == 0, err
+    assert stopped < server.GRACE, f"{stopped:.1f} s to stop"
+    assert err == ""  # no traceback, no error logged
+
+
+def test_reactor_ui_warns_when_listening_beyond_loopback(db_path: Any, tmp_path: Path) -> None:
+    process, url, told = start_cli(db_path, "--host", "0.0.0.0", "--write", cwd=tmp_path)  # noqa: S104
+    try:
+        assert httpx.get(url + "api/info", timeout=10).json()["write"] is True
+    finally:
+        _, err = stop_cli(process)
+    assert process.returncode == 0, err
+    assert "Warning: listening on 0.0.0.0" in told
+    assert "and change it" in told
+    assert "(read-write; Ctrl-C to stop)" in told
+
+
+def test_reactor_ui_errors_are_one_line(db_path: Any, tmp_path: Path) -> None:
+    def fails(*args: str, env: dict[str, str] | None = None) -> str:
+        done = subprocess.run(
+            [sys.executable, "-m", "reactor", *args],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+            env=env or ENV,
+        )
+        assert done.returncode == 1, (done.stdout, done.stderr)
+        assert done.stderr.startswith("Error: "), done.stderr
+        assert done.stderr.count("\n") == 1, done.stderr
+        return done.stderr
+
+    missing = tmp_path / "missing.db"
+    assert "no database at" in fails("--db", str(missing), "ui", "--port", "0")
+    assert not missing.exists()
+    with reactor.open(db_path) as state:
+        state.scope("s").set("k", 1)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = str(taken.getsockname()[1])
+        assert "cannot listen on 127.0.0.1:" in fails("--db", str(db_path), "ui", "--port", port)
+
+
+def test_reactor_ui_without_the_ui_extra(tmp_path: Path) -> None:
+    # As if starlette were not installed: the import fails, and the command says what to do.
+    program = (
+        "import sys; sys.modules['starlette'] = None; "
+        "sys.argv = ['reactor', 'ui']; from reactor.cli import main; main()"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", program],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env=ENV,
+    )
+    assert done.returncode == 1
+    assert done.stderr == "Error: reactor ui needs: pip install 'reactor[ui]'\n"
+
+
+def test_sigterm_ends_reactor_ui_cleanly_too(db_path: Any, tmp_path: Path) -> None:
+    process, _, _ = start_cli(db_path, "--write", cwd=tmp_path)
+    try:
+        process.send_signal(signal.SIGTERM)
+    finally:
+        _, err = stop_cli(process)
+    assert process.returncode == 0, err
+    assert "Traceback" not in err

@@ -1,0 +1,235 @@
+"""The dashboard in a real browser: headless Chromium (Debian's ``chromium`` and
+``chromium-driver``) driven by Selenium, against ``reactor ui --write`` in a process.
+
+Without the browser (``$REACTOR_CHROMIUM`` and ``$REACTOR_CHROMEDRIVER`` say where it
+is, if not in /usr/bin) these tests skip, unless ``REACTOR_REQUIRE_BROWSER=1`` (as in
+CI), where they fail. Screenshots go to ``$REACTOR_TEST_ARTIFACTS`` (default
+``test-artifacts/``); with ``REACTOR_DOCS_SCREENSHOT=1`` the documentation's screenshot,
+``docs/images/dashboard.png``, is taken again.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import reactor
+from tests._ui_support import start_cli, stop_cli, write_elsewhere
+from tests.conftest import wait_for
+
+pytestmark = [
+    pytest.mark.timeout(180),
+    pytest.mark.sqlite_only("one browser run is enough; the API is tested on both backends"),
+]
+
+ROOT = Path(__file__).resolve().parent.parent
+CHROMIUM = Path(os.environ.get("REACTOR_CHROMIUM", "/usr/bin/chromium"))
+CHROMEDRIVER = Path(os.environ.get("REACTOR_CHROMEDRIVER", "/usr/bin/chromedriver"))
+WAIT = 20.0  # seconds for the page to show something
+
+
+def _artifacts() -> Path:
+    folder = Path(os.environ.get("REACTOR_TEST_ARTIFACTS") or ROOT / "test-artifacts")
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+@pytest.fixture
+def browser(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """A headless Chromium through the system's chromedriver; never a download."""
+    missing = [str(path) for path in (CHROMIUM, CHROMEDRIVER) if not path.exists()]
+    if missing:
+        why = (
+            f"the browser test needs {' and '.join(missing)} "
+            "(apt-get install chromium chromium-driver)"
+        )
+        if os.environ.get("REACTOR_REQUIRE_BROWSER") == "1":
+            pytest.fail(why + ", and REACTOR_REQUIRE_BROWSER=1")
+        pytest.skip(why)
+    monkeypatch.setenv("SE_OFFLINE", "true")  # Selenium Manager must not fetch anything
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = str(CHROMIUM)
+    for argument in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-dev-shm-usage",
+        "--disable-gpu",
+        "--window-size=1400,1000",
+        "--hide-scrollbars",
+    ):
+        options.add_argument(argument)
+    driver = webdriver.Chrome(service=Service(executable_path=str(CHROMEDRIVER)), options=options)
+    driver.set_page_load_timeout(30)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def _text(driver: Any, element_id: str) -> str:
+    from selenium.webdriver.common.by import By
+
+    text: str = driver.find_element(By.ID, element_id).text
+    return text
+
+
+def _until(driver: Any, element_id: str, wanted: str | Callable[[str], bool]) -> str:
+    """Wait until the element's text holds ``wanted`` (or passes it); return the text."""
+
+    def ok() -> str | None:
+        text = _text(driver, element_id)
+        passed = wanted(text) if callable(wanted) else wanted in text
+        return text if passed else None
+
+    found: str = wait_for(ok, timeout=WAIT, interval=0.05)
+    return found
+
+
+def _click(driver: Any, css: str, text: str | None = None) -> None:
+    """Click the first element at ``css`` whose text holds ``text``, once there (the
+    lists are drawn anew as changes come: an element found may be replaced)."""
+    from selenium.common.exceptions import StaleElementReferenceException
+    from selenium.webdriver.common.by import By
+
+    def click() -> bool:
+        try:
+            for element in driver.find_elements(By.CSS_SELECTOR, css):
+                if text is None or text in element.text:
+                    element.click()
+                    return True
+        except StaleElementReferenceException:
+            pass
+        return False
+
+    wait_for(click, timeout=WAIT, interval=0.05)
+
+
+def _type(driver: Any, element_id: str, text: str) -> None:
+    from selenium.webdriver.common.by import By
+
+    field = driver.find_element(By.ID, element_id)
+    field.clear()
+    field.send_keys(text)
+
+
+def test_the_page_follows_another_process_and_edits_a_value(
+    browser: Any, db_path: Any, tmp_path: Path
+) -> None:
+    with reactor.open(db_path) as state:
+        state.scope("orders").set("o-1", {"total": 120, "status": "new"})
+    process, url, _ = start_cli(db_path, "--write", cwd=tmp_path)
+    try:
+        browser.get(url)
+        _until(browser, "connection", "live")
+        _until(browser, "mode", "read-write")
+        _until(browser, "scopes", "orders")
+
+        # A key written by another process appears in the feed, and in the key list.
+        write_elsewhere(db_path, 'state.scope("orders").set("o-42", {"total": 99})')
+        row = _until(browser, "feed", "o-42")
+        assert "created" in row
+        assert '{"total":99}' in row
+        _click(browser, "#scopes button", "orders")
+        _until(browser, "keys", "o-42")
+        _type(browser, "key-pattern", "o-4*")
+        _until(browser, "keys", lambda text: text.split() == ["o-42"])
+
+        # Edit it from the page: the database has it.
+        _click(browser, "#keys button", "o-42")
+        _until(browser, "value", '"total": 99')
+        _type(browser, "edit-value", '{"total": 100.0, "status": "paid"}')
+        _click(browser, "#do-set")
+        _until(browser, "message", "saved")
+        with reactor.open(db_path) as state:
+            assert state.scope("orders").get("o-42") == {"total": 100.0, "status": "paid"}
+            assert isinstance(state.scope("orders").get("o-42")["total"], float)
+        _until(browser, "value", '"total": 100.0')
+        _until(browser, "feed", "updated")
+
+        # Update ops from the page.
+        _type(browser, "edit-ops", '{"type": "increment", "path": "total", "by": 5}')
+        _click(browser, "#do-update")
+        _until(browser, "message", "updated")
+        with reactor.open(db_path) as state:
+            assert state.scope("orders").get("o-42") == {"total": 105.0, "status": "paid"}
+
+        # reactor's typed errors are shown, and nothing is written.
+        _type(browser, "edit-ttl", "-5")
+        _click(browser, "#do-set")
+        _until(browser, "message", "InvalidArgumentError")
+        _type(browser, "edit-ttl", "")
+        mixed = '[{"op": "remove", "path": "/total"}, {"type": "set", "path": "a", "value": 1}]'
+        _type(browser, "edit-ops", mixed)
+        _click(browser, "#do-update")
+        _until(browser, "message", "InvalidOpError")
+        _type(browser, "edit-value", "paid")
+        _click(browser, "#do-set")
+        _until(browser, "message", "not JSON")
+        with reactor.open(db_path) as state:
+            assert state.scope("orders").get("o-42") == {"total": 105.0, "status": "paid"}
+
+        browser.save_screenshot(str(_artifacts() / "dashboard-edit.png"))
+    finally:
+        _, err = stop_cli(process)
+    assert process.returncode == 0, err
+
+
+def test_a_screenshot_with_realistic_data(browser: Any, db_path: Any, tmp_path: Path) -> None:
+    """The documentation's picture: orders, a counter, a cached rate, a live feed."""
+    with reactor.open(db_path) as state:
+        orders = state.scope("orders")
+        for n, (total, status) in enumerate([(120, "paid"), (80, "new"), (310, "shipped")]):
+            order = {"customer": f"c-{7 + n}", "total": total, "status": status}
+            orders.set(f"o-{1001 + n}", order)
+        orders.increment("count", 3)
+        cache = state.scope("cache")
+        cache.set("eur-usd", {"rate": 1.0842, "source": "ecb", "at": "2026-11-23T11:58Z"}, ttl=3600)
+        cache.set("gbp-usd", {"rate": 1.2715, "source": "ecb", "at": "2026-11-23T11:58Z"}, ttl=3600)
+        cache.set("session:7f3a", {"user": "c-8", "cart": ["sku-1", "sku-9"]}, ttl=900)
+        state.scope("jobs").set("nightly-report", {"state": "queued", "attempts": 0})
+    process, url, _ = start_cli(db_path, cwd=tmp_path)
+    try:
+        browser.get(url)
+        _until(browser, "connection", "live")
+        write_elsewhere(
+            db_path,
+            """
+            orders = state.scope("orders")
+            orders.set("o-1004", {"customer": "c-12", "total": 45, "status": "new"})
+            orders.increment("count")
+            orders.update("o-1002", [{"type": "set", "path": "status", "value": "paid"}])
+            state.scope("jobs").update("nightly-report", [
+                {"type": "set", "path": "state", "value": "running"},
+                {"type": "increment", "path": "attempts"},
+            ])
+            orders.delete("o-1003")
+            """,
+        )
+        _until(browser, "feed", "o-1003")
+        _click(browser, "#scopes button", "orders")
+        _until(browser, "keys", "o-1004")
+        _click(browser, "#keys button", "o-1002")
+        _until(browser, "value", '"status": "paid"')
+        _until(browser, "value-ttl", "no expiry")
+        _click(browser, "#scopes button", "cache")
+        _until(browser, "keys", "eur-usd")
+        _click(browser, "#keys button", "eur-usd")
+        _until(browser, "value", "1.0842")
+        _until(browser, "value-ttl", "expires in")
+        _until(browser, "stats", "revision")
+        browser.set_window_size(1400, 800)  # the panels, without the empty page below
+        picture = _artifacts() / "dashboard.png"
+        browser.save_screenshot(str(picture))
+        if os.environ.get("REACTOR_DOCS_SCREENSHOT") == "1":
+            shutil.copyfile(picture, ROOT / "docs" / "images" / "dashboard.png")
+    finally:
+        _, err = stop_cli(process)
+    assert process.returncode == 0, err
