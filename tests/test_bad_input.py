@@ -461,7 +461,7 @@ def _run_children(target: str, names: list[str], env: dict[str, str]) -> Report:
     remaining = list(names)
     while remaining:
         child = subprocess.run(
-            [sys.executable, "-c", CHILD, target],
+            [sys.executable, "-X", "faulthandler", "-c", CHILD, target],
             input=json.dumps(remaining),
             cwd=ROOT,
             env={**os.environ, **env},
@@ -487,7 +487,7 @@ def _run_children(target: str, names: list[str], env: dict[str, str]) -> Report:
             break
         if started is None:  # died outside any case: report what there is
             break
-        cases[started] = {"died": child.returncode, "stderr": child.stderr[-1500:]}
+        cases[started] = {"died": child.returncode, "stderr": child.stderr[-4000:]}
         remaining = remaining[remaining.index(started) + 1 :]
     return Report(cases, meta, stderr)
 
