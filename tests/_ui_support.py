@@ -23,9 +23,8 @@ import uvicorn
 from httpx_sse import ServerSentEvent, connect_sse
 
 from reactor._ui import server
+from tests.conftest import CLI_ENV
 
-ENV = {**os.environ, "COLUMNS": "200"}
-ENV.pop("REACTOR_DB", None)
 HEADERS = {"Content-Type": "application/json", "X-Reactor-UI": "1"}
 TIMEOUT = httpx.Timeout(10.0)  # no read waits longer: the feed pings every 0.2 s here
 
@@ -70,7 +69,7 @@ def start_cli(db: Any, *args: str, cwd: Path) -> tuple[subprocess.Popen[bytes], 
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         bufsize=0,  # unbuffered: select() sees what is still to read
-        env=ENV,
+        env=CLI_ENV,
     )
     try:
         told = _read_until(process, "reactor ui:")
@@ -128,7 +127,7 @@ def write_elsewhere(db: Any, script: str, options: str = "") -> None:
         text=True,
         timeout=60,
         check=False,
-        env=ENV,
+        env=CLI_ENV,
     )
     assert done.returncode == 0, done.stderr
 

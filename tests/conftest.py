@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -25,6 +27,27 @@ import reactor
 from reactor import _engine
 
 POSTGRES_ENV = "REACTOR_TEST_POSTGRES_URL"
+
+
+# The command line as a user runs it: a subprocess with a wide terminal, no REACTOR_DB.
+CLI_ENV = {**os.environ, "COLUMNS": "200"}
+CLI_ENV.pop("REACTOR_DB", None)
+
+
+def run_reactor(
+    *args: str, cwd: Path, stdin: str | None = None, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``python -m reactor ARGS`` in ``cwd``; its status and output (within 60 s)."""
+    return subprocess.run(
+        [sys.executable, "-m", "reactor", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env=CLI_ENV if env is None else env,
+        input=stdin,
+    )
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

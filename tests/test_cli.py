@@ -22,30 +22,19 @@ from typing import IO, Any
 import pytest
 
 import reactor
-from tests.conftest import PostgresSchemas, backend, canon, postgres_url
-
-ENV = {**os.environ, "COLUMNS": "200"}
-ENV.pop("REACTOR_DB", None)
-
-
-def _reactor(
-    *args: str, cwd: Path, stdin: str | None = None, env: dict[str, str] | None = None
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "reactor", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-        env=ENV if env is None else env,
-        input=stdin,
-    )
+from tests.conftest import (
+    CLI_ENV,
+    PostgresSchemas,
+    backend,
+    canon,
+    postgres_url,
+    run_reactor,
+)
 
 
 def _ok(db: Any, *args: str, cwd: Path, stdin: str | None = None) -> Any:
     """Run ``reactor --db DB ARGS``, expect success, return its stdout as JSON."""
-    done = _reactor("--db", str(db), *args, cwd=cwd, stdin=stdin)
+    done = run_reactor("--db", str(db), *args, cwd=cwd, stdin=stdin)
     assert done.returncode == 0, done.stderr
     assert done.stderr == ""
     return json.loads(done.stdout)
@@ -53,7 +42,7 @@ def _ok(db: Any, *args: str, cwd: Path, stdin: str | None = None) -> Any:
 
 def _fails(db: Any, *args: str, cwd: Path) -> str:
     """Run ``reactor --db DB ARGS``, expect exit status 1; return the one-line error."""
-    done = _reactor("--db", str(db), *args, cwd=cwd)
+    done = run_reactor("--db", str(db), *args, cwd=cwd)
     assert done.returncode == 1, (done.stdout, done.stderr)
     assert done.stderr.startswith("Error: "), done.stderr
     assert done.stderr.count("\n") == 1, done.stderr
@@ -76,7 +65,7 @@ def _run_all(
                     stdout=subprocess.PIPE,
                     stderr=subprocess.PIPE,
                     text=True,
-                    env=ENV,
+                    env=CLI_ENV,
                 ),
             )
             for args in commands[start : start + 4]
@@ -101,7 +90,7 @@ def _ok_all(db: Any, *commands: tuple[str, ...], cwd: Path) -> list[Any]:
 
 
 def test_version(tmp_path: Path) -> None:
-    done = _reactor("--version", cwd=tmp_path)
+    done = run_reactor("--version", cwd=tmp_path)
     assert done.returncode == 0
     assert done.stdout.strip() == f"reactor, version {reactor.__version__}"
 
@@ -113,7 +102,7 @@ def test_the_console_script_is_installed() -> None:
 
 def test_errors_are_one_line_on_stderr(tmp_path: Path) -> None:
     (tmp_path / "not-a-db").write_text("this is not a database" * 100)
-    done = _reactor("demo", "--db", str(tmp_path / "not-a-db"), cwd=tmp_path)
+    done = run_reactor("demo", "--db", str(tmp_path / "not-a-db"), cwd=tmp_path)
     assert done.returncode == 1
     assert done.stderr.startswith("Error: ")
     assert done.stderr.count("\n") == 1
@@ -195,7 +184,9 @@ def test_update_prints_old_new_and_errors(db_path: Any, tmp_path: Path) -> None:
     assert result["new_value"] == {"n": 2, "a": 1, "list": [1]}
 
     failing = [{"type": "increment", "path": "list"}, {"type": "set", "path": "b", "value": 0}]
-    done = _reactor("--db", str(db_path), "update", "s", "doc", json.dumps(failing), cwd=tmp_path)
+    done = run_reactor(
+        "--db", str(db_path), "update", "s", "doc", json.dumps(failing), cwd=tmp_path
+    )
     assert done.returncode == 1
     assert done.stderr == "Error: 1 of 2 ops did not apply\n"
     result = json.loads(done.stdout)
@@ -229,15 +220,15 @@ def test_keys_list_scopes_and_stats(db_path: Any, tmp_path: Path) -> None:
 
 
 def test_the_database_can_come_from_reactor_db(db_path: Any, tmp_path: Path) -> None:
-    env = {**ENV, "REACTOR_DB": str(db_path)}
-    done = _reactor("set", "s", "k", "[1]", cwd=tmp_path, env=env)
+    env = {**CLI_ENV, "REACTOR_DB": str(db_path)}
+    done = run_reactor("set", "s", "k", "[1]", cwd=tmp_path, env=env)
     assert done.returncode == 0, done.stderr
-    done = _reactor("get", "s", "k", cwd=tmp_path, env=env)
+    done = run_reactor("get", "s", "k", cwd=tmp_path, env=env)
     assert (done.returncode, done.stdout) == (0, "[1]\n")
     elsewhere = tmp_path / "other.db"  # --db wins over $REACTOR_DB, before or after the command
     with reactor.open(elsewhere) as state:
         state.scope("s").set("k", 2)
-    done = _reactor("get", "s", "k", "--db", str(elsewhere), cwd=tmp_path, env=env)
+    done = run_reactor("get", "s", "k", "--db", str(elsewhere), cwd=tmp_path, env=env)
     assert (done.returncode, done.stdout) == (0, "2\n")
 
 
@@ -378,7 +369,7 @@ def test_export_to_stdout_and_import_from_stdin(
     db_path: Any, fresh_db: Any, tmp_path: Path
 ) -> None:
     _fill(db_path)
-    done = _reactor("--db", str(db_path), "export", "--scope", "o*", cwd=tmp_path)
+    done = run_reactor("--db", str(db_path), "export", "--scope", "o*", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     lines = [json.loads(line) for line in done.stdout.splitlines()]
     assert {line["scope"] for line in lines} == {"orders", "odd scope/name:*"}
@@ -422,7 +413,7 @@ def _watcher(db: Any, *args: str, cwd: Path) -> subprocess.Popen[str]:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        env=ENV,
+        env=CLI_ENV,
     )
 
 
@@ -474,7 +465,7 @@ def test_watch_since_replays_the_log(db_path: Any, tmp_path: Path) -> None:
         state.scope("s").increment("n")
         state.scope("s").increment("n")
         state.scope("s").increment("n")
-    done = _reactor("--db", str(db_path), "watch", "--since", "0", "--count", "3", cwd=tmp_path)
+    done = run_reactor("--db", str(db_path), "watch", "--since", "0", "--count", "3", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     events = [json.loads(line) for line in done.stdout.splitlines()]
     assert [(e["type"], e["new_value"]) for e in events] == [
@@ -516,7 +507,7 @@ def test_tables_on_a_terminal(db_path: Any, tmp_path: Path) -> None:
             text=True,
             timeout=60,
             check=False,
-            env={**ENV, "TERM": "dumb", "NO_COLOR": "1"},
+            env={**CLI_ENV, "TERM": "dumb", "NO_COLOR": "1"},
         )
         os.close(follower)
         follower = -1

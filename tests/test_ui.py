@@ -23,7 +23,6 @@ import reactor
 from reactor._ui import server
 from reactor._ui.guard import allowed_hosts, is_loopback
 from tests._ui_support import (
-    ENV,
     HEADERS,
     TIMEOUT,
     dashboard_thread,
@@ -33,6 +32,7 @@ from tests._ui_support import (
     take,
     write_elsewhere,
 )
+from tests.conftest import CLI_ENV, run_reactor
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -581,15 +581,7 @@ def test_reactor_ui_warns_when_listening_beyond_loopback(db_path: Any, tmp_path:
 
 def test_reactor_ui_errors_are_one_line(db_path: Any, tmp_path: Path) -> None:
     def fails(*args: str, env: dict[str, str] | None = None) -> str:
-        done = subprocess.run(
-            [sys.executable, "-m", "reactor", *args],
-            cwd=tmp_path,
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-            env=env or ENV,
-        )
+        done = run_reactor(*args, cwd=tmp_path, env=env)
         assert done.returncode == 1, (done.stdout, done.stderr)
         assert done.stderr.startswith("Error: "), done.stderr
         assert done.stderr.count("\n") == 1, done.stderr
@@ -620,7 +612,7 @@ def test_reactor_ui_without_the_ui_extra(tmp_path: Path) -> None:
         text=True,
         timeout=60,
         check=False,
-        env=ENV,
+        env=CLI_ENV,
     )
     assert done.returncode == 1
     assert done.stderr == "Error: reactor ui needs: pip install 'reactor[ui]'\n"

@@ -120,6 +120,22 @@ def _type(driver: Any, element_id: str, text: str) -> None:
     field.send_keys(text)
 
 
+def _show(driver: Any, scope: str, key: str, value_holds: str) -> None:
+    """Pick ``scope`` and ``key`` in the lists; wait for the value to hold ``value_holds``."""
+    _click(driver, "#scopes button", scope)
+    _until(driver, "keys", key)
+    _click(driver, "#keys button", key)
+    _until(driver, "value", value_holds)
+
+
+def _submit(driver: Any, field: str, text: str, button: str, says: str) -> None:
+    """Fill ``field`` with ``text``, press ``button``, and wait for the message to say
+    ``says``."""
+    _type(driver, field, text)
+    _click(driver, button)
+    _until(driver, "message", says)
+
+
 def test_the_page_follows_another_process_and_edits_a_value(
     browser: Any, db_path: Any, tmp_path: Path
 ) -> None:
@@ -145,9 +161,7 @@ def test_the_page_follows_another_process_and_edits_a_value(
         # Edit it from the page: the database has it.
         _click(browser, "#keys button", "o-42")
         _until(browser, "value", '"total": 99')
-        _type(browser, "edit-value", '{"total": 100.0, "status": "paid"}')
-        _click(browser, "#do-set")
-        _until(browser, "message", "saved")
+        _submit(browser, "edit-value", '{"total": 100.0, "status": "paid"}', "#do-set", "saved")
         with reactor.open(db_path) as state:
             assert state.scope("orders").get("o-42") == {"total": 100.0, "status": "paid"}
             assert isinstance(state.scope("orders").get("o-42")["total"], float)
@@ -155,24 +169,17 @@ def test_the_page_follows_another_process_and_edits_a_value(
         _until(browser, "feed", "updated")
 
         # Update ops from the page.
-        _type(browser, "edit-ops", '{"type": "increment", "path": "total", "by": 5}')
-        _click(browser, "#do-update")
-        _until(browser, "message", "updated")
+        increment = '{"type": "increment", "path": "total", "by": 5}'
+        _submit(browser, "edit-ops", increment, "#do-update", "updated")
         with reactor.open(db_path) as state:
             assert state.scope("orders").get("o-42") == {"total": 105.0, "status": "paid"}
 
         # reactor's typed errors are shown, and nothing is written.
-        _type(browser, "edit-ttl", "-5")
-        _click(browser, "#do-set")
-        _until(browser, "message", "InvalidArgumentError")
+        _submit(browser, "edit-ttl", "-5", "#do-set", "InvalidArgumentError")
         _type(browser, "edit-ttl", "")
         mixed = '[{"op": "remove", "path": "/total"}, {"type": "set", "path": "a", "value": 1}]'
-        _type(browser, "edit-ops", mixed)
-        _click(browser, "#do-update")
-        _until(browser, "message", "InvalidOpError")
-        _type(browser, "edit-value", "paid")
-        _click(browser, "#do-set")
-        _until(browser, "message", "not JSON")
+        _submit(browser, "edit-ops", mixed, "#do-update", "InvalidOpError")
+        _submit(browser, "edit-value", "paid", "#do-set", "not JSON")
         with reactor.open(db_path) as state:
             assert state.scope("orders").get("o-42") == {"total": 105.0, "status": "paid"}
 
@@ -214,15 +221,10 @@ def test_a_screenshot_with_realistic_data(browser: Any, db_path: Any, tmp_path: 
             """,
         )
         _until(browser, "feed", "o-1003")
-        _click(browser, "#scopes button", "orders")
+        _show(browser, "orders", "o-1002", '"status": "paid"')
         _until(browser, "keys", "o-1004")
-        _click(browser, "#keys button", "o-1002")
-        _until(browser, "value", '"status": "paid"')
         _until(browser, "value-ttl", "no expiry")
-        _click(browser, "#scopes button", "cache")
-        _until(browser, "keys", "eur-usd")
-        _click(browser, "#keys button", "eur-usd")
-        _until(browser, "value", "1.0842")
+        _show(browser, "cache", "eur-usd", "1.0842")
         _until(browser, "value-ttl", "expires in")
         _until(browser, "stats", "revision")
         browser.set_window_size(1400, 800)  # the panels, without the empty page below
