@@ -16,7 +16,11 @@ at a time. Under contention requests queue, and the actor commits them together.
 
 A transaction takes a scope for itself: from its ``begin`` request on, the actor defers
 every other request for that scope (and goes on with other scopes) until the
-transaction's commit or rollback releases it.
+transaction's commit or rollback releases it. Each hand-over of a scope (taken by a
+transaction, given back) is noted with the time: a request waiting for a scope that
+others hold in turn counts its timeout from the scope's last hand-over, not from when it
+queued (``moved``), so a long queue of transactions on one scope never times out while
+it moves, and a scope held by a transaction that is stuck still does.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+import time
 import zlib
 from collections import deque
 from collections.abc import Callable
@@ -43,6 +48,7 @@ Work = Callable[[WriteTxn], Any]
 CommitHook = Callable[[list[ChangeRecord]], None]
 
 _DRAIN: Final = "drain"
+_MOVED_KEEP: Final = 1024  # hand-over times kept before those of idle scopes are dropped
 
 
 def shard_index(scope: str, shards: int) -> int:
@@ -94,6 +100,7 @@ class Mailbox:
         self._pending: deque[Request] = deque()
         self._deferred: deque[Request] = deque()  # requests for scopes a transaction holds
         self._owners: dict[str, object] = {}  # scope -> the transaction holding it
+        self._moved: dict[str, float] = {}  # scope -> its last hand-over (time.monotonic)
         self._lock = threading.Lock()
         self._running = threading.Lock()  # held by whoever runs a batch: actor or caller
         self._scheduled = False
@@ -141,12 +148,23 @@ class Mailbox:
         finally:
             self._running.release()
 
+    def moved(self, scope: str) -> float | None:
+        """When (``time.monotonic()``) a transaction last took ``scope`` or gave it back,
+        if one did lately: what a request waiting for the scope counts its timeout from."""
+        return self._moved.get(scope)
+
     def release(self, scope: str, owner: object) -> None:
         """End ``owner``'s hold on ``scope``; the requests it deferred run next."""
         with self._lock:
             if self._owners.get(scope) is not owner:
                 return
             del self._owners[scope]
+            if len(self._moved) >= _MOVED_KEEP:
+                # Forget the scopes nobody holds or waits for: a waiter compares times,
+                # and one that finds none counts from when it queued.
+                keep = {*self._owners, *(request.scope for request in self._deferred)}
+                self._moved = {name: at for name, at in self._moved.items() if name in keep}
+            self._moved[scope] = time.monotonic()
             if self._deferred:
                 self._pending.extendleft(reversed(self._deferred))
                 self._deferred.clear()
@@ -196,6 +214,7 @@ class Mailbox:
                 batch = []
             with self._lock:
                 self._owners[request.scope] = request.owner
+                self._moved[request.scope] = time.monotonic()
             request.future.set_result(None)
         if batch:
             self._run(batch)

@@ -1,18 +1,27 @@
 """Transactions and locks for asyncio: ``async with`` over the synchronous ones.
 
-Their waits (for a scope's actor to hand the scope over, for a lease to come free) run
-in worker threads or as ``asyncio.sleep``; their database work in worker threads: the
-loop never blocks. A task that holds a transaction on a scope and writes to that scope
-outside the transaction would wait on itself: it gets ``ReentrancyError``, as a thread
-does with the synchronous ``Transaction``; other tasks wait for the commit.
+Waiting holds no thread. A transaction's turn at its scope, and its commit, are the
+actor's futures awaited through the loop's bridge (``reactor.aio``), timed out only
+once the scope has not moved on for the engine's timeout: any number of transactions
+queued on one scope run in turn. Tasks of one loop waiting for the same lock stand in
+one line: the first tries the lease, backing off from 2 ms to 50 ms (at once when a
+holder on this loop releases it), the others wait on the loop with no thread and no
+query. The database work itself (the body's reads, a lock's try) runs in the handle's
+worker threads, a short call each.
+
+A task that holds a transaction on a scope and writes to that scope outside the
+transaction would wait on itself: it gets ``ReentrancyError``, as a thread does with the
+synchronous ``Transaction``; other tasks wait for the commit.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextvars
 import functools
 import logging
+import weakref
 from collections.abc import Callable, Coroutine
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final
@@ -21,12 +30,18 @@ from ._keys import check_key
 from ._locks import Lock
 from ._transaction import Transaction
 from ._verbs import check_ttl
-from .errors import InvalidArgumentError, LockNotOwnedError, LockTimeout, ReentrancyError
+from .errors import (
+    ClosedError,
+    InvalidArgumentError,
+    LockNotOwnedError,
+    LockTimeout,
+    ReentrancyError,
+)
 
 if TYPE_CHECKING:
     from .aio import AsyncState
 
-__all__ = ["AsyncLock", "AsyncTransaction", "check_not_held"]
+__all__ = ["AsyncLock", "AsyncTransaction", "check_not_held", "wake_lock_lines"]
 
 logger = logging.getLogger("reactor")
 
@@ -73,17 +88,25 @@ class AsyncTransaction:
         if self._tx is not None:
             raise ReentrancyError("a transaction is entered once")
         state = await self._handle._sync()
-        engine_id = id(state._engine_or_raise())
-        check_not_held(engine_id, self.name)
+        engine = state._engine_or_raise()
+        check_not_held(id(engine), self.name)
         tx = self._tx = Transaction(state, self.name)
-        beginning = asyncio.ensure_future(asyncio.to_thread(tx.begin))
+        _, granted = tx._ask()
         try:
-            await asyncio.shield(beginning)
-        except asyncio.CancelledError:
-            # The scope may still be handed over, to nobody: give it back then.
-            beginning.add_done_callback(lambda _: _hand_back(tx))
+            await self._handle._answer(engine, self.name, granted)
+        except BaseException:
+            tx._withdraw(granted)  # the scope goes back if it was handed over after all
             raise
-        self._token = _held.set(_held.get() | {(engine_id, self.name, id(asyncio.current_task()))})
+        opening = asyncio.ensure_future(self._handle._run(tx._open))
+        try:
+            await asyncio.shield(opening)
+        except asyncio.CancelledError:
+            opening.add_done_callback(lambda _: tx._hand_back("withdrawn"))
+            raise
+        except BaseException:
+            tx._hand_back("failed")  # a no-op if opening failed (it gave the scope back)
+            raise
+        self._token = _held.set(_held.get() | {(id(engine), self.name, id(asyncio.current_task()))})
         return self
 
     async def __aexit__(
@@ -95,8 +118,20 @@ class AsyncTransaction:
         if self._token is not None:
             _held.reset(self._token)
             self._token = None
-        if self._tx is not None:
-            await asyncio.to_thread(self._tx.finish, exc_type is None)
+        tx = self._tx
+        if tx is None or tx._engine_ref is None:
+            return
+        future = None
+        try:
+            future = tx._submit_commit(commit=exc_type is None)
+            if future is not None:
+                await self._handle._answer(tx._engine_ref, self.name, future)
+        except BaseException:
+            if future is not None:
+                future.cancel()  # withdrawn, unless it is running (then it may commit)
+            tx._hand_back("failed")
+            raise
+        tx._hand_back("rolled back" if future is None else "committed")
 
     def __getattr__(self, verb: str) -> AsyncVerb:
         tx = self._tx
@@ -105,21 +140,73 @@ class AsyncTransaction:
         method = getattr(tx, verb)
 
         async def call(*args: Any, **kwargs: Any) -> Any:
-            return await asyncio.to_thread(functools.partial(method, *args, **kwargs))
+            return await self._handle._run(functools.partial(method, *args, **kwargs))
 
         call.__name__ = verb
         return call
 
 
-def _hand_back(tx: Transaction) -> None:
+class LockLine:
+    """The tasks of one loop waiting for one lock of one engine, in order of arrival.
+
+    The first in line tries the lease; ``poke`` cuts its pause between tries short
+    (a holder on this loop released it). The others wait for their ``turn``.
+    """
+
+    __slots__ = ("poke", "turns")
+
+    def __init__(self) -> None:
+        self.turns: collections.deque[asyncio.Future[None]] = collections.deque()
+        self.poke: asyncio.Future[None] | None = None
+
+    def wake(self) -> None:
+        if self.poke is not None and not self.poke.done():
+            self.poke.set_result(None)
+
+    def leave(self, turn: asyncio.Future[None]) -> None:
+        """Step out of the line; the next in it gets its turn if this one had it."""
+        if self.turns and self.turns[0] is turn:
+            self.turns.popleft()
+            if self.turns and not self.turns[0].done():
+                self.turns[0].set_result(None)
+        else:
+            self.turns.remove(turn)
+
+
+_lines: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[tuple[int, str], LockLine]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _loop_lines() -> dict[tuple[int, str], LockLine]:
     loop = asyncio.get_running_loop()
-    loop.run_in_executor(None, tx.finish, False)
+    lines = _lines.get(loop)
+    if lines is None:
+        lines = _lines[loop] = {}
+    return lines
+
+
+def wake_lock_lines() -> None:
+    """Have every task of this loop waiting for a lock try again now (a handle closed:
+    its waiters find out)."""
+    for line in _loop_lines().values():
+        line.wake()
+
+
+async def _until(future: asyncio.Future[None], seconds: float | None) -> bool:
+    """Wait for ``future`` at most ``seconds`` (None: no limit); whether it is done."""
+    if seconds is not None and seconds <= 0:
+        return future.done()
+    await asyncio.wait((future,), timeout=seconds)
+    return future.done()
 
 
 class AsyncLock:
     """``async with state.lock(name, ttl):``: a lease shared by every process on the
-    database (see ``State.lock``). Waiting for it is ``asyncio.sleep``, backing off from
-    2 ms to 50 ms between tries."""
+    database (see ``State.lock``). Waiting for it holds no thread: the tasks of a loop
+    waiting for one lock stand in line, and only the first tries the lease, backing off
+    from 2 ms to 50 ms between tries, and trying at once when a holder on the same loop
+    releases it."""
 
     def __init__(self, handle: AsyncState, name: str, ttl: float, timeout: float | None) -> None:
         self._handle = handle
@@ -131,6 +218,7 @@ class AsyncLock:
         self.ttl = ttl
         self.timeout = timeout
         self._lock: Lock | None = None
+        self._key: tuple[int, str] = (0, self.name)  # (engine, name): its line's key
 
     def __repr__(self) -> str:
         return f"<reactor.aio.AsyncLock {self.name!r} token={self.token}>"
@@ -138,6 +226,7 @@ class AsyncLock:
     async def _sync(self) -> Lock:
         if self._lock is None:
             state = await self._handle._sync()
+            self._key = (id(state._engine_or_raise()), self.name)
             self._lock = Lock(state, self.name, self.ttl, self.timeout)
         return self._lock
 
@@ -148,23 +237,54 @@ class AsyncLock:
 
     async def acquire(self, blocking: bool = True, timeout: float | None = None) -> bool:
         """Take the lease; with ``blocking``, wait up to ``timeout`` seconds (None: as
-        long as it takes). Return whether it was taken."""
+        long as it takes). Return whether it was taken.
+
+        Raises:
+            ClosedError: the handle closed.
+        """
         lock = await self._sync()
+        if not blocking:
+            return await self._try(lock)
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
-        delay = _POLL_MIN
-        while True:
-            if await asyncio.to_thread(lock.acquire, False):
-                return True
-            if not blocking:
-                return False
-            wait = delay
-            if deadline is not None:
-                wait = min(wait, deadline - loop.time())
-                if wait <= 0:
+        lines = _loop_lines()
+        line = lines.get(self._key)
+        if line is None:
+            line = lines[self._key] = LockLine()
+        turn: asyncio.Future[None] = loop.create_future()
+        if not line.turns:
+            turn.set_result(None)
+        line.turns.append(turn)
+        try:
+            left = None if deadline is None else deadline - loop.time()
+            if not await _until(turn, left):
+                return await self._try(lock)  # out of time in line: one try, as a thread's
+            pause = _POLL_MIN
+            while True:
+                # Made before the try: a release while it runs counts.
+                poke = line.poke = loop.create_future()
+                if await self._try(lock):
+                    return True
+                left = None if deadline is None else deadline - loop.time()
+                if left is not None and left <= 0:
                     return False
-            await asyncio.sleep(wait)
-            delay = min(delay * 2, _POLL_MAX)
+                poked = await _until(poke, pause if left is None else min(pause, left))
+                pause = _POLL_MIN if poked else min(pause * 2, _POLL_MAX)
+        finally:
+            line.leave(turn)
+            if not line.turns and lines.get(self._key) is line:
+                del lines[self._key]
+
+    async def _try(self, lock: Lock) -> bool:
+        if self._handle.closed:
+            raise ClosedError("this reactor handle is closed")
+        trying = asyncio.ensure_future(self._handle._run(lock.acquire, False))
+        try:
+            return await asyncio.shield(trying)
+        except asyncio.CancelledError:
+            # Cancelled while trying: a lease taken meanwhile has nobody to release it.
+            trying.add_done_callback(functools.partial(_give_back, self._handle, lock))
+            raise
 
     async def release(self) -> None:
         """Give the lease back.
@@ -172,15 +292,18 @@ class AsyncLock:
         Raises:
             LockNotOwnedError: this holder does not hold it (never did, or it expired).
         """
-        await asyncio.to_thread((await self._sync()).release)
+        await self._handle._run((await self._sync()).release)
+        line = _loop_lines().get(self._key)
+        if line is not None:
+            line.wake()  # the first waiting on this loop tries at once
 
     async def extend(self, ttl: float | None = None) -> None:
         """Renew the lease for ``ttl`` seconds (the lock's own ttl by default)."""
-        await asyncio.to_thread((await self._sync()).extend, ttl)
+        await self._handle._run((await self._sync()).extend, ttl)
 
     async def held(self) -> bool:
         """Whether this holder holds the lease now."""
-        return await asyncio.to_thread((await self._sync()).held)
+        return await self._handle._run((await self._sync()).held)
 
     async def __aenter__(self) -> AsyncLock:
         if not await self.acquire(timeout=self.timeout):
@@ -199,3 +322,15 @@ class AsyncLock:
             if exc_type is None:
                 raise
             logger.warning("lock %r had expired when its body raised", self.name)
+
+
+def _give_back(handle: AsyncState, lock: Lock, trying: asyncio.Future[bool]) -> None:
+    if trying.cancelled() or trying.exception() is not None or not trying.result():
+        return
+    releasing = asyncio.ensure_future(handle._run(lock.release))
+    releasing.add_done_callback(_log_failure)
+
+
+def _log_failure(done: asyncio.Future[None]) -> None:
+    if not done.cancelled() and (error := done.exception()) is not None:
+        logger.warning("a lease taken by a cancelled acquire was not given back: %s", error)

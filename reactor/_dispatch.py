@@ -36,6 +36,7 @@ __all__ = ["Dispatcher"]
 logger = logging.getLogger("reactor")
 
 FOLLOW_INTERVAL: Final = 0.01  # seconds between looks at other processes' commits
+FOLLOW_RETRY: Final = 0.05  # seconds before reading the log again after a failure
 _PAGE: Final = 1000
 
 Receiver = Callable[..., Any]
@@ -53,6 +54,7 @@ class Dispatcher:
         self._published = store.revision()  # what came before this engine is history
         self._queue: queue.SimpleQueue[list[ChangeRecord] | None] = queue.SimpleQueue()
         self._stop = threading.Event()
+        self._behind = threading.Event()  # the log holds changes not yet read: read it
         self._thread = threading.Thread(
             target=self._run, name=f"reactor-dispatch[{name}]", daemon=True
         )
@@ -85,44 +87,94 @@ class Dispatcher:
 
     # -- intake --------------------------------------------------------------------
     def committed(self, records: list[ChangeRecord]) -> None:
-        """This process committed ``records`` (called under the store's write gate)."""
+        """This process committed ``records`` (called under the store's write gate).
+
+        When other processes committed before them and the follower has not published
+        those yet, they are read from the log first. If that read fails, nothing is
+        published here: the follower catches up from the log, these records included.
+        """
         with self._lock:
             if records[-1].revision <= self._published:
                 return  # the follower got there first
-            wanted = self._wanted()
-            batch: list[ChangeRecord] = []
-            if wanted and records[0].revision > self._published + 1:
-                batch = self._store.log_after(self._published, _PAGE, upto=records[0].revision - 1)
-            batch.extend(record for record in records if record.revision > self._published)
+            if not self._wanted():
+                self._published = records[-1].revision
+                return
+            if records[0].revision > self._published + 1:
+                try:
+                    self._read_log(upto=records[0].revision - 1)
+                except Exception:
+                    self._behind.set()  # the follower reads it all, these records too
+                    logger.warning(
+                        "reading other processes' changes failed; the follower retries",
+                        exc_info=True,
+                    )
+                    return
+            fresh = [record for record in records if record.revision > self._published]
             self._published = records[-1].revision
-            if wanted:
-                self._queue.put(batch)
+            self._queue.put(fresh)
 
     def catch_up(self) -> None:
-        """Publish what other processes committed since the last revision handed on."""
+        """Publish what other processes committed since the last revision handed on.
+
+        Raises:
+            StorageError: reading the log failed; what was read is published, the rest
+                is left for the next try.
+        """
         with self._lock:
             if not self._wanted():  # nobody listens: only keep count of the revisions
                 self._published = max(self._published, self._store.revision())
                 return
-            while True:
-                records = self._store.log_after(self._published, _PAGE)
-                if not records:
-                    return
-                self._published = records[-1].revision
-                if self._wanted():
-                    self._queue.put(records)
+            self._read_log(upto=None)
+
+    def _read_log(self, upto: int | None) -> None:
+        """Queue every logged change after the last one handed on (up to ``upto``),
+        page by page (called with the lock held)."""
+        while upto is None or self._published < upto:
+            records = self._store.log_after(self._published, _PAGE, upto=upto)
+            if not records:
+                return
+            if records[0].revision != self._published + 1:
+                self._gap(records[0].revision)
+            self._published = records[-1].revision
+            self._queue.put(records)
+
+    def _gap(self, found: int) -> None:
+        # Revisions follow one another with no gap: missing ones were compacted away
+        # before this process could read them (it was behind by more than the log keeps).
+        missing = found - self._published - 1
+        self._stats.count("events_dropped", missing)
+        logger.error(
+            "%d changes after revision %d were compacted away before this process "
+            "could publish them",
+            missing,
+            self._published,
+        )
 
     def _follow(self) -> None:
+        failures = 0
         while not self._stop.is_set():
             try:
                 announced = self._store.await_commits(FOLLOW_INTERVAL)
                 if announced is not None and announced > self._published:
+                    self._behind.set()
+                if self._behind.is_set():
+                    # Cleared before reading: a commit announced meanwhile is read too.
+                    self._behind.clear()
                     self.catch_up()
+                    if failures:
+                        logger.warning("following other processes' changes works again")
+                        failures = 0
             except ClosedError:
                 return
             except Exception:
-                logger.exception("following other processes' changes failed; trying again")
-                self._stop.wait(FOLLOW_INTERVAL)
+                self._behind.set()  # tried again until it succeeds, with no new commit
+                failures += 1
+                if failures == 1 or failures % 200 == 0:  # once, then every 10 s or so
+                    logger.exception(
+                        "following other processes' changes failed (%d times); trying again",
+                        failures,
+                    )
+                self._stop.wait(FOLLOW_RETRY)
 
     # -- delivery ------------------------------------------------------------------
     def _run(self) -> None:

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import functools
 import logging
 import math
 import os
 import threading
+import time
 import weakref
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
@@ -29,7 +31,7 @@ from ._stats import EVENT_COUNTERS, Stats
 from ._store import ChangeRecord, Store, WriteTxn
 from ._values import DEFAULT_MAX_DEPTH, DEFAULT_MAX_VALUE_BYTES, MAX_DEPTH_LIMIT, encode
 from ._writes import expire_keys
-from .errors import ClosedError, InvalidArgumentError, OperationTimeout
+from .errors import BusyError, ClosedError, InvalidArgumentError, OperationTimeout, StorageError
 
 __all__ = ["Engine", "Options", "acquire_engine"]
 
@@ -37,9 +39,9 @@ logger = logging.getLogger("reactor")
 
 DEFAULT_PATH: Final = Path("~/.reactor/state.db")
 SWEEP_INTERVAL: Final = 0.25  # seconds between sweeps: expiry events within a second
-SWEEP_BATCH: Final = 1000
-COMPACT_EVERY: Final = 8  # sweeps between compactions of the change log (2 s)
-FINISH_TIMEOUT: Final = 5.0  # seconds each subscription may take to deliver at close
+SWEEP_BATCH: Final = 5000  # keys found due per look; a scope's share goes in one write
+COMPACT_INTERVAL: Final = 2.0  # seconds between compactions of the change log
+FINISH_TIMEOUT: Final = 5.0  # seconds close() waits, in all, for subscribers to deliver
 DURABILITIES: Final = ("normal", "full", "memory")
 
 
@@ -111,10 +113,15 @@ class Engine:
         self._handles = 0
         self._lock = threading.Lock()
         self._mailboxes: list[Mailbox | None] = [None] * options.max_actors
-        self._sweeping: set[Any] = set()
+        self._sweeping: dict[str, Future[Any]] = {}  # scope -> its expiry request
+        self._sweep_again = threading.Event()
         self.lock_released = threading.Condition()  # wakes lock waiters of this process
         self._stop = threading.Event()
-        self.dispatcher = Dispatcher(key, self.store, self.stats, follow=location is not None)
+        try:
+            self.dispatcher = Dispatcher(key, self.store, self.stats, follow=location is not None)
+        except BaseException:
+            self.store.close()  # its connections are not left to the garbage collector
+            raise
         self._feeds: set[Any] = set()  # subscriptions and watches, to finish at close
         self._sweeper = threading.Thread(
             target=self._sweep_loop, name=f"reactor-sweeper[{key}]", daemon=True
@@ -157,15 +164,25 @@ class Engine:
         return outcome
 
     def wait(self, scope: str, future: Future[Any]) -> Any:
-        """The result of a request to ``scope``'s actor, within the engine's timeout.
+        """The result of a request to ``scope``'s actor, within the engine's timeout
+        counted from the request, or from the scope's last hand-over if later: a
+        request queued behind transactions that take the scope in turn waits as long as
+        they move on (see ``Mailbox.moved``).
 
         Raises:
             OperationTimeout: no answer in time (the request is withdrawn if it can be).
         """
-        try:
-            return future.result(self.options.timeout)
-        except FutureTimeout:
-            raise operation_timeout(scope, self.options.timeout, future) from None
+        timeout = self.options.timeout
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                return future.result(max(0.0, deadline - time.monotonic()))
+            except FutureTimeout:
+                mailbox = self._mailboxes[shard_index(scope, len(self._mailboxes))]
+                moved = None if mailbox is None else mailbox.moved(scope)
+                if moved is None or moved + timeout <= deadline:
+                    raise operation_timeout(scope, timeout, future) from None
+                deadline = moved + timeout
 
     def _on_commit(self, records: list[ChangeRecord]) -> None:
         """Called right after each commit, in revision order (under the write gate)."""
@@ -204,18 +221,33 @@ class Engine:
 
     # -- expiry --------------------------------------------------------------------
     def _sweep_loop(self) -> None:
-        rounds = 0
-        while not self._stop.wait(SWEEP_INTERVAL):
-            rounds += 1
+        checkpointed = compacted = time.monotonic()
+        failures = 0
+        while not self._stop.is_set():
+            self._sweep_again.wait(SWEEP_INTERVAL)
+            self._sweep_again.clear()
+            if self._stop.is_set():
+                return
             try:
                 self.sweep()
-                self.store.checkpoint()
-                if rounds % COMPACT_EVERY == 0:
+                now = time.monotonic()
+                if now - checkpointed >= SWEEP_INTERVAL:
+                    checkpointed = now
+                    self.store.checkpoint()
+                if now - compacted >= COMPACT_INTERVAL:
+                    compacted = now
                     self.compact()
+                failures = 0
             except ClosedError:
                 return
             except Exception:
-                logger.exception("the background sweeper failed; it will try again")
+                failures += 1
+                if failures == 1 or failures % 240 == 0:  # once, then about once a minute
+                    logger.exception(
+                        "the background sweeper failed (%d times in a row); it will try again",
+                        failures,
+                    )
+                self._stop.wait(SWEEP_INTERVAL)
 
     def compact(self) -> int:
         """Drop the change-log records beyond the retention policy; return how many."""
@@ -235,36 +267,68 @@ class Engine:
         return removed
 
     def sweep(self) -> None:
-        """Send the actors the keys whose deadline has passed (one request per scope)."""
-        if self._sweeping:
-            return  # the previous sweep is still in flight
+        """Send the actors the keys whose deadline has passed: one request per scope,
+        and none for a scope whose previous request is still in flight (held up by a
+        transaction, say), so that other scopes' keys still expire on time."""
+        with self._lock:
+            busy = list(self._sweeping)
+        due = self.store.expired(self.now(), SWEEP_BATCH, skip=busy)
+        more = len(due) == SWEEP_BATCH  # more may be due: look again once these are done
         by_scope: dict[str, list[str]] = {}
-        for scope, key in self.store.expired(self.now(), SWEEP_BATCH):
+        for scope, key in due:
             by_scope.setdefault(scope, []).append(key)
         for scope, keys in by_scope.items():
             future = self.mailbox(scope).submit(expire_keys(scope, keys), scope)
-            self._sweeping.add(future)
-            future.add_done_callback(self._swept)
+            with self._lock:
+                self._sweeping[scope] = future
+            future.add_done_callback(functools.partial(self._swept, scope, more=more))
 
-    def _swept(self, future: Any) -> None:
-        self._sweeping.discard(future)
-        if not future.cancelled() and future.exception() is not None:
-            logger.warning("expiring keys failed: %s", future.exception())
+    def _swept(self, scope: str, future: Future[Any], *, more: bool) -> None:
+        with self._lock:
+            if self._sweeping.get(scope) is future:
+                del self._sweeping[scope]
+        if future.cancelled() or future.exception() is not None:
+            if not future.cancelled():
+                logger.warning("expiring keys of %r failed: %s", scope, future.exception())
+            return
+        if more:
+            self._sweep_again.set()  # no need to wait for the next round
 
     # -- lifetime ------------------------------------------------------------------
-    def attach(self) -> None:
+    def attach(self) -> bool:
+        """Count one more handle; False if the engine is closed or closing. Called
+        under the registry's lock."""
         with self._lock:
             if self.closed:
-                raise ClosedError("the engine is closed")
+                return False
             self._handles += 1
+            return True
 
     def detach(self) -> None:
-        """Forget one handle; the last one closes the engine."""
-        with self._lock:
-            self._handles -= 1
-            last = self._handles <= 0
-        if last:
+        """Forget one handle; the last one closes the engine.
+
+        The count and the registry change together, under the registry's lock: an
+        ``open()`` either joins this engine before its last handle goes, or finds it
+        gone from the registry and starts another once this one has closed
+        (``acquire_engine``); never one that is closing.
+        """
+        with _registry_lock:
+            with self._lock:
+                self._handles -= 1
+                last = self._handles == 0
+            if not last:
+                return
+            if _registry.get(self.key) is self:
+                del _registry[self.key]
+            closing = _Closing(self, threading.get_ident())
+            _closing[self.key] = closing
+        try:
             self.close()
+        finally:
+            with _registry_lock:
+                if _closing.get(self.key) is closing:
+                    del _closing[self.key]
+            closing.done.set()
 
     def close(self) -> None:
         """Finish queued writes, stop the actors and the sweeper, release the database."""
@@ -274,6 +338,7 @@ class Engine:
             self.closed = True
         _forget(self)
         self._stop.set()
+        self._sweep_again.set()
         with self.lock_released:
             self.lock_released.notify_all()  # waiters wake up to ClosedError
         if self._sweeper is not threading.current_thread():
@@ -281,12 +346,18 @@ class Engine:
         for mailbox in self._mailboxes:
             if mailbox is not None:
                 mailbox.close(self.options.timeout)
-        self.dispatcher.close(self.options.timeout)
+        # What is pending is delivered within one bounded wait, however many subscribers
+        # are stuck: the dispatcher hands on what it holds, every feed is told to finish,
+        # then each is waited for until the one deadline.
+        deadline = time.monotonic() + FINISH_TIMEOUT
+        self.dispatcher.close(FINISH_TIMEOUT)
         with self._lock:
             feeds, self._feeds = list(self._feeds), set()
         loop = _running_loop()
-        for feed in feeds:  # what is buffered is delivered, within a bounded wait
-            feed.finish(FINISH_TIMEOUT, loop)
+        for feed in feeds:
+            feed.finish(loop)
+        for feed in feeds:
+            feed.join(max(0.0, deadline - time.monotonic()))
         self.store.close()
         logger.debug("closed engine %s", self.key)
 
@@ -327,7 +398,23 @@ def _running_loop() -> asyncio.AbstractEventLoop | None:
 
 
 # -- the registry: one engine per database per process ------------------------------
+# A database's engine is in _registry while it runs. While one thread starts it, its
+# key is in _opening (other threads wait for it). Once its last handle has closed, it
+# is in _closing until its close() returns: a new engine for the key waits for that
+# (within the timeout), so that one database does not get two sets of actors, nor a
+# durable subscriber two deliverers, in one process.
+
+
+@dataclass(eq=False)
+class _Closing:
+    engine: Engine
+    thread: int  # the thread closing it: it must not wait for itself
+    done: threading.Event = field(default_factory=threading.Event)
+
+
 _registry: dict[str, Engine] = {}
+_opening: dict[str, threading.Event] = {}
+_closing: dict[str, _Closing] = {}
 _registry_lock = threading.Lock()
 _live_engines: weakref.WeakSet[Engine] = weakref.WeakSet()
 
@@ -337,6 +424,19 @@ def _forget(engine: Engine) -> None:
         if _registry.get(engine.key) is engine:
             del _registry[engine.key]
         _live_engines.discard(engine)
+
+
+def _usable(engine: Engine) -> bool:
+    """Whether a registered engine can take another handle: not closed, and (SQLite)
+    its file still at its path. An engine whose file was removed or replaced fails
+    every write; a new ``open()`` gets a new engine on what is there now, and the old
+    engine's WAL is taken off the path first, or the new one would read it."""
+    if engine.closed:
+        return False
+    if isinstance(engine.store, SQLiteStore) and engine.store.moved():
+        engine.store.leave_path()
+        return False
+    return True
 
 
 def _open_store(location: Path | sa.URL | None, options: Options) -> Store:
@@ -380,7 +480,12 @@ def locate(
         target = rest[1:].partition("?")[0]
         if target in ("", ":memory:"):
             return None, None
-    path = Path(target).expanduser().absolute()
+    try:
+        path = Path(target).expanduser().absolute()
+    except RuntimeError as exc:  # "~" with neither $HOME nor a passwd entry
+        raise StorageError(
+            f"cannot find the home folder for {target!r} (set HOME, or REACTOR_DB)"
+        ) from exc
     if durability == "memory":
         return f"memory-file:{path}", None
     return f"file:{os.path.realpath(path)}", path
@@ -389,29 +494,83 @@ def locate(
 def acquire_engine(target: str | os.PathLike[str] | None, given: dict[str, Any]) -> Engine:
     """The engine for ``target``, started if need be, with one more handle attached.
 
+    An engine whose last handle is closing is never joined: this waits for it to
+    finish closing (within the timeout) and starts another. Engines start outside the
+    registry's lock: opening one database does not hold up opening or closing others.
+
     Raises:
         InvalidArgumentError: an option is out of range, or differs from the options the
             running engine for this database was opened with.
+        StorageError: the database cannot be opened (or its folder made).
+        BusyError: another thread of this process kept starting it past the timeout.
     """
     options = Options(**given)
     key, location = locate(target, options.durability)
-    with _registry_lock:
-        engine = _registry.get(key) if key is not None else None
-        if engine is not None:
-            for item in fields(Options):
-                if item.name in given and getattr(engine.options, item.name) != given[item.name]:
-                    raise InvalidArgumentError(
-                        f"{target!s} is already open in this process with "
-                        f"{item.name}={getattr(engine.options, item.name)!r}"
+    if key is None:  # private: nobody to share it with
+        private = _start(f"memory#{id(options)}", location, options)
+        private.attach()
+        return private
+    deadline = time.monotonic() + options.timeout
+    while True:
+        with _registry_lock:
+            engine = _registry.get(key)
+            if engine is not None and _usable(engine):
+                _check_options(target, engine, given)
+                if engine.attach():
+                    return engine
+            wait = _opening.get(key)
+            closing = _closing.get(key)
+            if wait is None and closing is not None and closing.thread != threading.get_ident():
+                wait = closing.done
+            if wait is None or time.monotonic() >= deadline:
+                if wait is not None and key in _opening:
+                    raise BusyError(
+                        f"another thread kept opening {target!s} for more than {options.timeout} s"
                     )
-        else:
-            if isinstance(location, Path) and location.parent == DEFAULT_PATH.expanduser().parent:
-                location.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-            engine = Engine(key or f"memory#{id(options)}", location, options)
-            if key is not None:
+                started = _opening[key] = threading.Event()
+                break
+        wait.wait(max(0.0, deadline - time.monotonic()))
+    engine = None
+    try:
+        engine = _start(key, location, options)
+    finally:
+        with _registry_lock:
+            del _opening[key]
+            if engine is not None:  # (None: it failed)
                 _registry[key] = engine
-        engine.attach()
+                engine.attach()
+        started.set()
     return engine
+
+
+def _check_options(target: object, engine: Engine, given: dict[str, Any]) -> None:
+    for item in fields(Options):
+        if item.name in given and getattr(engine.options, item.name) != given[item.name]:
+            raise InvalidArgumentError(
+                f"{target!s} is already open in this process with "
+                f"{item.name}={getattr(engine.options, item.name)!r}"
+            )
+
+
+def _start(key: str, location: Path | sa.URL | None, options: Options) -> Engine:
+    """A new engine (the default folder made private first).
+
+    Raises:
+        StorageError: the folder cannot be made, or the database opened.
+    """
+    if isinstance(location, Path) and location.parent == _default_folder():
+        try:
+            location.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StorageError(f"cannot create the folder of {location}: {exc}") from exc
+    return Engine(key, location, options)
+
+
+def _default_folder() -> Path | None:
+    try:
+        return DEFAULT_PATH.expanduser().parent
+    except RuntimeError:  # no home folder: the default path is not in use either
+        return None
 
 
 @atexit.register

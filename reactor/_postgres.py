@@ -39,7 +39,7 @@ from sqlalchemy.pool import NullPool
 from ._schema import migrate
 from ._sql import DELETE, ITEMS, REVISION, UPSERT, SQLStatements, SQLStore
 from ._store import ChangeRecord, WriteTxn
-from .errors import BusyError, ClosedError, ReactorError, StorageError
+from .errors import BusyError, ClosedError, OutcomeUnknownError, ReactorError, StorageError
 
 try:
     import psycopg
@@ -237,11 +237,27 @@ class PostgresStore(SQLStore):
         dbapi_conn.commit()
 
     def _connect(self) -> psycopg.Connection[Any]:
+        """A new connection of reactor's own.
+
+        Raises:
+            StorageError: the server cannot be reached, or this process is out of file
+                descriptors.
+            ClosedError: the store is closed (or closed meanwhile).
+        """
         if self._closed:
             raise ClosedError("the database is closed")
-        proxy = self._engine.raw_connection()
+        try:
+            proxy = self._engine.raw_connection()
+        except sa.exc.DBAPIError as exc:
+            raise StorageError(f"cannot connect to {self.location}: {exc.orig}") from exc
+        except (psycopg.Error, OSError) as exc:
+            raise StorageError(f"cannot connect to {self.location}: {exc}") from exc
         with self._opened_lock:
-            self._opened.append(proxy)
+            kept = self._keep(proxy)
+        if not kept:  # close() ran meanwhile: it would never close this one
+            with contextlib.suppress(Exception):
+                proxy.close()
+            raise ClosedError("the database is closed")
         conn = proxy.driver_connection
         assert isinstance(conn, psycopg.Connection)
         conn.autocommit = True  # transactions are begun and committed here
@@ -249,6 +265,13 @@ class PostgresStore(SQLStore):
         # psycopg believing in statements the server never prepared.
         conn.prepare_threshold = None
         return conn
+
+    def _keep(self, proxy: Any) -> bool:
+        """Remember ``proxy`` to close it with the store, unless the store is closed."""
+        if self._closed:
+            return False
+        self._opened.append(proxy)
+        return True
 
     def _discard(self, conn: psycopg.Connection[Any]) -> None:
         with contextlib.suppress(psycopg.Error):
@@ -266,10 +289,7 @@ class PostgresStore(SQLStore):
             try:
                 conn = self._idle.pop()
             except IndexError:
-                try:
-                    conn = self._connect()
-                except sa.exc.DBAPIError as exc:
-                    raise StorageError(f"cannot connect to {self.location}: {exc.orig}") from exc
+                conn = self._connect()
             try:
                 result = read(conn)
             except psycopg.OperationalError as exc:
@@ -319,7 +339,9 @@ class PostgresStore(SQLStore):
             try:
                 conn = self._connect()
                 conn.execute(f"LISTEN {self._channel}")
-            except (psycopg.Error, sa.exc.DBAPIError) as exc:
+            except ClosedError:
+                raise
+            except (psycopg.Error, StorageError) as exc:
                 logger.warning("listening to %s failed (%s); trying again", self.location, exc)
                 threading.Event().wait(max(timeout, 0.5))
                 return None
@@ -365,7 +387,18 @@ class PostgresStore(SQLStore):
                     notify = (
                         f"NOTIFY {self._channel}, '{records[-1].revision}'" if records else None
                     )
-                    statements.finish(notify)
+                    try:
+                        statements.finish(notify)
+                    except psycopg.Error as exc:
+                        if _connection_lost(conn, exc):
+                            # The commit was sent with the writes: it may have been
+                            # applied before the connection went.
+                            raise OutcomeUnknownError(
+                                f"the connection to {self.location} was lost while the "
+                                f"write was committing; it may or may not have been "
+                                f"applied: {exc}"
+                            ) from exc
+                        raise
                 except BaseException:
                     self._abandon(conn)
                     raise
@@ -389,10 +422,7 @@ class PostgresStore(SQLStore):
         for attempt in (1, 2):
             conn = self._writer
             if conn is None or conn.closed:
-                try:
-                    conn = self._writer = self._connect()
-                except sa.exc.DBAPIError as exc:
-                    raise StorageError(f"cannot connect to {self.location}: {exc.orig}") from exc
+                conn = self._writer = self._connect()
             try:
                 # One round trip: begin, take the write lock, read the last revision.
                 cursor = conn.execute(self._begin)
@@ -440,6 +470,18 @@ class PostgresStore(SQLStore):
         finally:
             if gated:
                 self._gate.release()
+
+
+def _connection_lost(conn: psycopg.Connection[Any], exc: psycopg.Error) -> bool:
+    """Whether ``exc`` means the connection went (so a commit in flight may have been
+    applied), rather than the server refusing a statement (so nothing was)."""
+    if conn.broken or conn.closed:
+        return True
+    state = exc.sqlstate
+    if state is None:  # raised by the client: only the connection fails that way here
+        return isinstance(exc, psycopg.OperationalError)
+    # Class 08, connection exception; 57P01-57P03, the server shutting the session down.
+    return state.startswith("08") or state in ("57P01", "57P02", "57P03")
 
 
 def _lock_migrations(conn: sa.Connection) -> None:

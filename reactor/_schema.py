@@ -14,9 +14,19 @@ import sqlalchemy as sa
 
 from .errors import SchemaError
 
-__all__ = ["SCHEMA_VERSION", "changes", "kv", "locks", "meta", "migrate"]
+__all__ = [
+    "META_TABLE",
+    "SCHEMA_VERSION",
+    "changes",
+    "check_version",
+    "kv",
+    "locks",
+    "meta",
+    "migrate",
+]
 
 SCHEMA_VERSION: Final = 4
+META_TABLE: Final = "reactor_meta"  # every version has it, with its "schema_version"
 
 metadata = sa.MetaData()
 
@@ -30,7 +40,7 @@ def _name() -> sa.types.TypeEngine[str]:
 
 # name -> integer: "schema_version", and "compacted" (see _to_v4).
 meta = sa.Table(
-    "reactor_meta",
+    META_TABLE,
     metadata,
     sa.Column("name", sa.String(64), primary_key=True),
     sa.Column("value", sa.BigInteger, nullable=False),
@@ -152,6 +162,19 @@ def stored_version(conn: sa.Connection) -> int:
     return int(found) if found is not None else 0
 
 
+def check_version(version: int) -> None:
+    """Raise unless this reactor understands schema ``version``.
+
+    Raises:
+        SchemaError: the database is from a newer version of reactor.
+    """
+    if version > SCHEMA_VERSION:
+        raise SchemaError(
+            f"the database has schema version {version}, newer than this reactor "
+            f"understands ({SCHEMA_VERSION}); upgrade reactor to open it"
+        )
+
+
 def migrate(engine: sa.Engine, target: int = SCHEMA_VERSION) -> int:
     """Bring the database to version ``target`` in one transaction; return the old version.
 
@@ -160,11 +183,7 @@ def migrate(engine: sa.Engine, target: int = SCHEMA_VERSION) -> int:
     """
     with engine.begin() as conn:
         version = stored_version(conn)
-        if version > SCHEMA_VERSION:
-            raise SchemaError(
-                f"the database has schema version {version}, newer than this reactor "
-                f"understands ({SCHEMA_VERSION}); upgrade reactor to open it"
-            )
+        check_version(version)
         for step in range(version + 1, target + 1):
             MIGRATIONS[step](conn)
         if target > version:

@@ -8,7 +8,7 @@ works the same on SQLite and PostgreSQL.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from typing import Any, Final
 
 from ._keys import Pattern
@@ -28,8 +28,7 @@ RANGE_END: Final = " AND key < ?"
 SCOPES: Final = f"SELECT DISTINCT scope FROM reactor_kv WHERE {_LIVE} ORDER BY scope"
 COUNTS: Final = f"SELECT scope, COUNT(*) FROM reactor_kv WHERE {_LIVE} GROUP BY scope"
 EXPIRED: Final = (
-    "SELECT scope, key FROM reactor_kv WHERE expires_at IS NOT NULL AND expires_at <= ? "
-    "ORDER BY expires_at LIMIT ?"
+    "SELECT scope, key FROM reactor_kv WHERE expires_at IS NOT NULL AND expires_at <= ?"
 )
 ROW: Final = "SELECT value, expires_at, revision FROM reactor_kv WHERE scope = ? AND key = ?"
 ROWS: Final = "SELECT key, value, expires_at, revision FROM reactor_kv WHERE scope = ?"
@@ -173,7 +172,7 @@ class SQLStatements(_RowReads):
         if self._all(CHANGED_SINCE, (scope, revision)):
             return True
         # A log compacted past the revision can no longer tell: assume a change.
-        return int(self._all(COMPACTED, ())[0][0]) > revision
+        return self.compacted() > revision
 
     def compact(self, upto_revision: int | None, before: float | None) -> int:
         """Drop log records up to a revision and/or older than a time, but none that a
@@ -195,6 +194,9 @@ class SQLStatements(_RowReads):
             self._run(self.SET_COMPACTED, (gone,))
         return removed
 
+    def compacted(self) -> int:
+        return int(self._all(COMPACTED, ())[0][0])
+
     def save_position(
         self, name: str, position: int, delivered: int, failed: int, now: float
     ) -> None:
@@ -209,15 +211,40 @@ class SQLStatements(_RowReads):
 
 class TransactionReader(_RowReads):
     """The read statements of a write transaction, for a transaction body: each runs
-    as a plain read of the store, outside any database transaction."""
+    as a plain read of the store, outside any database transaction.
 
-    __slots__ = ("_store",)
+    ``deadlines`` keeps the deadline of every row the body read (None: no expiry or no
+    row), as first read: the commit checks them, since a change of deadline alone
+    leaves no record in the change log."""
+
+    __slots__ = ("_store", "deadlines")
 
     def __init__(self, store: SQLStore) -> None:
         self._store = store
+        self.deadlines: dict[tuple[str, str], float | None] = {}
 
     def _all(self, sql: str, params: tuple[Any, ...]) -> list[Any]:
         return self._store._query(sql, params)
+
+    def fetch_row(self, scope: str, key: str) -> Row | None:
+        row = super().fetch_row(scope, key)
+        self.deadlines.setdefault((scope, key), None if row is None else row.expires_at)
+        return row
+
+    def fetch_rows(
+        self, scope: str, bounds: tuple[str, str | None] | None
+    ) -> list[tuple[str, Row]]:
+        rows = super().fetch_rows(scope, bounds)
+        for key, row in rows:
+            self.deadlines.setdefault((scope, key), row.expires_at)
+        return rows
+
+    def fetch_many(self, scope: str, keys: list[str]) -> dict[str, Row]:
+        found = super().fetch_many(scope, keys)
+        for key in keys:
+            row = found.get(key)
+            self.deadlines.setdefault((scope, key), None if row is None else row.expires_at)
+        return found
 
     def append_log(self, *_: object) -> int:
         raise AssertionError("a transaction body never writes")
@@ -233,6 +260,9 @@ class TransactionReader(_RowReads):
 
     def compact(self, *_: object) -> int:
         raise AssertionError("a transaction body never compacts")
+
+    def compacted(self) -> int:
+        return self._store.compacted()
 
     def save_position(self, *_: object) -> None:
         raise AssertionError("a transaction body never moves subscribers")
@@ -289,8 +319,18 @@ class SQLStore:
     def counts(self, now: float) -> dict[str, int]:
         return {scope: int(count) for scope, count in self._query(COUNTS, (now,))}
 
-    def expired(self, now: float, limit: int) -> list[tuple[str, str]]:
-        return [(scope, key) for scope, key in self._query(EXPIRED, (now, limit))]
+    def expired(self, now: float, limit: int, skip: Collection[str] = ()) -> list[tuple[str, str]]:
+        """Up to ``limit`` keys past their deadline, earliest first, of scopes other
+        than those in ``skip``."""
+        sql: str = EXPIRED
+        params: tuple[Any, ...] = (now,)
+        if skip:
+            sql += f" AND scope NOT IN ({', '.join('?' * len(skip))})"
+            params += tuple(skip)
+        return [
+            (scope, key)
+            for scope, key in self._query(sql + " ORDER BY expires_at LIMIT ?", (*params, limit))
+        ]
 
     def revision(self) -> int:
         return int(self._query(REVISION, ())[0][0])

@@ -10,14 +10,23 @@ Readers take an idle connection from a free list (no thread hop, no lock); WAL g
 each statement a snapshot of the last commit. Writers in this process queue on one lock
 (``_gate``) and share one connection, so they never meet in SQLite's busy handler,
 which sleeps; other processes are waited for by ``busy_timeout``.
+
+The file is checked before anything touches it (``_probe``): a file that is not a reactor
+database, or one from a newer reactor, is refused byte-for-byte untouched, since the
+first pragma of a connection (``journal_mode = WAL``) rewrites the header. While open,
+the store remembers which file it opened: a commit that finds the path no longer
+leading to that file (or to its WAL) is not acknowledged (``_check_file``), since
+SQLite would go on writing into an unlinked inode that no other process can see.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
 import sqlite3
+import stat
 import sys
 import threading
 import time
@@ -25,11 +34,12 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Final, TypeVar
+from urllib.parse import quote
 
 import sqlalchemy as sa
 from sqlalchemy.pool import NullPool, StaticPool
 
-from ._schema import migrate
+from ._schema import META_TABLE, check_version, migrate
 from ._sql import ITEMS, REVISION, SQLStatements, SQLStore
 from ._store import ChangeRecord, WriteTxn
 from .errors import BusyError, ClosedError, ReactorError, StorageError
@@ -47,6 +57,7 @@ LOG: Final = (
 _AUTOCHECKPOINT_PAGES: Final = 10_000
 
 SYNCHRONOUS: Final = {"normal": "NORMAL", "full": "FULL", "memory": "OFF"}
+_READONLY_ROLLBACK: Final = 776  # SQLITE_READONLY_ROLLBACK: a hot journal, read-only
 
 
 class _Statements(SQLStatements):
@@ -124,16 +135,16 @@ class SQLiteStore(SQLStore):
         self._opened_lock = threading.Lock()
         self._follower: sqlite3.Connection | None = None  # for data_version, one thread only
         self._seen_version: int | None = None
+        self._file: tuple[int, int] | None = None  # (st_dev, st_ino) of the file opened
+        self._wal: tuple[int, int] | None = None  # and of its WAL, and shared memory
+        self._shm: tuple[int, int] | None = None
+        self._moved = False  # the last commit found the path leading elsewhere
         if path is not None:
-            try:
-                _create_private(path)
-            except OSError as exc:
-                raise StorageError(f"cannot create the database {path}: {exc}") from exc
-            url = sa.URL.create("sqlite", database=str(path))
+            _create_private(path)
+            _probe(path, timeout)
+            self._uri = _uri(path)
             self._engine = sa.create_engine(
-                url,
-                poolclass=NullPool,
-                connect_args={"check_same_thread": False, "timeout": timeout},
+                "sqlite://", poolclass=NullPool, creator=self._create_connection
             )
         else:
             self._engine = sa.create_engine(
@@ -141,11 +152,17 @@ class SQLiteStore(SQLStore):
                 poolclass=StaticPool,
                 connect_args={"check_same_thread": False},
             )
-        sa.event.listen(self._engine, "connect", self._on_connect)
+            sa.event.listen(self._engine, "connect", self._on_connect)
         sa.event.listen(self._engine, "begin", _begin_immediate)
         try:
             migrate(self._engine)
             self._writer = self._connect()
+            if path is not None:
+                # After the writer connected: the connection of migrate() was the only
+                # one, and SQLite deleted the WAL when it closed.
+                self._file = _identity(self.location)
+                self._wal = _identity(self.location + "-wal")
+                self._shm = _identity(self.location + "-shm")
         except sqlite3.Error as exc:
             self.close()
             raise translate(exc) from exc
@@ -157,6 +174,25 @@ class SQLiteStore(SQLStore):
             raise
 
     # -- connections ---------------------------------------------------------------
+    def _create_connection(self) -> sqlite3.Connection:
+        # mode=rw: a connection never creates the file (_create_private did), so one
+        # opened after the file was removed fails instead of starting an empty database.
+        conn = sqlite3.connect(self._uri, uri=True, check_same_thread=False, timeout=self._timeout)
+        try:
+            self._on_connect(conn, None)
+        except BaseException:
+            conn.close()  # not left to the garbage collector: descriptors may be short
+            raise
+        if self._file is not None and _identity(self.location) != self._file:
+            # Another file is at the path now: this connection may have opened it, with
+            # this store's WAL (a mix of two databases).
+            conn.close()
+            self.leave_path()
+            raise StorageError(
+                f"the database file {self.location} was removed or replaced while open: reopen it"
+            )
+        return conn
+
     def _on_connect(self, dbapi_conn: sqlite3.Connection, _record: object) -> None:
         # Take control of transactions: the driver's legacy mode does not BEGIN before
         # a SELECT, so a read-then-write would not be atomic. We BEGIN ourselves.
@@ -170,8 +206,21 @@ class SQLiteStore(SQLStore):
         dbapi_conn.execute(f"PRAGMA synchronous = {self._synchronous}")
 
     def _connect(self) -> sqlite3.Connection:
-        proxy = self._engine.raw_connection()
+        """A new connection (pragmas set), closed by ``close()``.
+
+        Raises:
+            StorageError: it could not be opened (no file descriptor left, say).
+        """
+        try:
+            proxy = self._engine.raw_connection()
+        except sqlite3.Error as exc:
+            raise _cannot_connect(exc) from exc
+        except sa.exc.DBAPIError as exc:
+            raise _cannot_connect(exc.orig) from exc  # type: ignore[arg-type]
         with self._opened_lock:
+            if self._closed:  # close() ran meanwhile: it would never close this one
+                proxy.close()
+                raise ClosedError("the database is closed")
             self._opened.append(proxy)
         conn = proxy.driver_connection
         assert isinstance(conn, sqlite3.Connection)
@@ -278,7 +327,9 @@ class SQLiteStore(SQLStore):
 
         Raises:
             BusyError: another process held the database past the busy timeout.
-            StorageError: the database failed; nothing was committed.
+            StorageError: the database failed; nothing was committed. Also when the
+                database file was removed or replaced: then the commit, if it happened,
+                went into the file reactor opened, which is no longer at its path.
         """
         self._enter_gate()
         try:
@@ -288,6 +339,8 @@ class SQLiteStore(SQLStore):
             try:
                 conn.execute("BEGIN IMMEDIATE")
                 try:
+                    if self._moved:
+                        self._check_file(committed=False)  # back in place?
                     txn = WriteTxn(_Statements(conn), now)
                     result = work(txn)
                     records = txn.flush()
@@ -298,6 +351,10 @@ class SQLiteStore(SQLStore):
                     raise
             except sqlite3.Error as exc:
                 raise translate(exc) from exc
+            if self._file is not None:
+                # After the commit, before acknowledging it: an unlink or rename a moment
+                # before the COMMIT is seen too.
+                self._check_file(committed=True)
             if records and on_commit is not None:
                 try:
                     on_commit(records)
@@ -306,6 +363,80 @@ class SQLiteStore(SQLStore):
             return result, records
         finally:
             self._gate.release()
+
+    def _check_file(self, *, committed: bool) -> None:
+        """Raise unless the path still leads to the file (and WAL) this store opened.
+
+        ``committed``: called right after a commit (else inside a write transaction).
+        The writer still holds the files it opened: at the first sign, a checkpoint
+        copies what the WAL holds into the database file it opened. When only the WAL
+        is gone, that file is still at the path: the commit stands, and later writes
+        fail. When the database file is gone, this store's WAL and shared memory are
+        taken off the path (``leave_path``): a file now there would read them.
+
+        Raises:
+            StorageError: it was removed, renamed or replaced.
+        """
+        found = _identity(self.location)
+        wal = _identity(self.location + "-wal") if self._wal is not None else None
+        if self._wal is None and found == self._file:
+            self._wal = wal = _identity(self.location + "-wal")  # SQLite made it just now
+        if found == self._file and wal == self._wal:
+            self._moved = False
+            return
+        self._moved = True
+        if found != self._file:
+            if committed:
+                self._save_orphaned_wal()  # a renamed file keeps what was acknowledged
+            self.leave_path()
+            raise StorageError(
+                f"the database file {self.location} was removed or replaced while open"
+                + (
+                    ": this write is not in the database at that path (it went into the "
+                    "file reactor opened, which no other process can see); reopen it"
+                    if committed
+                    else "; nothing was written: reopen it"
+                )
+            )
+        if committed and self._save_orphaned_wal():
+            return
+        raise StorageError(
+            f"the write-ahead log of {self.location} (its -wal file) was removed or "
+            "replaced while open; nothing was written: close every handle and reopen it"
+        )
+
+    def _save_orphaned_wal(self) -> bool:
+        """Checkpoint the WAL the writer holds into the database file; whether all of
+        it went."""
+        try:
+            busy, log, done = self._writer.execute("PRAGMA wal_checkpoint(FULL)").fetchall()[0]
+        except sqlite3.Error:
+            logger.exception("saving the WAL of %s, removed while open, failed", self.location)
+            return False
+        return bool(busy == 0 and log == done)
+
+    def moved(self) -> bool:
+        """Whether the path no longer leads to the database file this store opened."""
+        if self._file is None:
+            return False
+        return _identity(self.location) != self._file
+
+    def leave_path(self) -> None:
+        """Take this store's WAL and shared memory off a path whose database file was
+        removed or replaced: SQLite would replay that WAL into whatever database file
+        is created or moved there next (it never deletes them itself once the file
+        has moved). Nothing when the file is still there."""
+        if not self.moved():
+            return
+        for suffix, mine in (("-wal", self._wal), ("-shm", self._shm)):
+            if mine is not None and _identity(self.location + suffix) == mine:
+                with contextlib.suppress(OSError):
+                    os.unlink(self.location + suffix)
+                    logger.warning(
+                        "removed %s%s: its database file was removed or replaced while open",
+                        self.location,
+                        suffix,
+                    )
 
     def _enter_gate(self) -> None:
         if not self._gate.acquire(timeout=self._timeout):
@@ -325,9 +456,24 @@ class SQLiteStore(SQLStore):
                     proxy.close()
             self._idle.clear()
             self._engine.dispose()
+            self.leave_path()
         finally:
             if gated:
                 self._gate.release()
+
+
+def _cannot_connect(exc: sqlite3.Error) -> ReactorError:
+    """The error for a connection SQLite could not open; it says "unable to open
+    database file" whatever the reason, so the commonest one is named when it holds."""
+    error = translate(exc)
+    try:
+        fd = os.open(os.devnull, os.O_RDONLY)
+    except OSError as probe:
+        if probe.errno in (errno.EMFILE, errno.ENFILE):
+            return StorageError(f"{error}: no file descriptor left ({probe.strerror})")
+    else:
+        os.close(fd)
+    return error
 
 
 def _begin_immediate(conn: sa.Connection) -> None:
@@ -337,8 +483,84 @@ def _begin_immediate(conn: sa.Connection) -> None:
 
 
 def _create_private(path: Path) -> None:
-    """Create the database file, and its folder, readable by its owner only."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    # SQLite gives the -wal and -shm files the mode of the database file.
-    fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o600)
-    os.close(fd)
+    """Create the database file, and its folder, readable by its owner only.
+
+    Raises:
+        StorageError: it cannot be created, or what is there is not a regular file.
+    """
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            # O_EXCL: a file that exists is never opened here, since closing a
+            # descriptor drops the POSIX locks SQLite holds on that file in this process
+            # (another engine of this process may have it open while it closes).
+            # SQLite gives the -wal and -shm files the mode of the database file.
+            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+        except FileExistsError:
+            if path.is_symlink() and not path.exists():  # a link to a file to create
+                fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o600)
+                os.close(fd)
+        else:
+            os.close(fd)
+        mode = os.stat(path).st_mode
+    except OSError as exc:
+        raise StorageError(f"cannot create the database {path}: {exc}") from exc
+    if not stat.S_ISREG(mode):
+        raise StorageError(f"{path} is not a database file (nor a regular file)")
+
+
+def _uri(path: Path) -> str:
+    """The SQLite URI of an existing database file, opened read-write, never created."""
+    return f"file:{quote(str(path))}?mode=rw"
+
+
+def _probe(path: Path, timeout: float) -> None:
+    """Refuse a file that is not a reactor database, or one from a newer reactor.
+
+    It reads through a read-only connection, which never changes the database file
+    (a read-write one would rewrite the header to WAL mode, and checkpoint a WAL left
+    over into it when it closes). An empty file, or a SQLite database with nothing in
+    it, is a new database.
+
+    Raises:
+        SchemaError: the database comes from a newer reactor.
+        StorageError: it is not a reactor database, or cannot be read.
+    """
+    try:
+        conn = sqlite3.connect(
+            f"file:{quote(str(path))}?mode=ro", uri=True, timeout=timeout, isolation_level=None
+        )
+    except sqlite3.Error as exc:
+        raise translate(exc) from exc
+    try:
+        tables = {name for (name,) in conn.execute("SELECT name FROM sqlite_master")}
+        marks = (
+            conn.execute("PRAGMA user_version").fetchall()[0][0]
+            or conn.execute("PRAGMA application_id").fetchall()[0][0]
+        )
+        if not tables and not marks:
+            return  # new
+        found = []
+        if META_TABLE in tables:
+            found = conn.execute(
+                f"SELECT value FROM {META_TABLE} WHERE name = 'schema_version'"
+            ).fetchall()
+    except sqlite3.Error as exc:
+        if getattr(exc, "sqlite_errorcode", None) == _READONLY_ROLLBACK:
+            return  # a hot journal to roll back first: migrate() will see what it holds
+        raise translate(exc) from exc
+    finally:
+        conn.close()
+    if not found or type(found[0][0]) is not int:
+        shown = ", ".join(sorted(tables)[:5]) or "no table"
+        raise StorageError(f"{path} is not a reactor database ({shown}); it was left untouched")
+    check_version(found[0][0])
+
+
+def _identity(path: str) -> tuple[int, int] | None:
+    """(st_dev, st_ino) of the file at ``path``; None if there is none."""
+    try:
+        found = os.stat(path)
+    except OSError:
+        return None
+    return found.st_dev, found.st_ino

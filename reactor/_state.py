@@ -12,7 +12,7 @@ from ._events import ChangeEvent
 from ._locks import Lock
 from ._scope import Scope
 from ._subscriptions import DEFAULT_BUFFER, Filter, Subscription, Watch, check_since
-from .errors import ClosedError, InvalidArgumentError
+from .errors import ClosedError, InvalidArgumentError, RevisionCompactedError
 
 __all__ = ["State"]
 
@@ -146,27 +146,36 @@ class State:
 
     def changes(
         self,
-        since: int = 0,
+        since: int | None = None,
         scope: str | None = None,
         key: str | None = None,
         limit: int | None = None,
     ) -> list[ChangeEvent]:
-        """The recorded changes after revision ``since``, oldest first.
+        """The recorded changes after revision ``since`` (every one the log retains when
+        ``since`` is None), oldest first; at most ``limit`` of them.
 
         Raises:
-            RevisionCompactedError: the change log no longer holds what follows ``since``.
+            RevisionCompactedError: the change log no longer holds what follows ``since``
+                (also when compaction overtakes the read).
         """
         engine = self._engine_or_raise()
-        position = check_since(engine, since)
-        assert position is not None
+        checked = check_since(engine, since)
         if limit is not None and (type(limit) is not int or limit < 0):
             raise InvalidArgumentError(f"limit must be an int >= 0, not {limit!r}")
         match = Filter(scope, key, None, None)
+        position = engine.store.compacted() if checked is None else checked
         found: list[ChangeEvent] = []
         while limit is None or len(found) < limit:
             records = engine.store.log_after(position, 1000)
             if not records:
                 break
+            if records[0].revision != position + 1:  # compaction got there first
+                if checked is not None:
+                    raise RevisionCompactedError(
+                        f"the change log was compacted past revision {position} while it "
+                        "was being read"
+                    )
+                found = []  # every retained event: those from the new start of the log
             found.extend(ChangeEvent(record) for record in records if match.admits(record))
             position = records[-1].revision
         return found if limit is None else found[:limit]

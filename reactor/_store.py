@@ -8,7 +8,7 @@ statements just before the commit, together with its change-log records.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 from typing import Final, Protocol, TypeVar
 
@@ -73,6 +73,10 @@ class Statements(Protocol):
     def changed_since(self, scope: str, revision: int) -> bool: ...
 
     def compact(self, upto_revision: int | None, before: float | None) -> int: ...
+
+    def compacted(self) -> int:
+        """Every change-log record up to this revision may have been compacted away."""
+        ...
 
     def save_position(
         self, name: str, position: int, delivered: int, failed: int, now: float
@@ -255,18 +259,27 @@ class WriteTxn:
         """Whether anything is staged."""
         return bool(self._staged)
 
-    def adopt(self, other: WriteTxn) -> None:
+    def adopt(self, other: WriteTxn, read_deadlines: dict[Key, float | None]) -> None:
         """Stage what ``other`` staged (a transaction body); its changes come after this
-        transaction's own, in their order."""
+        transaction's own, in their order.
+
+        A deadline the body set (one not among ``read_deadlines``, those of the rows it
+        read) counted from the body's clock; it moves to count from this commit's.
+        """
         shift = self._count
         for record in other._changes:
             record.revision -= shift
             record.timestamp = self.now
             self._changes.append(record)
         self._count += len(other._changes)
+        later = self.now - other.now
         for key, staged in other._staged.items():
-            if staged is not None and staged.revision < 0:
-                staged = Row(staged.value, staged.expires_at, staged.revision - shift)  # noqa: PLW2901
+            if staged is not None:
+                expires_at = staged.expires_at
+                if expires_at is not None and read_deadlines.get(key) != expires_at:
+                    expires_at += later
+                revision = staged.revision - shift if staged.revision < 0 else staged.revision
+                staged = Row(staged.value, expires_at, revision)  # noqa: PLW2901
             self._stage(key, staged)
 
 
@@ -290,7 +303,9 @@ class Store(Protocol):
 
     def counts(self, now: float) -> dict[str, int]: ...
 
-    def expired(self, now: float, limit: int) -> list[tuple[str, str]]: ...
+    def expired(
+        self, now: float, limit: int, skip: Collection[str] = ()
+    ) -> list[tuple[str, str]]: ...
 
     def size_bytes(self) -> int: ...
 

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Final
 from ._events import EVENT_TYPES, ChangeEvent
 from ._keys import Pattern, check_key, compile_pattern
 from ._store import ChangeRecord, WriteTxn
-from .errors import ClosedError, InvalidArgumentError, RevisionCompactedError
+from .errors import ClosedError, InvalidArgumentError, RevisionCompactedError, StorageError
 
 if TYPE_CHECKING:
     from ._engine import Engine
@@ -118,6 +118,9 @@ class _Feed:
         self._wake_only = False  # a durable subscription reads the log; events only wake it
         self.dropped = 0
         self._live_from = 0
+        # Called (under the lock) when an event is buffered or the feed stops: how an
+        # asyncio watch (reactor.aio) learns of it without a thread waiting here.
+        self._on_ready: Callable[[], None] | None = None
         engine.dispatcher.connect(self._offer, self._start)
 
     def _start(self, published: int) -> None:
@@ -143,19 +146,12 @@ class _Feed:
                 return
             self._buffer.append(event)
             self._ready.notify()
+            if self._on_ready is not None:
+                self._on_ready()
 
     def _events(self) -> Iterator[ChangeEvent]:
         """Replayed events, then live ones, until the feed is closed."""
-        if self._since is not None:
-            position = self._since
-            while position < self._live_from and not self._closed:
-                records = self._engine.store.log_after(position, _PAGE, upto=self._live_from)
-                if not records:
-                    break
-                for record in records:
-                    if self._filter.admits(record):
-                        yield ChangeEvent(record)
-                position = records[-1].revision
+        yield from self._replay()
         while True:
             with self._ready:
                 while not self._buffer:
@@ -167,6 +163,56 @@ class _Feed:
                 event = self._buffer.popleft()
             yield event
 
+    def _take(self) -> ChangeEvent | bool:
+        """The next live event without waiting; else whether the feed has ended
+        (closed, or closing with nothing left): ``False`` while events may still come."""
+        with self._ready:
+            if self._buffer and not self._closed:
+                return self._buffer.popleft()
+            return self._closed or self._draining
+
+    def _replay(self) -> Iterator[ChangeEvent]:
+        """The logged events after ``since``, up to where the live ones begin."""
+        if self._since is not None:
+            position = self._since
+            while position < self._live_from and not self._closed:
+                records = self._read_log(position, upto=self._live_from)
+                for record in records:
+                    if self._filter.admits(record):
+                        yield ChangeEvent(record)
+                position = records[-1].revision
+
+    def _read_log(self, position: int, upto: int | None = None) -> list[ChangeRecord]:
+        """The logged changes after ``position`` (a page; empty when there are none),
+        read again after a failed read until it succeeds or the feed is closed.
+
+        Raises:
+            RevisionCompactedError: compaction removed the change after ``position``
+                before it was read (revisions follow one another with no gap).
+            ClosedError: the feed or its engine closed while a read kept failing.
+        """
+        pause = _BACKOFF_START
+        while True:
+            try:
+                records = self._engine.store.log_after(position, _PAGE, upto=upto)
+                break
+            except ClosedError:
+                raise
+            except StorageError as exc:
+                if self._closed or self._engine.closed:
+                    raise ClosedError("the engine closed") from exc
+                logger.warning("%r could not read the change log (%s); trying again", self, exc)
+                with self._ready:
+                    self._ready.wait(pause)
+                pause = min(pause * 2, _BACKOFF_MAX)
+        expected = upto is not None and position < upto
+        if (records and records[0].revision != position + 1) or (not records and expected):
+            raise RevisionCompactedError(
+                f"the change log was compacted past revision {position} while it was "
+                "being replayed: the events after it are gone"
+            )
+        return records
+
     def _stop_feed(self, drain: bool) -> None:
         self._engine.dispatcher.disconnect(self._offer)
         with self._ready:
@@ -175,6 +221,8 @@ class _Feed:
             else:
                 self._closed = True
             self._ready.notify_all()
+            if self._on_ready is not None:
+                self._on_ready()
 
 
 class Subscription(_Feed):
@@ -216,13 +264,15 @@ class Subscription(_Feed):
             if stored is None:
                 start = engine.dispatcher.published if since is None else since
                 self._position = self._saved = start
-                engine.store.write(self._save_work(start), engine.now())
+                engine.store.write(self._first_save_work(start), engine.now())
             else:
                 self._position = self._saved = stored
             since = None  # a durable subscription follows the log itself
         super().__init__(engine, match, since, buffer_size)
         self._wake_only = self.durable is not None
         self._last_error = ""
+        self.error: Exception | None = None
+        """Why delivery stopped on its own (a replay overtaken by compaction), if it did."""
         name = f"reactor-subscriber[{self.durable or getattr(callback, '__name__', 'callback')}]"
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
 
@@ -249,8 +299,18 @@ class Subscription(_Feed):
                 self._follow_log()
         except ClosedError:
             pass
-        except Exception:
+        except RevisionCompactedError as exc:
+            # Never a silent gap: the replay cannot go on without skipping events.
+            self.error = exc
+            self._engine.stats.count("events_failed")
+            logger.error("%r stopped: %s", self, exc)  # noqa: TRY400 - no traceback to show
+            self._stop_feed(drain=False)
+            self._engine.forget(self)
+        except Exception as exc:
+            self.error = exc
             logger.exception("%r stopped after an unexpected error", self)
+            self._stop_feed(drain=False)
+            self._engine.forget(self)
 
     def _call(self, event: ChangeEvent) -> None:
         """Run the callback to completion (on its event loop if it is async)."""
@@ -278,9 +338,11 @@ class Subscription(_Feed):
             if self._filter.where is not None and not self._filter.where(event):
                 return None
             self._call(event)
-        except ClosedError:
-            raise
         except Exception as exc:
+            if isinstance(exc, ClosedError) and (self._closed or self._engine.closed):
+                raise  # this engine closed under the callback: the event is not taken
+            # Any other error, a ClosedError of some other handle included, is the
+            # callback's own: logged and counted, and the subscription goes on.
             stats.count("events_failed")
             self._last_error = f"{type(exc).__name__}: {exc}"
             logger.exception("%r raised on %r", self, event)
@@ -290,9 +352,15 @@ class Subscription(_Feed):
 
     def _follow_log(self) -> None:
         assert self.durable is not None
-        store = self._engine.store
         while True:
-            records = store.log_after(self._position, _PAGE)
+            try:
+                records = self._read_log(self._position)
+            except RevisionCompactedError as exc:
+                # Compaction keeps what durable subscribers have yet to take, and a
+                # new name's start is checked against it when it is saved: not expected.
+                self._engine.stats.count("events_failed")
+                logger.error("%r skips past a compacted part of the log: %s", self, exc)  # noqa: TRY400
+                records = self._engine.store.log_after(self._position, _PAGE)
             if not records:
                 self._persist()
                 with self._ready:
@@ -333,8 +401,29 @@ class Subscription(_Feed):
         def work(txn: WriteTxn) -> None:
             txn.statements.record_failure(name, revision, error, txn.now)
 
-        self._engine.store.write(work, self._engine.now())
+        try:
+            self._engine.store.write(work, self._engine.now())
+        except ClosedError:
+            raise
+        except StorageError as exc:  # the failure is still logged and counted
+            logger.warning("%r could not record its failure on %d: %s", self, revision, exc)
         self._persist()
+
+    def _first_save_work(self, position: int) -> Callable[[WriteTxn], None]:
+        save = self._save_work(position)
+
+        def work(txn: WriteTxn) -> None:
+            # Under the write lock, as compaction runs: once saved, the position holds
+            # compaction back; before, compaction may have passed it since it was checked.
+            compacted = txn.statements.compacted()
+            if position < compacted:
+                raise RevisionCompactedError(
+                    f"the change log holds the events after revision {compacted}, "
+                    f"not after {position}"
+                )
+            save(txn)
+
+        return work
 
     def _save_work(self, position: int) -> Callable[[WriteTxn], None]:
         name, delivered, failed = self.durable, self._delivered, self._failed
@@ -346,9 +435,17 @@ class Subscription(_Feed):
         return work
 
     def _persist(self) -> None:
-        if self._position != self._saved:
+        if self._position == self._saved:
+            return
+        try:
             self._engine.store.write(self._save_work(self._position), self._engine.now())
-            self._saved = self._position
+        except ClosedError:
+            raise
+        except StorageError as exc:
+            # Saved with a later event: until then, a restart redelivers (at least once).
+            logger.warning("%r could not save its position (%s); it will try again", self, exc)
+            return
+        self._saved = self._position
 
     # -- lifetime ------------------------------------------------------------------
     def close(self, timeout: float = 5.0) -> None:
@@ -358,11 +455,14 @@ class Subscription(_Feed):
         self._engine.forget(self)
         self._join(timeout)
 
-    def finish(self, timeout: float, from_loop: asyncio.AbstractEventLoop | None) -> None:
-        """Deliver what is buffered, then stop (the engine is closing)."""
+    def finish(self, from_loop: asyncio.AbstractEventLoop | None) -> None:
+        """The engine is closing: deliver what is buffered, then stop (``join`` waits)."""
         self._stop_feed(drain=self._loop is None or self._loop is not from_loop)
         if self._loop is not None and self._loop is from_loop:
             self._closed = True  # its loop is the closer's: waiting on it would deadlock
+
+    def join(self, timeout: float) -> None:
+        """Wait up to ``timeout`` for the delivery thread to end."""
         self._join(timeout)
 
     def _join(self, timeout: float) -> None:
@@ -400,9 +500,12 @@ class Watch(_Feed):
         self._stop_feed(drain=False)
         self._engine.forget(self)
 
-    def finish(self, timeout: float, from_loop: asyncio.AbstractEventLoop | None) -> None:  # noqa: ARG002 - same call as Subscription.finish
+    def finish(self, from_loop: asyncio.AbstractEventLoop | None) -> None:  # noqa: ARG002 - same call as Subscription.finish
         """The engine is closing: iteration ends once the buffer is empty."""
         self._stop_feed(drain=True)
+
+    def join(self, timeout: float) -> None:
+        """Nothing to wait for: the iterating thread is the caller's."""
 
     def __enter__(self) -> Watch:
         return self

@@ -16,12 +16,14 @@ from __future__ import annotations
 import builtins
 import threading
 from collections.abc import Iterable
+from concurrent.futures import Future
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from . import _writes
 from ._keys import check_key, compile_pattern
 from ._results import Snapshot
+from ._sql import TransactionReader
 from ._store import Row, WriteTxn
 from ._values import decode
 from ._verbs import Verbs, verb
@@ -86,27 +88,16 @@ class Transaction(Verbs):
         self.finish(commit=exc_type is None)
 
     def begin(self) -> None:
-        """Take the scope over from its actor (waiting for it, within the engine's
-        timeout) and open the pending write transaction. ``with`` calls it."""
-        if self._status != "new":
-            raise ReentrancyError("a transaction is entered once")
-        engine = self._state._engine_or_raise()
-        mailbox = engine.mailbox(self.name)
-        future = mailbox.submit(None, self.name, owner=self)
+        """Take the scope over from its actor (waiting for it while the scope moves on,
+        within the engine's timeout from its last hand-over) and open the pending write
+        transaction. ``with`` calls it."""
+        engine, future = self._ask()
         try:
             engine.wait(self.name, future)
         except BaseException:
-            if not future.cancel():  # granted after all: give it back
-                mailbox.release(self.name, self)
+            self._withdraw(future)
             raise
-        try:
-            self._base = engine.store.revision()
-        except BaseException:
-            mailbox.release(self.name, self)
-            raise
-        self._engine_ref = engine
-        self._txn = WriteTxn(engine.store.reader(), engine.now())
-        self._status = "open"
+        self._open()
 
     def finish(self, commit: bool) -> None:
         """Commit what the body staged (``commit``), or drop it; hand the scope back to
@@ -115,24 +106,69 @@ class Transaction(Verbs):
         Raises:
             ConflictError: another process changed the scope meanwhile (nothing applied).
         """
-        engine, txn = self._engine_ref, self._txn
-        if engine is None or txn is None:
+        engine = self._engine_ref
+        if engine is None or self._txn is None:
             return
-        mailbox = engine.mailbox(self.name)
         try:
-            if commit and txn.changed:
-                self._status = "committing"
-                future = mailbox.submit(_commit(self.name, txn, self._base), self.name, owner=self)
+            future = self._submit_commit(commit)
+            if future is not None:
                 engine.wait(self.name, future)
-                self._status = "committed"
-            else:
-                self._status = "rolled back"
         except BaseException:
-            self._status = "failed"
+            self._hand_back("failed")
             raise
-        finally:
-            self._txn = None
-            mailbox.release(self.name, self)
+        self._hand_back("rolled back" if future is None else "committed")
+
+    # The steps of begin and finish, for reactor.aio to wait on the futures its own way.
+    def _ask(self) -> tuple[Engine, Future[Any]]:
+        """Ask the scope's actor for the scope: the future is done once it is held."""
+        if self._status != "new":
+            raise ReentrancyError("a transaction is entered once")
+        engine = self._state._engine_or_raise()
+        future = engine.mailbox(self.name).submit(None, self.name, owner=self)
+        self._engine_ref, self._status = engine, "waiting"
+        return engine, future
+
+    def _withdraw(self, future: Future[Any]) -> None:
+        """Stop waiting for the scope: the request is withdrawn or, if the actor is
+        handing the scope over already, the scope goes back once it is handed over."""
+        engine = self._engine_ref
+        assert engine is not None
+        self._status = "withdrawn"
+        if not future.cancel():
+            mailbox = engine.mailbox(self.name)
+            future.add_done_callback(lambda _: mailbox.release(self.name, self))
+
+    def _open(self) -> None:
+        """Open the pending write transaction on the scope now held (a short read); the
+        scope goes back if that fails."""
+        engine = self._engine_ref
+        assert engine is not None
+        try:
+            self._base = engine.store.revision()
+            self._txn = WriteTxn(engine.store.reader(), engine.now())
+        except BaseException:
+            self._hand_back("failed")
+            raise
+        self._status = "open"
+
+    def _submit_commit(self, commit: bool) -> Future[Any] | None:
+        """Queue the commit of what the body staged: its future, or None when there is
+        nothing to commit (``commit`` false, or nothing staged)."""
+        engine, txn = self._engine_ref, self._txn
+        assert engine is not None
+        if txn is None or not (commit and txn.changed):
+            return None
+        self._status = "committing"
+        return engine.mailbox(self.name).submit(
+            _commit(self.name, txn, self._base), self.name, owner=self
+        )
+
+    def _hand_back(self, status: str) -> None:
+        """End the transaction as ``status`` and give the scope back to its actor."""
+        engine = self._engine_ref
+        assert engine is not None
+        self._status, self._txn = status, None
+        engine.mailbox(self.name).release(self.name, self)
 
     def _usable(self) -> Engine:
         engine = self._engine_ref
@@ -230,12 +266,30 @@ class Transaction(Verbs):
 
 
 def _commit(scope: str, pending: WriteTxn, base: int) -> _writes.Work:
+    reader = pending.statements
+    deadlines = reader.deadlines if isinstance(reader, TransactionReader) else {}
+
     def work(txn: WriteTxn) -> None:
-        if txn.statements.changed_since(scope, base):
+        if txn.statements.changed_since(scope, base) or _deadlines_moved(txn, deadlines):
             raise ConflictError(
                 f"another process changed scope {scope!r} during this transaction; "
                 "nothing of it was applied"
             )
-        txn.adopt(pending)
+        txn.adopt(pending, deadlines)
 
     return work
+
+
+def _deadlines_moved(txn: WriteTxn, deadlines: dict[tuple[str, str], float | None]) -> bool:
+    """Whether another process changed the expiry of a key the body read (``expire``, or
+    a same-value ``set`` with a new ttl): no change-log record tells of that."""
+    by_scope: dict[str, list[str]] = {}
+    for scope, key in deadlines:
+        by_scope.setdefault(scope, []).append(key)
+    for scope, keys in by_scope.items():
+        rows = txn.statements.fetch_many(scope, keys)
+        for key in keys:
+            row = rows.get(key)
+            if (None if row is None else row.expires_at) != deadlines[(scope, key)]:
+                return True
+    return False

@@ -14,27 +14,38 @@ No call blocks the event loop. Writes are validated and encoded on the loop (CPU
 then queued for the scope's actor, so 100 tasks writing at once give the actor 100
 requests to commit together. The answers come back to the loop together too: a
 ``_LoopBridge`` wakes the loop once for all the results a batch produced, instead of
-once per result as ``asyncio.wrap_future`` would. Reads, opening and closing run in the
-loop's default executor.
+once per result as ``asyncio.wrap_future`` would.
+
+Nothing waits in a thread. A request waiting for its answer (a write, a transaction's
+turn at its scope, a commit) is an asyncio future the bridge settles; an idle watch is
+an asyncio event its feed sets through the bridge; a task waiting for a lock sleeps on
+the loop (``_aio_exclusive``). Only short blocking calls (reads, a transaction body's
+verbs, a lock's try, opening) run in threads: a few workers of the handle's own, not the
+loop's default executor, so the application's ``asyncio.to_thread`` work and reactor's
+never queue behind each other. Closing runs in a thread of its own.
 """
 
 from __future__ import annotations
 
 import asyncio
+import bisect
 import builtins
 import collections
 import contextlib
 import dataclasses
+import functools
 import os
 import threading
+import time
 import weakref
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping
-from concurrent.futures import Future
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from types import TracebackType
-from typing import Any, TypeVar, cast
+from typing import Any, Final, TypeVar, cast
 
 from . import _writes
-from ._aio_exclusive import AsyncLock, AsyncTransaction, check_not_held
+from ._actor import Mailbox
+from ._aio_exclusive import AsyncLock, AsyncTransaction, check_not_held, wake_lock_lines
 from ._engine import Engine, operation_timeout
 from ._events import ChangeEvent
 from ._keys import check_key
@@ -42,7 +53,7 @@ from ._open import open as open_sync
 from ._results import Change, Snapshot, UpdateResult
 from ._scope import Scope
 from ._state import State
-from ._subscriptions import Subscription, Watch
+from ._subscriptions import _PAGE, Subscription, Watch
 from ._verbs import Verbs
 from .errors import ClosedError
 
@@ -50,7 +61,8 @@ __all__ = ["AsyncLock", "AsyncScope", "AsyncState", "AsyncTransaction", "AsyncWa
 
 T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
-_DONE = object()
+# Worker threads per handle, for short blocking calls only: waits hold none.
+_WORKERS: Final = min(8, (os.cpu_count() or 1) + 2)
 
 
 def open(target: str | os.PathLike[str] | None = None, **options: Any) -> AsyncState:  # noqa: A001
@@ -61,31 +73,62 @@ def open(target: str | os.PathLike[str] | None = None, **options: Any) -> AsyncS
 
 
 class _LoopBridge:
-    """Hands results from the actor's thread to one event loop, many per wake-up, and
-    times the requests out with one timer for all (not one ``asyncio.timeout`` each)."""
+    """Hands results from other threads to one event loop, many per wake-up, and times
+    the requests out with one timer for all (not one ``asyncio.timeout`` each).
+
+    A request waiting for a scope that transactions take in turn is timed out only
+    once the scope has not moved on for the engine's timeout (``Mailbox.moved``).
+    """
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._loop = loop
+        # Not the loop itself: ``_bridges`` is keyed by it, weakly.
+        self._loop_ref = weakref.ref(loop)
         self._lock = threading.Lock()
-        self._ready: list[tuple[Future[Any], asyncio.Future[Any]]] = []
-        # Requests in the order they were made, per timeout: their deadlines ascend.
+        self._ready: list[Callable[[], None]] = []
+        # Requests in the order of their deadlines, per timeout.
         self._waiting: dict[float, collections.deque[_Waiting]] = {}
         self._timer: asyncio.TimerHandle | None = None
 
-    def track(self, source: Future[Any], scope: str, timeout: float | None) -> asyncio.Future[Any]:
+    @property
+    def _loop(self) -> asyncio.AbstractEventLoop:
+        loop = self._loop_ref()
+        assert loop is not None  # used on the loop, alive then
+        return loop
+
+    def track(
+        self,
+        source: Future[Any],
+        scope: str,
+        timeout: float | None,
+        mailbox: Mailbox | None = None,
+    ) -> asyncio.Future[Any]:
         """An asyncio future, on this loop, that settles as ``source`` does, or fails
-        with ``OperationTimeout`` after ``timeout`` seconds."""
+        with ``OperationTimeout`` after ``timeout`` seconds (counted from the scope's
+        last hand-over in ``mailbox``, if later)."""
         target: asyncio.Future[Any] = self._loop.create_future()
-        source.add_done_callback(lambda done: self._settled(done, target))
+        source.add_done_callback(
+            lambda done: self.call_soon(functools.partial(_settle, done, target))
+        )
         if timeout is not None:
             deadline = self._loop.time() + timeout
             queue = self._waiting.get(timeout)
             if queue is None:
                 queue = self._waiting[timeout] = collections.deque()
-            queue.append(_Waiting(deadline, target, source, scope, timeout))
+            queue.append(_Waiting(deadline, target, source, scope, timeout, mailbox))
             if self._timer is None or deadline < self._timer.when():
                 self._arm(deadline)
         return target
+
+    def call_soon(self, callback: Callable[[], None]) -> None:
+        """Run ``callback`` on the loop; callable from any thread. What comes before
+        the loop wakes up joins that one wake-up."""
+        with self._lock:
+            self._ready.append(callback)
+            first = len(self._ready) == 1
+        loop = self._loop_ref()
+        if first and loop is not None:
+            with contextlib.suppress(RuntimeError):  # the loop closed: nobody waits
+                loop.call_soon_threadsafe(self._deliver)
 
     def _arm(self, deadline: float) -> None:
         if self._timer is not None:
@@ -99,38 +142,40 @@ class _LoopBridge:
         for queue in self._waiting.values():
             while queue and (queue[0].target.done() or queue[0].deadline <= now):
                 waiting = queue.popleft()
-                if not waiting.target.done():
-                    waiting.target.set_exception(
-                        operation_timeout(waiting.scope, waiting.timeout, waiting.source)
-                    )
+                if waiting.target.done():
+                    continue
+                later = waiting.later(now)
+                if later is not None:  # the scope moved on meanwhile: wait on
+                    waiting.deadline = later
+                    bisect.insort(queue, waiting, key=_deadline)
+                    continue
+                waiting.target.set_exception(
+                    operation_timeout(waiting.scope, waiting.timeout, waiting.source)
+                )
             if queue and (earliest is None or queue[0].deadline < earliest):
                 earliest = queue[0].deadline
         if earliest is not None:
             self._arm(earliest)
 
-    def _settled(self, source: Future[Any], target: asyncio.Future[Any]) -> None:
-        with self._lock:
-            self._ready.append((source, target))
-            first = len(self._ready) == 1
-        if first:  # the loop is woken once; what settles meanwhile joins that wake-up
-            with contextlib.suppress(RuntimeError):  # the loop closed: nobody waits
-                self._loop.call_soon_threadsafe(self._deliver)
-
     def _deliver(self) -> None:
         with self._lock:
             ready, self._ready = self._ready, []
-        for source, target in ready:
-            if target.done():
-                continue  # its caller stopped waiting (a timeout)
-            if source.cancelled():
-                target.cancel()
-            elif (error := source.exception()) is not None:
-                target.set_exception(error)
-            else:
-                target.set_result(source.result())
+        for callback in ready:
+            callback()
         for queue in self._waiting.values():  # forget what is answered (mostly in order)
             while queue and queue[0].target.done():
                 queue.popleft()
+
+
+def _settle(source: Future[Any], target: asyncio.Future[Any]) -> None:
+    if target.done():
+        return  # its caller stopped waiting (a timeout, a cancellation)
+    if source.cancelled():
+        target.cancel()
+    elif (error := source.exception()) is not None:
+        target.set_exception(error)
+    else:
+        target.set_result(source.result())
 
 
 @dataclasses.dataclass(slots=True)
@@ -140,6 +185,20 @@ class _Waiting:
     source: Future[Any]
     scope: str
     timeout: float
+    mailbox: Mailbox | None
+
+    def later(self, now: float) -> float | None:
+        """A deadline after ``now`` if the scope was handed over since ``timeout``
+        before it (the loop's clock may differ from ``time.monotonic``'s)."""
+        moved = None if self.mailbox is None else self.mailbox.moved(self.scope)
+        if moved is None:
+            return None
+        deadline = moved + self.timeout + (now - time.monotonic())
+        return deadline if deadline > now else None
+
+
+def _deadline(waiting: _Waiting) -> float:
+    return waiting.deadline
 
 
 _bridges: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopBridge] = (
@@ -180,6 +239,7 @@ class AsyncState:
         self._state: State | None = None
         self._opening: asyncio.Future[State] | None = None
         self._closed = False
+        self._workers: ThreadPoolExecutor | None = None
 
     async def _sync(self) -> State:
         """The synchronous handle, opened in a worker thread on first use."""
@@ -188,10 +248,36 @@ class AsyncState:
         if self._state is None:
             if self._opening is None:
                 self._opening = asyncio.ensure_future(
-                    asyncio.to_thread(open_sync, self._target, **self._options)
+                    self._run(functools.partial(open_sync, self._target, **self._options))
                 )
             self._state = await asyncio.shield(self._opening)
         return self._state
+
+    async def _run(self, call: Callable[..., T], *args: Any) -> T:
+        """``call(*args)`` in this handle's worker threads: short blocking calls only
+        (a read, a transaction body's verb, a lock's try), never a wait for something
+        else to happen, so a few threads serve any number of tasks. They are the
+        handle's own, not the loop's default executor: the application's
+        ``asyncio.to_thread`` work and reactor's never queue behind each other.
+
+        Raises:
+            ClosedError: the handle is closed.
+        """
+        if self._closed:
+            raise ClosedError("this reactor handle is closed")
+        if self._workers is None:
+            self._workers = ThreadPoolExecutor(_WORKERS, thread_name_prefix="reactor-aio")
+        try:
+            future = self._workers.submit(call, *args)
+        except RuntimeError:  # shut down by close() meanwhile
+            raise ClosedError("this reactor handle is closed") from None
+        return await asyncio.wrap_future(future)
+
+    def _answer(self, engine: Engine, scope: str, future: Future[Any]) -> asyncio.Future[Any]:
+        """The answer of ``scope``'s actor to a request, awaited on the loop with no
+        thread waiting: ``OperationTimeout`` once the scope has not moved on for the
+        engine's timeout (see ``Engine.wait``)."""
+        return _bridge().track(future, scope, engine.options.timeout, engine.mailbox(scope))
 
     async def __aenter__(self) -> AsyncState:
         await self._sync()
@@ -251,22 +337,22 @@ class AsyncState:
 
     async def scopes(self) -> list[str]:
         """The names of the scopes holding at least one live key, sorted."""
-        return await asyncio.to_thread((await self._sync()).scopes)
+        return await self._run((await self._sync()).scopes)
 
     async def stats(self) -> dict[str, Any]:
         """The same figures as ``State.stats()``."""
-        return await asyncio.to_thread((await self._sync()).stats)
+        return await self._run((await self._sync()).stats)
 
     async def changes(
         self,
-        since: int = 0,
+        since: int | None = None,
         scope: str | None = None,
         key: str | None = None,
         limit: int | None = None,
     ) -> list[ChangeEvent]:
         """The recorded changes after ``since`` (see ``State.changes``)."""
         state = await self._sync()
-        return await asyncio.to_thread(state.changes, since, scope, key, limit)
+        return await self._run(state.changes, since, scope, key, limit)
 
     async def subscribe(
         self, callback: Callable[[ChangeEvent], Any], *args: Any, **kwargs: Any
@@ -284,14 +370,52 @@ class AsyncState:
         return AsyncWatch(self, since, scope, key)
 
     async def close(self) -> None:
-        """Close this handle (in a worker thread); idempotent."""
+        """Close this handle; idempotent. Lock waiters get ``ClosedError``; watches end
+        when the engine closes (with its last handle). Closing waits for the actors and
+        subscribers to finish: it runs in a thread of its own, ended on return."""
         self._closed = True
+        wake_lock_lines()  # waiters look again, and find the handle closed
         opening, self._opening = self._opening, None
         state, self._state = self._state, None
+        failure: Exception | None = None
         if state is None and opening is not None:
-            state = await asyncio.shield(opening)
+            try:
+                state = await asyncio.shield(opening)
+            except Exception as exc:  # noqa: BLE001 - raised below, once workers are done
+                failure = exc
+        workers, self._workers = self._workers, None
+        if state is not None or workers is not None:
+            await _in_thread(functools.partial(_close, state, workers), "reactor-aio-close")
+        if failure is not None:
+            raise failure
+
+
+def _close(state: State | None, workers: ThreadPoolExecutor | None) -> None:
+    try:
         if state is not None:
-            await asyncio.to_thread(state.close)
+            state.close()
+    finally:
+        if workers is not None:
+            workers.shutdown(wait=True)  # what is running is short: reads, tries
+
+
+async def _in_thread(call: Callable[[], None], name: str) -> None:
+    """``call()`` in a thread of its own; on return that thread has ended."""
+    done: Future[None] = Future()
+
+    def run() -> None:
+        try:
+            call()
+        except BaseException as exc:  # noqa: BLE001 - raised to the awaiting task
+            done.set_exception(exc)
+        else:
+            done.set_result(None)
+
+    thread = threading.Thread(target=run, name=name, daemon=True)
+    thread.start()
+    await _bridge().track(done, "", None)
+    while thread.is_alive():  # it is returning: a join that does not block the loop
+        await asyncio.sleep(0.001)
 
 
 class AsyncScope:
@@ -316,10 +440,10 @@ class AsyncScope:
     async def _write(self, submit: Callable[[_Writer], Any]) -> Any:
         if self._writer is None:
             self._writer = _Writer(await self._handle._sync(), self.name)
-        check_not_held(id(self._writer._usable()), self.name)
+        engine = self._writer._usable()
+        check_not_held(id(engine), self.name)
         future = cast(Future[Any], submit(self._writer))
-        timeout = self._writer._usable().options.timeout
-        return await _bridge().track(future, self.name, timeout)
+        return await self._handle._answer(engine, self.name, future)
 
     def transaction(self) -> AsyncTransaction:
         """``async with scope.transaction() as tx:``: the scope is this task's until the
@@ -332,7 +456,7 @@ class AsyncScope:
 
     async def _read(self, read: Callable[[Scope], T]) -> T:
         scope = await self._reader()
-        return await asyncio.to_thread(read, scope)
+        return await self._handle._run(read, scope)
 
     # -- reads ---------------------------------------------------------------------
     async def get(self, key: str, default: Any = None) -> Any:
@@ -412,7 +536,10 @@ class AsyncScope:
 
 class AsyncWatch:
     """``async for event in state.watch(...)``; ends when closed or when the engine
-    closes. Each wait for the next event runs in a worker thread."""
+    closes. Waiting for the next event holds no thread: the watch wakes the loop when
+    events arrive (one wake-up for a burst, shared by every watch on the loop). The
+    replay of the log after ``since`` is read a page at a time in the handle's worker
+    threads."""
 
     def __init__(
         self, handle: AsyncState, since: int | None, scope: str | None, key: str | None
@@ -420,21 +547,57 @@ class AsyncWatch:
         self._handle = handle
         self._args = (since, scope, key)
         self._watch: Watch | None = None
+        self._replay: Iterator[ChangeEvent] | None = None
+        self._page: collections.deque[ChangeEvent] = collections.deque()
+        self._failed: Exception | None = None
+        self._arrived = asyncio.Event()
 
     def __aiter__(self) -> AsyncIterator[ChangeEvent]:
         return self
 
     async def __anext__(self) -> ChangeEvent:
-        if self._watch is None:
-            state = await self._handle._sync()
-            self._watch = await asyncio.to_thread(state.watch, *self._args)
-        item = await asyncio.to_thread(next, self._watch, _DONE)
-        if item is _DONE:
-            raise StopAsyncIteration
-        return cast(ChangeEvent, item)
+        watch = self._watch or await self._start()
+        replay = self._replay
+        if not self._page and replay is not None:
+            page, more, failed = await self._handle._run(_next_page, replay)
+            if self._replay is replay:  # not closed meanwhile
+                self._page.extend(page)
+                self._failed = failed
+                if not more:
+                    self._replay = None
+        if self._page:
+            return self._page.popleft()
+        if self._failed is not None:  # the replay cannot go on: the watch ends with it
+            error, self._failed = self._failed, None
+            watch.close()
+            raise error
+        while True:
+            self._arrived.clear()  # before looking: an event offered from now on sets it
+            item = watch._take()
+            if isinstance(item, ChangeEvent):
+                return item
+            if item:
+                raise StopAsyncIteration
+            await self._arrived.wait()
+
+    async def _start(self) -> Watch:
+        state = await self._handle._sync()
+        creating = asyncio.ensure_future(self._handle._run(state.watch, *self._args))
+        try:
+            watch = await asyncio.shield(creating)
+        except asyncio.CancelledError:
+            creating.add_done_callback(_close_created)  # nobody will iterate it
+            raise
+        watch._on_ready = functools.partial(_bridge().call_soon, self._arrived.set)
+        if self._args[0] is not None:
+            self._replay = watch._replay()
+        self._watch = watch
+        return watch
 
     async def aclose(self) -> None:
         """Stop the watch; iteration ends."""
+        self._replay = None
+        self._page.clear()
         if self._watch is not None:
             self._watch.close()
 
@@ -448,3 +611,25 @@ class AsyncWatch:
         traceback: TracebackType | None,
     ) -> None:
         await self.aclose()
+
+
+def _next_page(
+    replay: Iterator[ChangeEvent],
+) -> tuple[builtins.list[ChangeEvent], bool, Exception | None]:
+    """Up to a page of a watch's replay (in a worker thread): the events, whether the
+    replay goes on, and the error that ended it, if one did (raised once the events
+    read before it are taken)."""
+    page: builtins.list[ChangeEvent] = []
+    try:
+        for event in replay:
+            page.append(event)
+            if len(page) >= _PAGE:
+                return page, True, None
+    except Exception as exc:  # noqa: BLE001 - raised to the iterator after this page
+        return page, False, exc
+    return page, False, None
+
+
+def _close_created(creating: asyncio.Future[Watch]) -> None:
+    if not creating.cancelled() and creating.exception() is None:
+        creating.result().close()

@@ -5,7 +5,8 @@ ReactorError
 ├── ClosedError                    the handle (or its engine) is closed
 ├── SchemaError                    the database was written by a newer reactor
 ├── StorageError                   the database failed; the cause is chained
-│   └── BusyError (TimeoutError)   another process held the database too long
+│   ├── BusyError (TimeoutError)   another process held the database too long
+│   └── OutcomeUnknownError        the connection broke while a commit was in flight
 ├── OperationTimeout (TimeoutError) the scope's actor did not answer in time
 ├── InvalidValueError (ValueError) a value that is not storable JSON
 ├── InvalidKeyError (ValueError)   a key or scope name that is not allowed
@@ -21,7 +22,8 @@ ReactorError
 
 Errors from SQLAlchemy, the database driver and pykka never reach a caller as such:
 they are translated at the boundary, with the original chained as ``__cause__``.
-Every error means the operation changed nothing, except where its text says otherwise.
+Every error means the operation changed nothing, except ``OutcomeUnknownError`` (the
+write may or may not have committed) and where its text says otherwise.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ __all__ = [
     "LockNotOwnedError",
     "LockTimeout",
     "OperationTimeout",
+    "OutcomeUnknownError",
     "ReactorError",
     "ReentrancyError",
     "RevisionCompactedError",
@@ -64,6 +67,12 @@ class StorageError(ReactorError):
 
 class BusyError(StorageError, TimeoutError):
     """Another process kept the database locked beyond the timeout; nothing was applied."""
+
+
+class OutcomeUnknownError(StorageError):
+    """The connection to the database was lost while the commit was in flight: the
+    write may have been applied or not. Read the state again (or the change log) to
+    find out; events of the write, if it committed, are still delivered."""
 
 
 class OperationTimeout(ReactorError, TimeoutError):

@@ -74,6 +74,10 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if "slow" not in config.getoption("markexpr"):
+        for item in items:
+            if item.get_closest_marker("slow") is not None:
+                item.add_marker(pytest.mark.skip(reason="a long campaign: run it with -m slow"))
     if config.getoption("backend") != "postgresql":
         return
     for item in items:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -285,3 +286,112 @@ async def test_a_write_the_actor_cannot_start_times_out_and_is_withdrawn(
         assert await slow.scope("t").get("b") is None
         assert (await fast.scope("s").set("a", 2)).new_value == 2
         assert (await slow.scope("t").set("b", 2)).new_value == 2
+
+
+async def test_reactor_calls_do_not_queue_behind_the_applications_threads(db_path: Path) -> None:
+    """reactor's short blocking calls run in the handle's own workers: an application
+    that fills the loop's default executor with long jobs does not hold them up."""
+    async with reactor.aio.open(db_path) as state:
+        scope = state.scope("s")
+        await scope.set("k", 1)
+        release = threading.Event()
+        sleepers = [asyncio.ensure_future(asyncio.to_thread(release.wait, 10)) for _ in range(40)]
+        try:
+            await asyncio.sleep(0.05)
+            started = time.monotonic()
+            assert await asyncio.wait_for(scope.get("k"), 2) == 1
+            assert await asyncio.wait_for(state.scopes(), 2) == ["s"]
+            async with scope.transaction() as tx:
+                await asyncio.wait_for(tx.increment("k"), 2)
+            assert await asyncio.wait_for(scope.get("k"), 2) == 2
+            assert time.monotonic() - started < 2
+        finally:
+            release.set()
+            await asyncio.gather(*sleepers)
+
+
+async def test_a_transaction_cancelled_while_waiting_leaves_the_scope_free(
+    db_path: Path,
+) -> None:
+    async with reactor.aio.open(db_path, timeout=5) as state:
+        scope = state.scope("s")
+        await scope.set("n", 0)
+        entered = asyncio.Event()
+
+        async def waiting() -> None:
+            async with scope.transaction() as tx:
+                entered.set()
+                await tx.increment("n", 100)
+
+        async with scope.transaction() as tx:
+            waiter = asyncio.create_task(waiting())
+            await asyncio.sleep(0.1)  # it waits for the scope
+            waiter.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await waiter
+            await tx.increment("n")
+        assert not entered.is_set()
+        started = time.monotonic()
+        async with scope.transaction() as tx:  # nobody holds the scope now
+            await tx.increment("n")
+        assert time.monotonic() - started < 1
+        assert await scope.get("n") == 2
+
+
+async def test_a_scope_granted_to_a_transaction_that_gave_up_goes_back(db_path: Path) -> None:
+    """The grant and the give-up can cross: a transaction that stops waiting after the
+    actor handed it the scope gives the scope back, so nothing waits for it."""
+    async with reactor.aio.open(db_path, timeout=2) as state:
+        sync_state = await state._sync()
+        tx = reactor.Transaction(sync_state, "s")
+        _, granted = tx._ask()
+        granted.result(5)  # handed over...
+        tx._withdraw(granted)  # ...to a caller that gave up meanwhile
+        started = time.monotonic()
+        assert (await state.scope("s").set("k", 1)).new_value == 1
+        assert time.monotonic() - started < 1
+
+
+async def test_closing_a_watch_ends_an_idle_iteration_at_once(db_path: Path) -> None:
+    async with reactor.aio.open(db_path) as state:
+        watch = state.watch(scope="quiet")
+        seen: list[reactor.ChangeEvent] = []
+
+        async def iterate() -> None:
+            seen.extend([event async for event in watch])
+
+        task = asyncio.create_task(iterate())
+        await asyncio.sleep(0.1)
+        started = time.monotonic()
+        await watch.aclose()
+        await asyncio.wait_for(task, 1)
+        assert time.monotonic() - started < 0.2
+        assert seen == []
+
+
+async def test_a_replay_that_fails_gives_what_it_read_then_the_error_and_ends(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Read a page at a time in a worker, a replay overtaken by compaction (say) still
+    yields the events read before the error, then raises it, and the watch ends."""
+    from reactor import _subscriptions
+
+    async with reactor.aio.open(db_path) as state:
+        await state.scope("s").set_many({"a": 1, "b": 2, "c": 3})
+        replay = _subscriptions._Feed._replay
+
+        def failing(self: _subscriptions._Feed) -> Iterator[reactor.ChangeEvent]:
+            for i, event in enumerate(replay(self)):
+                if i == 2:
+                    raise reactor.RevisionCompactedError("compacted meanwhile")
+                yield event
+
+        monkeypatch.setattr(_subscriptions._Feed, "_replay", failing)
+        watch = state.watch(since=0, scope="s")
+        keys: list[str] = []
+        with pytest.raises(reactor.RevisionCompactedError):
+            async for event in watch:
+                keys.append(event.key)  # noqa: PERF401 - the loop is what is tested
+        assert len(keys) == 2
+        with pytest.raises(StopAsyncIteration):
+            await watch.__anext__()

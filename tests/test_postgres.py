@@ -208,3 +208,55 @@ def test_other_drivers_are_refused() -> None:
 def test_a_server_that_does_not_answer_is_a_storage_error() -> None:
     with pytest.raises(reactor.StorageError):
         reactor.open("postgresql+psycopg://postgres@127.0.0.1:1/test?connect_timeout=2")
+
+
+def test_a_write_cut_off_during_its_commit_says_the_outcome_is_unknown(
+    schemas: PostgresSchemas, admin: psycopg.Connection[Any]
+) -> None:
+    """A killer thread terminates the writer's connection again and again while writes
+    go on. A write that succeeded is there; one that failed with a plain StorageError
+    (nothing applied) is not; one that failed with OutcomeUnknownError may be either."""
+    url = schemas.create()
+    outcomes: dict[int, str] = {}
+    stop = threading.Event()
+    with reactor.open(url) as state:
+        scope = state.scope("s")
+        store = _store(state)
+        heard: list[str] = []
+        state.subscribe(lambda event: heard.append(event.key))
+
+        def killer() -> None:
+            while not stop.is_set():
+                writer = store._writer
+                if writer is not None and not writer.closed:
+                    admin.execute("SELECT pg_terminate_backend(%s)", (_backend_pid(writer),))
+                stop.wait(0.003)
+
+        thread = threading.Thread(target=killer)
+        thread.start()
+        try:
+            for i in range(400):
+                try:
+                    scope.set(f"k{i}", i)
+                    outcomes[i] = "ok"
+                except reactor.OutcomeUnknownError:
+                    outcomes[i] = "unknown"
+                except reactor.StorageError:
+                    outcomes[i] = "failed"
+        finally:
+            stop.set()
+            thread.join(10)
+        present = set(scope.keys())
+        kinds = {kind: [i for i, k in outcomes.items() if k == kind] for kind in outcomes.values()}
+        assert all(f"k{i}" in present for i in kinds.get("ok", []))
+        wrongly_failed = [i for i in kinds.get("failed", []) if f"k{i}" in present]
+        assert wrongly_failed == [], "a write said nothing was applied, but it was"
+        unknown = kinds.get("unknown", [])
+        applied = sum(f"k{i}" in present for i in unknown)
+        print(
+            f"{len(kinds.get('ok', []))} ok, {len(kinds.get('failed', []))} failed before "
+            f"the commit, {len(unknown)} unknown ({applied} of them applied)"
+        )
+        assert unknown, "the killer never hit a commit: the test proves nothing"
+        # Every write that committed is delivered, those of unknown outcome included.
+        wait_for(lambda: set(heard) == present, timeout=10)

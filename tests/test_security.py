@@ -11,7 +11,6 @@ independently of reactor's, over keys and patterns drawn from SQL's metacharacte
 from __future__ import annotations
 
 import ast
-import functools
 import json
 import os
 import random
@@ -207,59 +206,61 @@ def test_database_files_are_private_even_under_a_permissive_umask(tmp_path: Path
 
 
 # -- SQL metacharacters stay literal ---------------------------------------------------
-def _class(pattern: str, start: int) -> tuple[Callable[[str], bool], int] | None:
-    """The bracket class opening at ``start``: its test and the index after it, or None
-    when no ``]`` closes it (the ``[`` is then a literal)."""
-    i = start + 1
-    negate = i < len(pattern) and pattern[i] in "!^"
-    i += negate
-    ranges: list[tuple[str, str]] = []
-    first = True
-    while i < len(pattern):
-        low = pattern[i]
-        if low == "]" and not first:
-
-            def test(char: str) -> bool:
-                return any(lo <= char <= hi for lo, hi in ranges) != negate
-
-            return test, i + 1
-        first = False
-        if low == "\\" and i + 1 < len(pattern):
-            i += 1
-            low = pattern[i]
-        if i + 2 < len(pattern) and pattern[i + 1] == "-" and pattern[i + 2] != "]":
-            high = pattern[i + 2]
-            if high == "\\" and i + 3 < len(pattern):
-                i += 1
-                high = pattern[i + 2]
-            ranges.append((min(low, high), max(low, high)))
-            i += 3
-        else:
-            ranges.append((low, low))
-            i += 1
-    return None
+def glob_model(pattern: str, text: str) -> bool:
+    """SPEC §2's globs, restated plainly from Redis's ``stringmatchlen``, over the UTF-8
+    bytes of both: ``*``, ``?`` (one byte), ``\\`` escapes (a trailing one is itself),
+    classes with ``^`` (or the ``[!`` extension), ``\\`` members, ranges of signed bytes
+    taken whenever two bytes follow, ``]`` first closing an empty class, and an
+    unterminated ``[`` running to the end of the pattern."""
+    return _match(pattern.encode(), text.encode())
 
 
-@functools.cache
-def glob_model(pattern: str, text: str) -> bool:  # noqa: PLR0911 - one return per glob rule
-    """SPEC §2's globs, as Redis ``KEYS`` has them: ``*``, ``?``, ``[abc]``, ``[a-z]``,
-    ``[!a]``/``[^a]``, ``\\`` to escape; an unclosed ``[`` and a trailing ``\\`` are
-    literals (as ``tests/test_keys.py`` pins them)."""
+def _match(pattern: bytes, text: bytes) -> bool:  # noqa: PLR0911 - one return per rule
     if not pattern:
         return not text
     head = pattern[0]
-    if head == "*":
-        return any(glob_model(pattern[1:], text[i:]) for i in range(len(text) + 1))
+    if head == ord("*"):
+        return any(_match(pattern[1:], text[i:]) for i in range(len(text) + 1))
     if not text:
         return False
-    if head == "?":
-        return glob_model(pattern[1:], text[1:])
-    if head == "\\" and len(pattern) > 1:
-        return text[0] == pattern[1] and glob_model(pattern[2:], text[1:])
-    if head == "[" and (found := _class(pattern, 0)) is not None:
-        test, after = found
-        return test(text[0]) and glob_model(pattern[after:], text[1:])
-    return text[0] == head and glob_model(pattern[1:], text[1:])
+    if head == ord("?"):
+        return _match(pattern[1:], text[1:])
+    if head == ord("["):
+        member, rest = _class(pattern[1:], text[0])
+        return member and _match(rest, text[1:])
+    if head == ord("\\") and len(pattern) > 1:
+        return text[0] == pattern[1] and _match(pattern[2:], text[1:])
+    return text[0] == head and _match(pattern[1:], text[1:])
+
+
+def _signed(byte: int) -> int:
+    return byte - 256 if byte > 127 else byte  # Redis compares range ends as char
+
+
+def _class(body: bytes, byte: int) -> tuple[bool, bytes]:
+    """Whether ``byte`` is in the class whose body (after ``[``) starts ``body``, and
+    the pattern after the class."""
+    negate = body[:1] in (b"^", b"!")
+    i = 1 if negate else 0
+    member = False
+    while True:
+        if i >= len(body):  # unterminated: the class takes the rest of the pattern
+            rest = b""
+            break
+        if body[i] == ord("\\") and len(body) - i >= 2:
+            i += 1
+            member |= body[i] == byte
+        elif body[i] == ord("]"):
+            rest = body[i + 1 :]
+            break
+        elif len(body) - i >= 3 and body[i + 1] == ord("-"):
+            low, high = sorted((_signed(body[i]), _signed(body[i + 2])))
+            member |= low <= _signed(byte) <= high
+            i += 2
+        else:
+            member |= body[i] == byte
+        i += 1
+    return member != negate, rest
 
 
 def test_the_glob_model_agrees_with_the_spec_table() -> None:
