@@ -43,6 +43,7 @@ SWEEP_BATCH: Final = 5000  # keys found due per look; a scope's share goes in on
 COMPACT_INTERVAL: Final = 2.0  # seconds between compactions of the change log
 FINISH_TIMEOUT: Final = 5.0  # seconds close() waits, in all, for subscribers to deliver
 DURABILITIES: Final = ("normal", "full", "memory")
+MAX_TIMEOUT: Final = 1_000_000.0  # seconds (11 days): 2**31 - 1 ms is 24 days
 
 
 @dataclass(frozen=True)
@@ -73,6 +74,8 @@ class Options:
         if self.log_retention_seconds is not None:
             _positive_number("log_retention_seconds", self.log_retention_seconds)
         _positive_number("timeout", self.timeout)
+        if self.timeout > MAX_TIMEOUT:  # the drivers take it in milliseconds, as a C int
+            raise InvalidArgumentError(f"timeout is at most {MAX_TIMEOUT:,.0f} seconds")
         if not callable(getattr(self.clock, "time", None)):
             raise InvalidArgumentError("clock must have a time() method")
 
@@ -480,6 +483,15 @@ def locate(
         target = rest[1:].partition("?")[0]
         if target in ("", ":memory:"):
             return None, None
+    if "\x00" in target:
+        raise InvalidArgumentError(f"a database path cannot hold a NUL character: {target!r}")
+    try:
+        target.encode()
+    except UnicodeEncodeError:
+        # A file name that is not UTF-8 (os.fsdecode's surrogates): SQLite cannot name it.
+        raise InvalidArgumentError(
+            f"a database path must be valid UTF-8 for SQLite: {target!r}"
+        ) from None
     try:
         path = Path(target).expanduser().absolute()
     except RuntimeError as exc:  # "~" with neither $HOME nor a passwd entry

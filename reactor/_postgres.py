@@ -92,7 +92,7 @@ def normalize_url(target: str) -> sa.URL:
 
     try:
         url = sa.make_url(target)
-    except sa.exc.ArgumentError as exc:
+    except (sa.exc.ArgumentError, ValueError) as exc:  # ValueError: a malformed host
         raise InvalidArgumentError(f"not a database URL: {exc}") from None
     if url.drivername in ("postgresql", "postgres"):
         url = url.set(drivername="postgresql+psycopg")

@@ -73,8 +73,10 @@ class Scope(Verbs):
     @verb("get_many")
     def get_many(self, keys: Iterable[str]) -> dict[str, Any]:
         """The values of those of ``keys`` that exist, in the order asked."""
-        if isinstance(keys, str):
-            raise InvalidArgumentError("get_many takes an iterable of keys, not one str")
+        if isinstance(keys, str) or not isinstance(keys, Iterable):
+            raise InvalidArgumentError(
+                f"get_many takes an iterable of keys, not {type(keys).__name__}"
+            )
         wanted = [check_key(key) for key in keys]
         engine = self._engine
         found = engine.store.get_many(self.name, wanted, engine.now())

@@ -40,6 +40,7 @@ __all__ = ["Filter", "Subscription", "Watch"]
 logger = logging.getLogger("reactor")
 
 _PAGE: Final = 500
+MAX_REVISION: Final = 2**63 - 1  # revisions are 64-bit signed integers in the database
 _WAKE: Final = 0.25  # seconds: how often a waiting feed looks whether it should stop
 DEFAULT_BUFFER: Final = 10_000
 _BACKOFF_START: Final = 0.05
@@ -64,6 +65,10 @@ class Filter:
         self.key: Pattern | None = None if key is None else compile_pattern(key)
         if isinstance(events, str):
             events = {events}
+        if events is not None and not isinstance(events, Collection):
+            raise InvalidArgumentError(
+                f"events is a set of event types, not {type(events).__name__}"
+            )
         self.events: frozenset[str] | None = None if events is None else frozenset(events)
         if self.events is not None and not self.events <= EVENT_TYPES:
             raise InvalidArgumentError(
@@ -91,8 +96,10 @@ def check_since(engine: Engine, since: object) -> int | None:
     """
     if since is None:
         return None
-    if type(since) is not int or since < 0:
-        raise InvalidArgumentError(f"since must be a revision (an int >= 0), not {since!r}")
+    if type(since) is not int or not 0 <= since <= MAX_REVISION:
+        raise InvalidArgumentError(
+            f"since must be a revision (an int from 0 to 2**63 - 1), not {since!r}"
+        )
     compacted = engine.store.compacted()
     if since < compacted:
         raise RevisionCompactedError(

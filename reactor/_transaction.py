@@ -202,8 +202,10 @@ class Transaction(Verbs):
     @verb("get_many")
     def get_many(self, keys: Iterable[str]) -> dict[str, Any]:
         """The values of those of ``keys`` that exist."""
-        if isinstance(keys, str):
-            raise InvalidArgumentError("get_many takes an iterable of keys, not one str")
+        if isinstance(keys, str) or not isinstance(keys, Iterable):
+            raise InvalidArgumentError(
+                f"get_many takes an iterable of keys, not {type(keys).__name__}"
+            )
         found: dict[str, Any] = {}
         for key in keys:
             row = self._live(key)

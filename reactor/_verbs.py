@@ -90,11 +90,13 @@ class Verbs:
         Without ``ttl`` the key has no expiry, unless ``keep_ttl`` keeps the one it had.
 
         Raises:
-            InvalidArgumentError: ``ttl`` is not a number > 0.
+            InvalidArgumentError: ``ttl`` is not a number > 0, or ``keep_ttl`` not a bool.
         """
         check_key(key)
+        if keep_ttl is not False and keep_ttl is not True:
+            raise InvalidArgumentError(f"keep_ttl is True or False, not {keep_ttl!r}")
         text = self._engine.encode(value)
-        return self._run(_writes.set_value(self.name, key, text, check_ttl(ttl), bool(keep_ttl)))  # type: ignore[no-any-return]
+        return self._run(_writes.set_value(self.name, key, text, check_ttl(ttl), keep_ttl))  # type: ignore[no-any-return]
 
     @verb("set_many")
     def set_many(self, mapping: Mapping[str, Any], ttl: float | None = None) -> dict[str, Change]:
@@ -211,9 +213,12 @@ class Verbs:
         Raises:
             InvalidOpError: ``ops`` is not a list of dicts, or mixes the two styles.
             InvalidValueError: a value in the ops, or the resulting value, is not storable.
-            InvalidArgumentError: ``atomic=False`` with a JSON Patch.
+            InvalidArgumentError: ``atomic`` is not None or a bool, or is False with a
+                JSON Patch.
         """
         check_key(key)
+        if atomic is not None and type(atomic) is not bool:
+            raise InvalidArgumentError(f"atomic is None, True or False, not {atomic!r}")
         patch = op_style(ops) == "patch"
         if patch and atomic is False:
             raise InvalidArgumentError(

@@ -377,17 +377,14 @@ class AsyncState:
         wake_lock_lines()  # waiters look again, and find the handle closed
         opening, self._opening = self._opening, None
         state, self._state = self._state, None
-        failure: Exception | None = None
         if state is None and opening is not None:
-            try:
+            # An open that failed has nothing to close; its error went to the calls
+            # that waited for it (closing must not raise it again in a finally block).
+            with contextlib.suppress(Exception):
                 state = await asyncio.shield(opening)
-            except Exception as exc:  # noqa: BLE001 - raised below, once workers are done
-                failure = exc
         workers, self._workers = self._workers, None
         if state is not None or workers is not None:
             await _in_thread(functools.partial(_close, state, workers), "reactor-aio-close")
-        if failure is not None:
-            raise failure
 
 
 def _close(state: State | None, workers: ThreadPoolExecutor | None) -> None:
