@@ -78,6 +78,23 @@ def held_follower(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., Hel
         held.release()
 
 
+def fail_log_reads(
+    engine: _engine.Engine, monkeypatch: pytest.MonkeyPatch, times: int
+) -> list[int]:
+    """Make the next ``times`` reads of the change log fail; the list counts down."""
+    left = [times]
+    real = engine.store.log_after
+
+    def flaky(*args: Any, **kwargs: Any) -> Any:
+        if left[0] > 0:
+            left[0] -= 1
+            raise StorageError("injected: the database is busy or the connection lost")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(engine.store, "log_after", flaky)
+    return left
+
+
 SET_MANY = """
     import sys, reactor
     with reactor.open(sys.argv[1]) as state:
@@ -124,16 +141,7 @@ def test_a_failed_read_of_the_log_is_tried_again_without_a_new_write(
     engine = engine_of(state)
     seen: list[str] = []
     state.subscribe(lambda event: seen.append(event.key))
-    failures = [3]
-    real = engine.store.log_after
-
-    def flaky(*args: Any, **kwargs: Any) -> Any:
-        if failures[0] > 0:
-            failures[0] -= 1
-            raise StorageError("injected: the database is busy")
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(engine.store, "log_after", flaky)
+    failures = fail_log_reads(engine, monkeypatch, 3)
     child(db_path, SET_MANY, "3")
     wait_for(lambda: len(seen) == 3, timeout=10)  # no write of this process helps
     assert seen == ["k00000", "k00001", "k00002"]
@@ -152,16 +160,7 @@ def test_a_failed_read_at_this_process_commit_is_caught_up_by_the_follower(
     state.subscribe(lambda event: seen.append(event.key))
     held = held_follower(state)
     child(db_path, SET_MANY, "1500")
-    failures = [1]
-    real = engine.store.log_after
-
-    def flaky(*args: Any, **kwargs: Any) -> Any:
-        if failures[0] > 0:
-            failures[0] -= 1
-            raise StorageError("injected: the connection was lost")
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(engine.store, "log_after", flaky)
+    fail_log_reads(engine, monkeypatch, 1)
     state.scope("local").set("after", 1)  # its read of the 1,500 fails
     held.release()
     wait_for(lambda: len(seen) == 1501, timeout=10)
