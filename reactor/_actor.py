@@ -33,21 +33,22 @@ import zlib
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
-from typing import Any, Final
+from typing import Any, Final, TypeVar, overload
 
 import pykka
 
 from ._store import ChangeRecord, Store, WriteTxn
+from ._writes import Work
 from .errors import ClosedError, ReactorError, StorageError
 
 __all__ = ["Mailbox", "Request", "shard_index"]
 
 logger = logging.getLogger("reactor")
 
-Work = Callable[[WriteTxn], Any]
 CommitHook = Callable[[list[ChangeRecord]], None]
 
 _DRAIN: Final = "drain"
+T = TypeVar("T")
 _MOVED_KEEP: Final = 1024  # hand-over times kept before those of idle scopes are dropped
 
 
@@ -65,7 +66,7 @@ class Request:
 
     __slots__ = ("future", "owner", "scope", "work")
 
-    def __init__(self, work: Work | None, scope: str, owner: object = None) -> None:
+    def __init__(self, work: Work[Any] | None, scope: str, owner: object = None) -> None:
         self.work = work
         self.scope = scope
         self.owner = owner
@@ -107,7 +108,13 @@ class Mailbox:
         self._closed = False
         self._actor: pykka.ActorRef[Any] | None = None
 
-    def submit(self, work: Work | None, scope: str, owner: object = None) -> Future[Any]:
+    @overload
+    def submit(self, work: Work[T], scope: str, owner: object = None) -> Future[T]: ...
+
+    @overload
+    def submit(self, work: None, scope: str, owner: object = None) -> Future[None]: ...
+
+    def submit(self, work: Work[Any] | None, scope: str, owner: object = None) -> Future[Any]:
         """Queue ``work`` on ``scope`` for the actor; the future holds its result after
         commit. ``owner`` is the transaction the work belongs to, if any; ``work=None``
         asks for the scope for that transaction (the future is done once it is held).
@@ -123,10 +130,10 @@ class Mailbox:
             self._schedule()
         return request.future
 
-    def call(self, work: Work, scope: str) -> Any:
-        """Run ``work`` on ``scope``: at once in this thread when the mailbox is idle,
-        returning its result once committed; else queued for the actor, returning the
-        future of its result (``Engine.wait`` waits on it, within a timeout).
+    def call(self, work: Work[T], scope: str, wait: Callable[[Future[T]], T]) -> T:
+        """Run ``work`` on ``scope`` and return its result once committed: at once in
+        this thread when the mailbox is idle; else queued for the actor, its future
+        handed to ``wait`` (``Engine.wait``: within a timeout).
 
         Raises:
             ClosedError: the engine is closing.
@@ -140,7 +147,7 @@ class Mailbox:
                 and self._running.acquire(blocking=False)
             )
         if not inline:
-            return self.submit(work, scope)
+            return wait(self.submit(work, scope))
         try:
             # No batch, no future: one request, one transaction; an error rolls it back.
             result, _ = self._store.write(work, self._clock(), self._on_commit)

@@ -6,12 +6,12 @@ and the statistics. Handles count references; the last one to close stops it all
 
 from __future__ import annotations
 
-import asyncio
 import atexit
 import functools
 import logging
 import math
 import os
+import sys
 import threading
 import time
 import weakref
@@ -19,23 +19,27 @@ from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
-import sqlalchemy as sa
-
-from ._actor import Mailbox, Work, shard_index
+from ._actor import Mailbox, shard_index
 from ._clock import Clock, SystemClock
 from ._dispatch import Dispatcher
 from ._sqlite import SQLiteStore
 from ._stats import EVENT_COUNTERS, Stats
 from ._store import ChangeRecord, Store, WriteTxn
 from ._values import DEFAULT_MAX_DEPTH, DEFAULT_MAX_VALUE_BYTES, MAX_DEPTH_LIMIT, encode
-from ._writes import expire_keys
+from ._writes import Work, expire_keys
 from .errors import BusyError, ClosedError, InvalidArgumentError, OperationTimeout, StorageError
+
+if TYPE_CHECKING:  # imported when used: SQLAlchemy for PostgreSQL, asyncio by reactor.aio
+    import asyncio
+
+    import sqlalchemy as sa
 
 __all__ = ["Engine", "Options", "acquire_engine"]
 
 logger = logging.getLogger("reactor")
+T = TypeVar("T")
 
 DEFAULT_PATH: Final = Path("~/.reactor/state.db")
 SWEEP_INTERVAL: Final = 0.25  # seconds between sweeps: expiry events within a second
@@ -155,18 +159,15 @@ class Engine:
                     self._mailboxes[index] = mailbox
         return mailbox
 
-    def write(self, scope: str, work: Work) -> Any:
+    def write(self, scope: str, work: Work[T]) -> T:
         """Run ``work`` on the actor that owns ``scope``; wait for its commit.
 
         Raises:
             OperationTimeout: no answer within the engine's timeout.
         """
-        outcome = self.mailbox(scope).call(work, scope)
-        if isinstance(outcome, Future):
-            return self.wait(scope, outcome)
-        return outcome
+        return self.mailbox(scope).call(work, scope, lambda future: self.wait(scope, future))
 
-    def wait(self, scope: str, future: Future[Any]) -> Any:
+    def wait(self, scope: str, future: Future[T]) -> T:
         """The result of a request to ``scope``'s actor, within the engine's timeout
         counted from the request, or from the scope's last hand-over if later: a
         request queued behind transactions that take the scope in turn waits as long as
@@ -394,6 +395,10 @@ class Engine:
 
 
 def _running_loop() -> asyncio.AbstractEventLoop | None:
+    if "asyncio" not in sys.modules:  # no loop runs in a process that never imported it
+        return None
+    import asyncio
+
     try:
         return asyncio.get_running_loop()
     except RuntimeError:
@@ -443,11 +448,11 @@ def _usable(engine: Engine) -> bool:
 
 
 def _open_store(location: Path | sa.URL | None, options: Options) -> Store:
-    if isinstance(location, sa.URL):
-        from ._postgres import PostgresStore
+    if location is None or isinstance(location, Path):
+        return SQLiteStore(location, durability=options.durability, timeout=options.timeout)
+    from ._postgres import PostgresStore  # SQLAlchemy and psycopg: only for PostgreSQL
 
-        return PostgresStore(location, durability=options.durability, timeout=options.timeout)
-    return SQLiteStore(location, durability=options.durability, timeout=options.timeout)
+    return PostgresStore(location, durability=options.durability, timeout=options.timeout)
 
 
 def locate(
@@ -483,6 +488,19 @@ def locate(
         target = rest[1:].partition("?")[0]
         if target in ("", ":memory:"):
             return None, None
+    path = _file_path(target)
+    if durability == "memory":
+        return f"memory-file:{path}", None
+    return f"file:{os.path.realpath(path)}", path
+
+
+def _file_path(target: str) -> Path:
+    """The absolute path of a SQLite database file.
+
+    Raises:
+        InvalidArgumentError: it holds NUL, or is not valid UTF-8 (SQLite cannot name it).
+        StorageError: it starts with ``~`` and there is no home folder.
+    """
     if "\x00" in target:
         raise InvalidArgumentError(f"a database path cannot hold a NUL character: {target!r}")
     try:
@@ -493,14 +511,11 @@ def locate(
             f"a database path must be valid UTF-8 for SQLite: {target!r}"
         ) from None
     try:
-        path = Path(target).expanduser().absolute()
+        return Path(target).expanduser().absolute()
     except RuntimeError as exc:  # "~" with neither $HOME nor a passwd entry
         raise StorageError(
             f"cannot find the home folder for {target!r} (set HOME, or REACTOR_DB)"
         ) from exc
-    if durability == "memory":
-        return f"memory-file:{path}", None
-    return f"file:{os.path.realpath(path)}", path
 
 
 def acquire_engine(target: str | os.PathLike[str] | None, given: dict[str, Any]) -> Engine:

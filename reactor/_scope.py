@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import builtins
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from . import _writes
 from ._keys import check_key, compile_pattern
@@ -23,6 +23,8 @@ if TYPE_CHECKING:
     from ._state import State
 
 __all__ = ["Scope"]
+
+T = TypeVar("T")
 
 
 class Scope(Verbs):
@@ -59,7 +61,7 @@ class Scope(Verbs):
             raise ClosedError("this reactor handle is closed")
         return engine
 
-    def _run(self, work: _writes.Work) -> Any:
+    def _run(self, work: _writes.Work[T]) -> T:
         return self._engine.write(self.name, work)
 
     # -- reads ---------------------------------------------------------------------

@@ -18,7 +18,7 @@ import threading
 from collections.abc import Iterable
 from concurrent.futures import Future
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from . import _writes
 from ._keys import check_key, compile_pattern
@@ -40,6 +40,8 @@ if TYPE_CHECKING:
     from ._state import State
 
 __all__ = ["Transaction", "in_transaction"]
+
+T = TypeVar("T")
 
 _held = threading.local()  # .scopes: the (engine, scope) pairs this thread's bodies hold
 
@@ -178,7 +180,7 @@ class Transaction(Verbs):
             raise ClosedError("the engine is closed")
         return engine
 
-    def _run(self, work: _writes.Work) -> Any:
+    def _run(self, work: _writes.Work[T]) -> T:
         txn = self._txn
         assert txn is not None
         mark = txn.savepoint()
@@ -191,7 +193,7 @@ class Transaction(Verbs):
     # -- reads, through the pending transaction -----------------------------------
     def _live(self, key: str) -> Row | None:
         checked = check_key(key)
-        return self._run(lambda txn: txn.live_row(self.name, checked))  # type: ignore[no-any-return]
+        return self._run(lambda txn: txn.live_row(self.name, checked))
 
     @verb("get")
     def get(self, key: str, default: Any = None) -> Any:
@@ -267,7 +269,7 @@ class Transaction(Verbs):
         raise ReentrancyError("transactions do not nest")
 
 
-def _commit(scope: str, pending: WriteTxn, base: int) -> _writes.Work:
+def _commit(scope: str, pending: WriteTxn, base: int) -> _writes.Work[None]:
     reader = pending.statements
     deadlines = reader.deadlines if isinstance(reader, TransactionReader) else {}
 

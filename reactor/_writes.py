@@ -1,25 +1,35 @@
-"""The write verbs, as work that runs inside a scope's write transaction.
+"""The write verbs, each defined once: its checks, and its work in a write transaction.
 
-Each function takes arguments the caller has already validated (keys checked, values
-encoded) and returns the work for the scope's actor. Work reads the current row through
-the transaction, raises a typed error before staging anything when the verb does not
-apply, and stages its result; the actor commits it with the rest of its batch.
+Each function checks its arguments in the caller's thread (keys, values encoded and
+measured against the engine's limits, numbers, flags), raising a typed error before
+anything is queued, and returns the ``Work`` that the scope's actor (or a transaction
+body) runs. Work reads the current row through the transaction, raises a typed error
+before staging anything when the verb does not apply, and stages its result.
+
+The handles only run what these return: ``Verbs`` (``Scope``, ``Transaction``) waits
+for the result, ``AsyncScope`` awaits it; both get the result type from the ``Work``.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
 
-from ._keys import Pattern
-from ._ops import apply_patch, apply_update_ops
+from ._keys import Pattern, check_key, compile_pattern
+from ._ops import apply_patch, apply_update_ops, op_style
 from ._results import Change, UpdateResult
 from ._store import Row, WriteTxn
-from ._values import MISSING, Missing, decode, encode_built, encode_trusted, json_equal
-from .errors import TypeMismatchError
+from ._values import MISSING, Missing, decode, encode, encode_built, encode_trusted, json_equal
+from .errors import InvalidArgumentError, TypeMismatchError
+
+if TYPE_CHECKING:
+    from ._engine import Options
 
 __all__ = [
+    "Work",
     "append_text",
+    "check_ttl",
     "clear",
     "compare_and_swap",
     "delete",
@@ -33,14 +43,60 @@ __all__ = [
     "update",
 ]
 
-Work = Callable[[WriteTxn], Any]
-Encoder = Callable[[Any], str]
+T = TypeVar("T")
+Work: TypeAlias = Callable[[WriteTxn], T]
 
 
-def _touching(work: Work, scope: str, *keys: str) -> Work:
+def _touching(work: Work[T], scope: str, *keys: str) -> Work[T]:
     """Mark ``work`` with the keys it reads, so that a batch can read them all at once."""
     work.keys = [(scope, key) for key in keys]  # type: ignore[attr-defined]
     return work
+
+
+def _encoder(options: Options) -> Callable[[Any], str]:
+    def encoded(value: Any) -> str:
+        return encode(value, max_depth=options.max_depth, max_bytes=options.max_value_bytes)
+
+    return encoded
+
+
+def check_ttl(ttl: object, name: str = "ttl") -> float | None:
+    """``ttl`` as seconds, or None.
+
+    Raises:
+        InvalidArgumentError: not None nor a finite number > 0.
+    """
+    if ttl is None:
+        return None
+    seconds = _finite(ttl)
+    if seconds is None or seconds <= 0:
+        raise InvalidArgumentError(f"{name} must be a number of seconds > 0, not {ttl!r}")
+    return seconds
+
+
+def _finite(value: object) -> float | None:
+    """``value`` as a float if it is an int or float that is finite as a float."""
+    if type(value) is not int and type(value) is not float:
+        return None
+    try:
+        number = float(value)
+    except OverflowError:  # an int beyond any float
+        return None
+    return number if math.isfinite(number) else None
+
+
+def _argument(value: object, name: str) -> int | float:
+    """A number argument (``by``, ``default``).
+
+    Raises:
+        TypeMismatchError: not an int or a float (a bool is not a number).
+        InvalidArgumentError: NaN or infinite.
+    """
+    if type(value) is not int and type(value) is not float:
+        raise TypeMismatchError(f"{name} must be an int or a float, not {type(value).__name__}")
+    if type(value) is float and not math.isfinite(value):
+        raise InvalidArgumentError(f"{name} must be finite, not {value!r}")
+    return value
 
 
 def _deadline(txn: WriteTxn, old: Row | None, ttl: float | None, keep_ttl: bool) -> float | None:
@@ -51,28 +107,49 @@ def _deadline(txn: WriteTxn, old: Row | None, ttl: float | None, keep_ttl: bool)
     return None
 
 
-def set_value(scope: str, key: str, text: str, ttl: float | None, keep_ttl: bool) -> Work:
+def set_value(
+    options: Options, scope: str, key: str, value: Any, ttl: object, keep_ttl: object
+) -> Work[Change]:
+    check_key(key)
+    if keep_ttl is not False and keep_ttl is not True:
+        raise InvalidArgumentError(f"keep_ttl is True or False, not {keep_ttl!r}")
+    text = _encoder(options)(value)
+    seconds = check_ttl(ttl)
+
     def work(txn: WriteTxn) -> Change:
         old = txn.live_row(scope, key)
-        txn.write(scope, key, old, text, _deadline(txn, old, ttl, keep_ttl))
+        txn.write(scope, key, old, text, _deadline(txn, old, seconds, keep_ttl))
         return Change(decode(old.value) if old else None, decode(text))
 
     return _touching(work, scope, key)
 
 
-def set_many(scope: str, texts: Mapping[str, str], ttl: float | None) -> Work:
+def set_many(
+    options: Options, scope: str, mapping: Mapping[str, Any], ttl: object
+) -> Work[dict[str, Change]] | None:
+    """None when ``mapping`` is empty: nothing to write."""
+    if not isinstance(mapping, Mapping):
+        raise InvalidArgumentError(f"set_many takes a mapping, not {type(mapping).__name__}")
+    encoded = _encoder(options)
+    texts = {check_key(key): encoded(value) for key, value in mapping.items()}
+    seconds = check_ttl(ttl)
+    if not texts:
+        return None
+
     def work(txn: WriteTxn) -> dict[str, Change]:
         changes: dict[str, Change] = {}
         for key, text in texts.items():
             old = txn.live_row(scope, key)
-            txn.write(scope, key, old, text, _deadline(txn, old, ttl, False))
+            txn.write(scope, key, old, text, _deadline(txn, old, seconds, False))
             changes[key] = Change(decode(old.value) if old else None, decode(text))
         return changes
 
     return _touching(work, scope, *texts)
 
 
-def delete(scope: str, key: str) -> Work:
+def delete(scope: str, key: str) -> Work[Any]:
+    check_key(key)
+
     def work(txn: WriteTxn) -> Any:
         old = txn.live_row(scope, key)
         if old is None:
@@ -83,9 +160,11 @@ def delete(scope: str, key: str) -> Work:
     return _touching(work, scope, key)
 
 
-def clear(scope: str, pattern: Pattern) -> Work:
+def clear(scope: str, pattern: str) -> Work[int]:
+    compiled: Pattern = compile_pattern(pattern)
+
     def work(txn: WriteTxn) -> int:
-        rows = txn.live_rows(scope, pattern)
+        rows = txn.live_rows(scope, compiled)
         for key, row in rows:
             txn.write(scope, key, row, None, None)
         return len(rows)
@@ -93,22 +172,27 @@ def clear(scope: str, pattern: Pattern) -> Work:
     return work
 
 
-def expire(scope: str, key: str, seconds: float | None) -> Work:
+def expire(scope: str, key: str, seconds: object) -> Work[bool]:
+    check_key(key)
+    after = None if seconds is None else _finite(seconds)
+    if seconds is not None and after is None:
+        raise InvalidArgumentError(f"seconds must be a finite number or None, not {seconds!r}")
+
     def work(txn: WriteTxn) -> bool:
         old = txn.live_row(scope, key)
         if old is None:
             return False
-        if seconds is not None and seconds <= 0:
+        if after is not None and after <= 0:
             txn.write(scope, key, old, None, None, change_type="expired")
         else:
-            deadline = None if seconds is None else txn.now + seconds
+            deadline = None if after is None else txn.now + after
             txn.write(scope, key, old, old.value, deadline)
         return True
 
     return _touching(work, scope, key)
 
 
-def expire_keys(scope: str, keys: list[str]) -> Work:
+def expire_keys(scope: str, keys: list[str]) -> Work[None]:
     """The sweeper's work: expire each key whose deadline has passed."""
 
     def work(txn: WriteTxn) -> None:
@@ -124,18 +208,33 @@ def _number(value: Any, what: str) -> int | float:
     return value
 
 
-def increment(scope: str, key: str, by: int | float, default: int | float, encode: Encoder) -> Work:
+def increment(
+    options: Options, scope: str, key: str, by: object, default: object, *, down: bool = False
+) -> Work[int | float]:
+    """``increment`` (or, ``down``, ``decrement``) by ``by`` from ``default``."""
+    check_key(key)
+    step, start = _argument(by, "by"), _argument(default, "default")
+    if down:
+        step = -step
+    encoded = _encoder(options)
+
     def work(txn: WriteTxn) -> int | float:
         old = txn.live_row(scope, key)
-        current = default if old is None else _number(decode(old.value), f"the value of {key!r}")
-        result = current + by
-        txn.write(scope, key, old, encode(result), old.expires_at if old else None)
+        current = start if old is None else _number(decode(old.value), f"the value of {key!r}")
+        result = current + step
+        txn.write(scope, key, old, encoded(result), old.expires_at if old else None)
         return result
 
     return _touching(work, scope, key)
 
 
-def append_text(scope: str, key: str, text: str, encode: Encoder) -> Work:
+def append_text(options: Options, scope: str, key: str, text: object) -> Work[int]:
+    check_key(key)
+    if type(text) is not str:
+        raise TypeMismatchError(f"append takes a str, not {type(text).__name__}")
+    suffix: str = text
+    encoded = _encoder(options)
+
     def work(txn: WriteTxn) -> int:
         old = txn.live_row(scope, key)
         current = "" if old is None else decode(old.value)
@@ -143,8 +242,8 @@ def append_text(scope: str, key: str, text: str, encode: Encoder) -> Work:
             raise TypeMismatchError(
                 f"append needs a string; {key!r} holds {type(current).__name__}"
             )
-        result = current + text
-        txn.write(scope, key, old, encode(result), old.expires_at if old else None)
+        result = current + suffix
+        txn.write(scope, key, old, encoded(result), old.expires_at if old else None)
         return len(result)
 
     return _touching(work, scope, key)
@@ -159,27 +258,34 @@ def _list(row: Row | None, key: str, verb: str) -> list[Any]:
     return current
 
 
-def push(scope: str, key: str, items_text: str, encode: Encoder) -> Work:
+def push(options: Options, scope: str, key: str, items: tuple[Any, ...]) -> Work[int]:
+    check_key(key)
+    encoded = _encoder(options)
+    items_text = encoded(list(items))
+
     def work(txn: WriteTxn) -> int:
         old = txn.live_row(scope, key)
         current = _list(old, key, "push")
-        items = decode(items_text)
-        if not items:
+        added = decode(items_text)
+        if not added:
             return len(current)
-        current.extend(items)
-        txn.write(scope, key, old, encode(current), old.expires_at if old else None)
+        current.extend(added)
+        txn.write(scope, key, old, encoded(current), old.expires_at if old else None)
         return len(current)
 
     return _touching(work, scope, key)
 
 
-def pop(scope: str, key: str, front: bool) -> Work:
+def pop(scope: str, key: str, front: object) -> Work[Any]:
+    check_key(key)
+    first = bool(front)
+
     def work(txn: WriteTxn) -> Any:
         old = txn.live_row(scope, key)
         current = _list(old, key, "pop")
         if old is None or not current:
             return None
-        item = current.pop(0 if front else -1)
+        item = current.pop(0 if first else -1)
         # What remains of a stored list is valid as it is: no need to check it again.
         text = encode_trusted(current, parts_size=len(old.value))
         txn.write(scope, key, old, text, old.expires_at)
@@ -188,7 +294,15 @@ def pop(scope: str, key: str, front: bool) -> Work:
     return _touching(work, scope, key)
 
 
-def compare_and_swap(scope: str, key: str, expected: Any, new_text: str | Missing) -> Work:
+def compare_and_swap(
+    options: Options, scope: str, key: str, expected: Any, new: Any
+) -> Work[bool]:
+    check_key(key)
+    encoded = _encoder(options)
+    if expected is not MISSING:
+        encoded(expected)  # a value that could never be stored is refused, not compared
+    new_text: str | Missing = MISSING if new is MISSING else encoded(new)
+
     def work(txn: WriteTxn) -> bool:
         old = txn.live_row(scope, key)
         if expected is MISSING:
@@ -207,32 +321,42 @@ def compare_and_swap(scope: str, key: str, expected: Any, new_text: str | Missin
 
 
 def update(
-    scope: str,
-    key: str,
-    ops_text: str,
-    patch: bool,
-    atomic: bool,
-    encode: Encoder,
-    max_depth: int,
-    max_bytes: int,
-) -> Work:
-    """Apply update ops or a JSON Patch (``patch``) to the value at ``key``."""
+    options: Options, scope: str, key: str, ops: object, atomic: object
+) -> Work[UpdateResult]:
+    """Apply update ops or a JSON Patch to the value at ``key`` (SPEC §4).
+
+    Raises:
+        InvalidOpError: ``ops`` is not a list of dicts, or mixes the two styles.
+        InvalidValueError: a value in the ops is not storable.
+        InvalidArgumentError: ``atomic`` is not None or a bool, or is False with a
+            JSON Patch.
+    """
+    check_key(key)
+    if atomic is not None and type(atomic) is not bool:
+        raise InvalidArgumentError(f"atomic is None, True or False, not {atomic!r}")
+    patch = op_style(ops) == "patch"
+    if patch and atomic is False:
+        raise InvalidArgumentError("a JSON Patch is all or nothing: atomic=False does not apply")
+    all_or_nothing = patch or bool(atomic)
+    max_depth, max_bytes = options.max_depth, options.max_value_bytes
+    ops_text = encode(ops, max_depth=max_depth + 2, max_bytes=max_bytes)
+    encoded = _encoder(options)
 
     def work(txn: WriteTxn) -> UpdateResult:
         old = txn.live_row(scope, key)
-        ops = decode(ops_text)
+        op_list = decode(ops_text)
         doc = None if old is None else decode(old.value)
         if patch:
             size = 0 if old is None else len(old.value)
-            outcome = apply_patch(doc, old is not None, ops, max_depth, max_bytes, size)
+            outcome = apply_patch(doc, old is not None, op_list, max_depth, max_bytes, size)
         else:
-            outcome = apply_update_ops(doc, old is not None, ops, max_depth, max_bytes)
+            outcome = apply_update_ops(doc, old is not None, op_list, max_depth, max_bytes)
         old_value = None if old is None else decode(old.value)
-        if not outcome.applied or (outcome.errors and atomic):
+        if not outcome.applied or (outcome.errors and all_or_nothing):
             return UpdateResult(
                 old_value, None if old is None else decode(old.value), outcome.errors
             )
-        if len(outcome.applied) == len(ops):
+        if len(outcome.applied) == len(op_list):
             applied = ops_text
         else:  # the ops as given: those applied may have been changed since, in the value
             given = decode(ops_text)
@@ -245,7 +369,7 @@ def update(
         # Update ops check what they add (depth, finiteness) as they go; a patch is
         # checked whole.
         if patch:
-            text = encode(outcome.doc)
+            text = encoded(outcome.doc)
         else:  # no string can be longer than the stored value and the ops together
             parts = len(ops_text) + (0 if old is None else len(old.value))
             text = encode_built(outcome.doc, max_bytes=max_bytes, parts_size=parts)

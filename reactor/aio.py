@@ -40,8 +40,9 @@ import time
 import weakref
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
+from time import perf_counter
 from types import TracebackType
-from typing import Any, Final, TypeVar, cast
+from typing import Any, Final, TypeVar
 
 from . import _writes
 from ._actor import Mailbox
@@ -54,7 +55,7 @@ from ._results import Change, Snapshot, UpdateResult
 from ._scope import Scope
 from ._state import State
 from ._subscriptions import _PAGE, Subscription, Watch
-from ._verbs import Verbs
+from ._writes import Work
 from .errors import ClosedError
 
 __all__ = ["AsyncLock", "AsyncScope", "AsyncState", "AsyncTransaction", "AsyncWatch", "open"]
@@ -97,15 +98,15 @@ class _LoopBridge:
 
     def track(
         self,
-        source: Future[Any],
+        source: Future[T],
         scope: str,
         timeout: float | None,
         mailbox: Mailbox | None = None,
-    ) -> asyncio.Future[Any]:
+    ) -> asyncio.Future[T]:
         """An asyncio future, on this loop, that settles as ``source`` does, or fails
         with ``OperationTimeout`` after ``timeout`` seconds (counted from the scope's
         last hand-over in ``mailbox``, if later)."""
-        target: asyncio.Future[Any] = self._loop.create_future()
+        target: asyncio.Future[T] = self._loop.create_future()
         source.add_done_callback(
             lambda done: self.call_soon(functools.partial(_settle, done, target))
         )
@@ -214,22 +215,6 @@ def _bridge() -> _LoopBridge:
     return bridge
 
 
-class _Writer(Verbs):
-    """The write verbs of a scope, returning the actor's future instead of waiting."""
-
-    __slots__ = ("_state", "name")
-
-    def __init__(self, state: State, name: str) -> None:
-        self._state = state
-        self.name = name
-
-    def _usable(self) -> Engine:
-        return self._state._engine_or_raise()
-
-    def _run(self, work: _writes.Work) -> Future[Any]:
-        return self._usable().mailbox(self.name).submit(work, self.name)
-
-
 class AsyncState:
     """The asyncio handle: ``scope()``, and coroutines for what spans scopes."""
 
@@ -273,7 +258,7 @@ class AsyncState:
             raise ClosedError("this reactor handle is closed") from None
         return await asyncio.wrap_future(future)
 
-    def _answer(self, engine: Engine, scope: str, future: Future[Any]) -> asyncio.Future[Any]:
+    def _answer(self, engine: Engine, scope: str, future: Future[T]) -> asyncio.Future[T]:
         """The answer of ``scope``'s actor to a request, awaited on the loop with no
         thread waiting: ``OperationTimeout`` once the scope has not moved on for the
         engine's timeout (see ``Engine.wait``)."""
@@ -418,13 +403,12 @@ async def _in_thread(call: Callable[[], None], name: str) -> None:
 class AsyncScope:
     """A scope's verbs as coroutines; the same results and errors as ``Scope``'s."""
 
-    __slots__ = ("_handle", "_scope", "_writer", "name")
+    __slots__ = ("_handle", "_scope", "name")
 
     def __init__(self, handle: AsyncState, name: str) -> None:
         self._handle = handle
         self.name = name
         self._scope: Scope | None = None
-        self._writer: _Writer | None = None
 
     def __repr__(self) -> str:
         return f"<reactor.aio.AsyncScope {self.name!r}>"
@@ -434,13 +418,26 @@ class AsyncScope:
             self._scope = (await self._handle._sync()).scope(self.name)
         return self._scope
 
-    async def _write(self, submit: Callable[[_Writer], Any]) -> Any:
-        if self._writer is None:
-            self._writer = _Writer(await self._handle._sync(), self.name)
-        engine = self._writer._usable()
+    async def _engine(self) -> Engine:
+        """The engine, once this task may write to the scope.
+
+        Raises:
+            ClosedError: the handle is closed.
+            ReentrancyError: this task holds a transaction on the scope.
+        """
+        engine = (await self._handle._sync())._engine_or_raise()
         check_not_held(id(engine), self.name)
-        future = cast(Future[Any], submit(self._writer))
-        return await self._handle._answer(engine, self.name, future)
+        return engine
+
+    async def _submit(self, verb: str, engine: Engine, work: Work[T]) -> T:
+        """Queue ``work`` for the scope's actor and await its result (no thread waits);
+        timed for ``stats()`` from the request to the answer."""
+        start = perf_counter()
+        try:
+            future = engine.mailbox(self.name).submit(work, self.name)
+            return await self._handle._answer(engine, self.name, future)
+        finally:
+            engine.stats.record(verb, perf_counter() - start)
 
     def transaction(self) -> AsyncTransaction:
         """``async with scope.transaction() as tx:``: the scope is this task's until the
@@ -481,54 +478,84 @@ class AsyncScope:
     async def snapshot(self) -> Snapshot:
         return await self._read(lambda scope: scope.snapshot())
 
-    # -- writes --------------------------------------------------------------------
+    # -- writes: each verb's checks and work are _writes', as for Scope ------------
     async def set(
         self, key: str, value: Any, ttl: float | None = None, keep_ttl: bool = False
     ) -> Change:
-        return cast(Change, await self._write(lambda w: w.set(key, value, ttl, keep_ttl)))
+        """``Scope.set``: store ``value`` at ``key``; return the old and new value."""
+        engine = await self._engine()
+        work = _writes.set_value(engine.options, self.name, key, value, ttl, keep_ttl)
+        return await self._submit("set", engine, work)
 
     async def set_many(
         self, mapping: Mapping[str, Any], ttl: float | None = None
     ) -> dict[str, Change]:
-        if not mapping:
-            return {}
-        return cast(dict[str, Change], await self._write(lambda w: w.set_many(mapping, ttl)))
+        """``Scope.set_many``: every key-value of ``mapping`` in one write."""
+        engine = await self._engine()
+        work = _writes.set_many(engine.options, self.name, mapping, ttl)
+        return {} if work is None else await self._submit("set_many", engine, work)
 
     async def delete(self, key: str) -> Any:
-        return await self._write(lambda w: w.delete(key))
+        """``Scope.delete``: remove ``key``; return its old value, or None."""
+        engine = await self._engine()
+        return await self._submit("delete", engine, _writes.delete(self.name, key))
 
     async def clear(self, pattern: str = "*") -> int:
-        return cast(int, await self._write(lambda w: w.clear(pattern)))
+        """``Scope.clear``: remove the keys matching ``pattern``; return how many."""
+        engine = await self._engine()
+        return await self._submit("clear", engine, _writes.clear(self.name, pattern))
 
     async def expire(self, key: str, seconds: float | None) -> bool:
-        return cast(bool, await self._write(lambda w: w.expire(key, seconds)))
+        """``Scope.expire``: a new expiry for ``key``; whether it existed."""
+        engine = await self._engine()
+        return await self._submit("expire", engine, _writes.expire(self.name, key, seconds))
 
     async def increment(
         self, key: str, by: int | float = 1, default: int | float = 0
     ) -> int | float:
-        return cast(int | float, await self._write(lambda w: w.increment(key, by, default)))
+        """``Scope.increment``: add ``by`` to the number at ``key``; the result."""
+        engine = await self._engine()
+        work = _writes.increment(engine.options, self.name, key, by, default)
+        return await self._submit("increment", engine, work)
 
     async def decrement(
         self, key: str, by: int | float = 1, default: int | float = 0
     ) -> int | float:
-        return cast(int | float, await self._write(lambda w: w.decrement(key, by, default)))
+        """``Scope.decrement``: subtract ``by`` from the number at ``key``; the result."""
+        engine = await self._engine()
+        work = _writes.increment(engine.options, self.name, key, by, default, down=True)
+        return await self._submit("decrement", engine, work)
 
     async def append(self, key: str, text: str) -> int:
-        return cast(int, await self._write(lambda w: w.append(key, text)))
+        """``Scope.append``: append ``text`` to the string at ``key``; its length."""
+        engine = await self._engine()
+        work = _writes.append_text(engine.options, self.name, key, text)
+        return await self._submit("append", engine, work)
 
     async def compare_and_swap(self, key: str, expected: Any, new: Any) -> bool:
-        return cast(bool, await self._write(lambda w: w.compare_and_swap(key, expected, new)))
+        """``Scope.compare_and_swap``: set ``key`` to ``new`` if it holds ``expected``."""
+        engine = await self._engine()
+        work = _writes.compare_and_swap(engine.options, self.name, key, expected, new)
+        return await self._submit("compare_and_swap", engine, work)
 
     async def push(self, key: str, *items: Any) -> int:
-        return cast(int, await self._write(lambda w: w.push(key, *items)))
+        """``Scope.push``: append ``items`` to the list at ``key``; its length."""
+        engine = await self._engine()
+        work = _writes.push(engine.options, self.name, key, items)
+        return await self._submit("push", engine, work)
 
     async def pop(self, key: str, front: bool = False) -> Any:
-        return await self._write(lambda w: w.pop(key, front))
+        """``Scope.pop``: remove and return the last (or first) item of the list."""
+        engine = await self._engine()
+        return await self._submit("pop", engine, _writes.pop(self.name, key, front))
 
     async def update(
         self, key: str, ops: builtins.list[dict[str, Any]], atomic: bool | None = None
     ) -> UpdateResult:
-        return cast(UpdateResult, await self._write(lambda w: w.update(key, ops, atomic)))
+        """``Scope.update``: apply update ops or a JSON Patch in one write."""
+        engine = await self._engine()
+        work = _writes.update(engine.options, self.name, key, ops, atomic)
+        return await self._submit("update", engine, work)
 
 
 class AsyncWatch:
