@@ -10,7 +10,12 @@ with reactor.open("state.db") as state:
 ```
 """
 
-from . import aio, errors, ops, signals
+import importlib as _importlib
+import types as _types
+from typing import TYPE_CHECKING as _TYPE_CHECKING
+from typing import Any as _Any
+
+from . import errors, ops, signals
 from ._clock import Clock
 from ._events import ChangeEvent
 from ._locks import Lock
@@ -21,7 +26,6 @@ from ._state import State
 from ._subscriptions import Subscription, Watch
 from ._transaction import Transaction
 from ._values import MISSING, Missing
-from ._version import __version__
 from .errors import (
     BusyError,
     ClosedError,
@@ -41,6 +45,40 @@ from .errors import (
     StorageError,
     TypeMismatchError,
 )
+
+
+# Loaded on first use, since a program (or a `reactor get`) may never need them:
+# reactor.aio (asyncio, a thread pool) and __version__ (importlib.metadata).
+class _Submodule(_types.ModuleType):
+    """A public submodule, imported on the first use of one of its attributes. Once
+    imported (``import reactor.aio`` does it too), the module itself takes its place
+    in the package."""
+
+    def __getattr__(self, name: str) -> _Any:
+        return getattr(_importlib.import_module(self.__name__), name)
+
+    def __dir__(self) -> list[str]:
+        return dir(_importlib.import_module(self.__name__))
+
+
+if _TYPE_CHECKING:
+    from . import aio
+    from ._version import __version__
+else:
+    aio = _Submodule(f"{__name__}.aio")
+
+
+def __getattr__(name: str) -> _Any:
+    if name == "__version__":
+        from ._version import __version__
+
+        return __version__
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), "__version__"})
+
 
 __all__ = [
     "MISSING",

@@ -150,7 +150,7 @@ class Mailbox:
             return wait(self.submit(work, scope))
         try:
             # No batch, no future: one request, one transaction; an error rolls it back.
-            result, _ = self._store.write(work, self._clock(), self._on_commit)
+            result, _ = self._store.write(work, self._clock(), self._on_commit, shared=True)
             return result
         finally:
             self._running.release()
@@ -248,7 +248,7 @@ class Mailbox:
             return outcomes
 
         try:
-            outcomes, _ = self._store.write(work, self._clock(), self._on_commit)
+            outcomes, _ = self._store.write(work, self._clock(), self._on_commit, shared=True)
         except Exception as exc:  # noqa: BLE001 - every caller hears of it
             for request in batch:
                 request.future.set_exception(_copy_error(exc))

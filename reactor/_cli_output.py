@@ -2,24 +2,27 @@
 
 Every command hands ``Output.show`` its result as plain data and a renderer for it.
 Piped (or with ``--json``) the data goes out as one JSON document, or one JSON line per
-item for streams; on a terminal (or with ``--table``) the renderer draws it with rich.
+item for streams; on a terminal (or with ``--table``) the renderer draws it with rich,
+imported only then: a piped command does not spend 30 ms importing it.
 """
 
 from __future__ import annotations
 
+import functools
 import sys
 from collections.abc import Callable, Mapping
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import click
 import orjson
-from rich.console import Console, RenderableType
-from rich.highlighter import JSONHighlighter
-from rich.json import JSON
-from rich.table import Table
-from rich.text import Text
 
 from ._events import ChangeEvent
+
+if TYPE_CHECKING:
+    from rich.console import Console, RenderableType
+    from rich.highlighter import JSONHighlighter
+    from rich.table import Table
+    from rich.text import Text
 
 __all__ = [
     "Output",
@@ -36,7 +39,13 @@ __all__ = [
 ]
 
 STYLES: Final = {"created": "green", "updated": "yellow", "deleted": "red", "expired": "magenta"}
-_highlight = JSONHighlighter()
+
+
+@functools.cache
+def _highlighter() -> JSONHighlighter:
+    from rich.highlighter import JSONHighlighter
+
+    return JSONHighlighter()
 
 
 def dumps(data: Any) -> bytes:
@@ -46,7 +55,9 @@ def dumps(data: Any) -> bytes:
 
 def compact(data: Any) -> Text:
     """``data`` as one line of highlighted JSON."""
-    return _highlight(Text(dumps(data).decode()))
+    from rich.text import Text
+
+    return _highlighter()(Text(dumps(data).decode()))
 
 
 class Output:
@@ -55,7 +66,13 @@ class Output:
 
     def __init__(self, as_json: bool | None = None) -> None:
         self.json = not sys.stdout.isatty() if as_json is None else as_json
-        self.console = Console(soft_wrap=False)
+
+    @functools.cached_property
+    def console(self) -> Console:
+        """The terminal, for tables (rich is imported on the first one)."""
+        from rich.console import Console
+
+        return Console(soft_wrap=False)
 
     def show(self, data: Any, view: Callable[[Any], RenderableType]) -> None:
         """Print ``data``: as JSON, or as ``view(data)`` draws it."""
@@ -79,6 +96,8 @@ class Output:
 
 
 def _grid(rows: Mapping[str, RenderableType]) -> Table:
+    from rich.table import Table
+
     grid = Table.grid(padding=(0, 2))
     grid.add_column(style="bold")
     grid.add_column()
@@ -88,12 +107,16 @@ def _grid(rows: Mapping[str, RenderableType]) -> Table:
 
 
 def _empty(what: str) -> Text:
+    from rich.text import Text
+
     return Text(f"({what})", style="dim")
 
 
 # -- views: data -> what a terminal shows ----------------------------------------
 def value_view(value: Any) -> RenderableType:
     """A stored value, pretty-printed."""
+    from rich.json import JSON
+
     return JSON(dumps(value).decode(), indent=2)
 
 
@@ -104,6 +127,8 @@ def change_view(change: Mapping[str, Any]) -> RenderableType:
 
 def update_view(result: Mapping[str, Any]) -> RenderableType:
     """What ``update`` did, and the ops that did not apply."""
+    from rich.table import Table
+
     grid = _grid({"old": compact(result["old_value"]), "new": compact(result["new_value"])})
     if not result["errors"]:
         return grid
@@ -125,6 +150,9 @@ def deleted_view(result: Mapping[str, Any]) -> RenderableType:
 
 def keys_view(keys: list[str]) -> RenderableType:
     """A list of keys, one per row."""
+    from rich.table import Table
+    from rich.text import Text
+
     if not keys:
         return _empty("no keys")
     table = Table("key")
@@ -135,6 +163,9 @@ def keys_view(keys: list[str]) -> RenderableType:
 
 def items_view(items: Mapping[str, Any]) -> RenderableType:
     """Keys and their values."""
+    from rich.table import Table
+    from rich.text import Text
+
     if not items:
         return _empty("no keys")
     table = Table("key", "value")
@@ -145,6 +176,9 @@ def items_view(items: Mapping[str, Any]) -> RenderableType:
 
 def scopes_view(counts: Mapping[str, int]) -> RenderableType:
     """Scopes and how many keys each holds."""
+    from rich.table import Table
+    from rich.text import Text
+
     if not counts:
         return _empty("no scopes")
     table = Table("scope", "keys")
@@ -156,6 +190,8 @@ def scopes_view(counts: Mapping[str, int]) -> RenderableType:
 
 def ttl_view(seconds: float) -> RenderableType:
     """Seconds left, or what -1 and -2 mean."""
+    from rich.text import Text
+
     if seconds == -2:
         return _empty("no such key")
     if seconds == -1:
@@ -165,6 +201,8 @@ def ttl_view(seconds: float) -> RenderableType:
 
 def stats_view(stats: Mapping[str, Any]) -> RenderableType:
     """``state.stats()``: the figures in one table, each nested group in its own."""
+    from rich.table import Table
+
     figures = Table("figure", "value", title="database", title_justify="left")
     figures.columns[1].justify = "right"
     container = Table.grid()
@@ -178,6 +216,9 @@ def stats_view(stats: Mapping[str, Any]) -> RenderableType:
 
 
 def _nested(name: str, group: Mapping[str, Any]) -> Table:
+    from rich.table import Table
+    from rich.text import Text
+
     if not any(isinstance(value, Mapping) for value in group.values()):
         table = Table(title=name, title_justify="left", show_header=False)
         table.add_column()
@@ -208,6 +249,8 @@ def _cell(value: Any) -> str:
 def event_line(event: ChangeEvent) -> Text:
     """One change, readable: time, revision, type, scope and key, then the value it
     had and the value it has (only the one that exists)."""
+    from rich.text import Text
+
     when = event.timestamp.astimezone().strftime("%H:%M:%S")
     line = Text.assemble(
         (when, "dim"),

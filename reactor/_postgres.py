@@ -36,6 +36,7 @@ from typing import Any, Final, TypeVar
 import sqlalchemy as sa
 from sqlalchemy.pool import NullPool
 
+from ._combine import Combiner
 from ._schema import migrate
 from ._sql import DELETE, ITEMS, REVISION, UPSERT, SQLStatements, SQLStore
 from ._store import ChangeRecord, WriteTxn
@@ -199,6 +200,7 @@ class PostgresStore(SQLStore):
         self._synchronous_commit = SYNCHRONOUS_COMMIT[durability]
         self._closed = False
         self._gate = threading.Lock()
+        self._combiner = Combiner(self._write_once, timeout)
         self._idle: deque[psycopg.Connection[Any]] = deque()
         self._opened: list[Any] = []  # every connection handed out, to close them
         self._opened_lock = threading.Lock()
@@ -359,7 +361,7 @@ class PostgresStore(SQLStore):
         return None
 
     # -- writes --------------------------------------------------------------------
-    def write(
+    def _write_once(
         self,
         work: Callable[[WriteTxn], T],
         now: float,

@@ -8,13 +8,16 @@ works the same on SQLite and PostgreSQL.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable
-from typing import Any, Final
+from collections.abc import Callable, Collection, Iterable
+from typing import Any, Final, TypeVar
 
+from ._combine import Combiner
 from ._keys import Pattern
-from ._store import ChangeRecord, LockRow, Row
+from ._store import ChangeRecord, LockRow, Row, WriteTxn
 
 __all__ = ["SQLStatements", "SQLStore", "TransactionReader"]
+
+T = TypeVar("T")
 
 _LIVE: Final = "(expires_at IS NULL OR expires_at > ?)"
 GET: Final = f"SELECT value FROM reactor_kv WHERE scope = ? AND key = ? AND {_LIVE}"
@@ -275,10 +278,32 @@ class TransactionReader(_RowReads):
 
 
 class SQLStore:
-    """The reads of a SQL store; a backend supplies ``_query`` and the rest of
-    ``_store.Store`` (writes, snapshots, following other processes, closing)."""
+    """The reads of a SQL store, and its writes through a ``Combiner``; a backend
+    supplies ``_query``, ``_write_once`` (one write transaction) and the rest of
+    ``_store.Store`` (snapshots, following other processes, closing)."""
 
     location: str
+    _combiner: Combiner
+
+    def write(
+        self,
+        work: Callable[[WriteTxn], T],
+        now: float,
+        on_commit: Callable[[list[ChangeRecord]], None] | None = None,
+        *,
+        shared: bool = False,
+    ) -> tuple[T, list[ChangeRecord]]:
+        """Run ``work`` in a write transaction and commit; return its result and the
+        change records of the transaction. ``on_commit`` gets those records right after
+        the commit, in revision order. ``shared`` work (it only stages its changes) may
+        commit in one transaction with other threads' (``_combine``).
+
+        Raises:
+            BusyError: the database (or this process's writer) stayed busy too long.
+            StorageError: the database failed; nothing was committed (or, for
+                ``OutcomeUnknownError``, it cannot be known).
+        """
+        return self._combiner.write(work, now, on_commit, shared=shared)
 
     def _query(self, sql: str, params: tuple[Any, ...]) -> list[Any]:
         raise NotImplementedError

@@ -1,7 +1,10 @@
 """The SQLite store: a file in WAL mode, or a database in memory.
 
-SQLAlchemy opens every connection (pragmas in its ``connect`` event) and runs the
-schema and migrations; the hot statements run on the DBAPI connections it made, since
+Connections to a file are plain ``sqlite3`` ones (``_create_connection``: the pragmas,
+and ``mode=rw``). SQLAlchemy runs the schema and migrations over them, and is imported
+only to do so: a file whose schema is current opens without it (a tenth of a second of
+imports, which a command-line call would spend on nothing). In memory, SQLAlchemy's
+one connection serves everything. The hot statements run on the DBAPI connections, since
 SQLAlchemy Core costs tens of microseconds a statement over them. The statements both
 backends share are in ``_sql``; what only SQLite says is here.
 
@@ -33,16 +36,17 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Final, TypeVar
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 from urllib.parse import quote
 
-import sqlalchemy as sa
-from sqlalchemy.pool import NullPool, StaticPool
-
-from ._schema import META_TABLE, check_version, migrate
+from ._combine import Combiner
+from ._schema import META_TABLE, SCHEMA_VERSION, check_version
 from ._sql import ITEMS, REVISION, SQLStatements, SQLStore
 from ._store import ChangeRecord, WriteTxn
 from .errors import BusyError, ClosedError, ReactorError, StorageError
+
+if TYPE_CHECKING:
+    import sqlalchemy as sa
 
 __all__ = ["SQLiteStore"]
 
@@ -58,6 +62,7 @@ _AUTOCHECKPOINT_PAGES: Final = 10_000
 
 SYNCHRONOUS: Final = {"normal": "NORMAL", "full": "FULL", "memory": "OFF"}
 _READONLY_ROLLBACK: Final = 776  # SQLITE_READONLY_ROLLBACK: a hot journal, read-only
+_VERSION: Final = f"SELECT value FROM {META_TABLE} WHERE name = 'schema_version'"
 
 
 class _Statements(SQLStatements):
@@ -130,6 +135,7 @@ class SQLiteStore(SQLStore):
         self._synchronous = SYNCHRONOUS[durability]
         self._closed = False
         self._gate = threading.Lock()
+        self._combiner = Combiner(self._write_once, timeout)
         self._idle: deque[sqlite3.Connection] = deque()
         self._opened: list[Any] = []  # every pool connection handed out, to close them
         self._opened_lock = threading.Lock()
@@ -139,39 +145,78 @@ class SQLiteStore(SQLStore):
         self._wal: tuple[int, int] | None = None  # and of its WAL, and shared memory
         self._shm: tuple[int, int] | None = None
         self._moved = False  # the last commit found the path leading elsewhere
+        self._engine: sa.Engine | None = None  # in memory: SQLAlchemy's one connection
+        current = False
         if path is not None:
             _create_private(path)
-            _probe(path, timeout)
+            current = _probe(path, timeout) == SCHEMA_VERSION
             self._uri = _uri(path)
-            self._engine = sa.create_engine(
-                "sqlite://", poolclass=NullPool, creator=self._create_connection
-            )
-        else:
-            self._engine = sa.create_engine(
-                "sqlite://",
-                poolclass=StaticPool,
-                connect_args={"check_same_thread": False},
-            )
-            sa.event.listen(self._engine, "connect", self._on_connect)
-        sa.event.listen(self._engine, "begin", _begin_immediate)
         try:
-            migrate(self._engine)
+            if not current:
+                self._migrate()
             self._writer = self._connect()
+            if current and self._stored_version() != SCHEMA_VERSION:
+                self._migrate()  # the file changed since _probe read it
             if path is not None:
-                # After the writer connected: the connection of migrate() was the only
-                # one, and SQLite deleted the WAL when it closed.
+                # After the writer connected: the connection of _migrate(), if any, was
+                # the only one, and SQLite deleted the WAL when it closed.
                 self._file = _identity(self.location)
                 self._wal = _identity(self.location + "-wal")
                 self._shm = _identity(self.location + "-shm")
         except sqlite3.Error as exc:
             self.close()
             raise translate(exc) from exc
-        except sa.exc.DBAPIError as exc:
-            self.close()
-            raise translate(exc.orig) from exc  # type: ignore[arg-type]
         except BaseException:
             self.close()
             raise
+
+    def _migrate(self) -> None:
+        """Create the schema, or migrate it, with SQLAlchemy (imported here). In memory,
+        the engine made here stays: its one connection is the database.
+
+        Raises:
+            SchemaError: the database comes from a newer reactor.
+            StorageError: the database failed (BusyError: it stayed locked).
+        """
+        import sqlalchemy as sa
+        from sqlalchemy.pool import NullPool, StaticPool
+
+        from ._schema import migrate
+
+        if self._in_memory:
+            engine = self._engine = sa.create_engine(
+                "sqlite://",
+                poolclass=StaticPool,
+                connect_args={"check_same_thread": False},
+            )
+            sa.event.listen(engine, "connect", self._on_connect)
+        else:
+            engine = sa.create_engine(
+                "sqlite://", poolclass=NullPool, creator=self._create_connection
+            )
+        sa.event.listen(engine, "begin", _begin_immediate)
+        try:
+            migrate(engine)
+        except sa.exc.DBAPIError as exc:
+            raise translate(exc.orig) from exc  # type: ignore[arg-type]
+        finally:
+            if engine is not self._engine:
+                engine.dispose()
+
+    def _stored_version(self) -> int:
+        """The schema version, read in a write transaction on the writer connection, as
+        ``migrate()`` reads it: opening waits for another process's write lock (up to
+        the timeout), and sees what it committed; 0 if there is none."""
+        conn = self._writer
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            found = conn.execute(
+                "SELECT name FROM sqlite_master WHERE name = ?", (META_TABLE,)
+            ).fetchall()
+            rows = conn.execute(_VERSION).fetchall() if found else []
+        finally:
+            conn.execute("COMMIT")
+        return int(rows[0][0]) if rows else 0
 
     # -- connections ---------------------------------------------------------------
     def _create_connection(self) -> sqlite3.Connection:
@@ -211,19 +256,21 @@ class SQLiteStore(SQLStore):
         Raises:
             StorageError: it could not be opened (no file descriptor left, say).
         """
-        try:
+        proxy: Any  # what close() closes
+        if self._engine is not None:  # in memory: SQLAlchemy's one connection
             proxy = self._engine.raw_connection()
-        except sqlite3.Error as exc:
-            raise _cannot_connect(exc) from exc
-        except sa.exc.DBAPIError as exc:
-            raise _cannot_connect(exc.orig) from exc  # type: ignore[arg-type]
+            conn = proxy.driver_connection
+            assert isinstance(conn, sqlite3.Connection)
+        else:
+            try:
+                proxy = conn = self._create_connection()
+            except sqlite3.Error as exc:
+                raise _cannot_connect(exc) from exc
         with self._opened_lock:
             if self._closed:  # close() ran meanwhile: it would never close this one
                 proxy.close()
                 raise ClosedError("the database is closed")
             self._opened.append(proxy)
-        conn = proxy.driver_connection
-        assert isinstance(conn, sqlite3.Connection)
         return conn
 
     @contextlib.contextmanager
@@ -247,6 +294,8 @@ class SQLiteStore(SQLStore):
             yield conn
         finally:
             self._idle.append(conn)
+            if self._closed_since():
+                self._close_idle()
 
     def _query(self, sql: str, params: tuple[Any, ...]) -> list[Any]:
         if self._in_memory or self._closed:
@@ -266,6 +315,22 @@ class SQLiteStore(SQLStore):
             raise translate(exc) from exc
         finally:
             self._idle.append(conn)
+            if self._closed_since():  # close() left this one to its reader: closing it
+                self._close_idle()  # under a running statement crashes the interpreter
+
+    def _closed_since(self) -> bool:
+        """Whether the store is closed now (it may have been closed since a check)."""
+        return self._closed
+
+    def _close_idle(self) -> None:
+        """Close the idle reader connections (each by whoever takes it off the list)."""
+        while True:
+            try:
+                conn = self._idle.pop()
+            except IndexError:
+                return
+            with contextlib.suppress(Exception):
+                conn.close()
 
     def checkpoint(self) -> None:
         """Copy the WAL back into the database without blocking anyone (PASSIVE)."""
@@ -315,7 +380,7 @@ class SQLiteStore(SQLStore):
         return total
 
     # -- writes --------------------------------------------------------------------
-    def write(
+    def _write_once(
         self,
         work: Callable[[WriteTxn], T],
         now: float,
@@ -451,11 +516,16 @@ class SQLiteStore(SQLStore):
             self._closed = True
             with self._opened_lock:
                 opened, self._opened = self._opened, []
+            # A reader's connection is closed off the idle list, here or by the reader
+            # as it gives it back: never under a statement another thread is running
+            # (sqlite3 crashes the interpreter then).
+            self._close_idle()
             for proxy in opened:
-                with contextlib.suppress(Exception):
-                    proxy.close()
-            self._idle.clear()
-            self._engine.dispose()
+                if self._engine is not None or proxy is self._writer or proxy is self._follower:
+                    with contextlib.suppress(Exception):
+                        proxy.close()
+            if self._engine is not None:
+                self._engine.dispose()
             self.leave_path()
         finally:
             if gated:
@@ -514,8 +584,10 @@ def _uri(path: Path) -> str:
     return f"file:{quote(str(path))}?mode=rw"
 
 
-def _probe(path: Path, timeout: float) -> None:
-    """Refuse a file that is not a reactor database, or one from a newer reactor.
+def _probe(path: Path, timeout: float) -> int | None:
+    """Refuse a file that is not a reactor database, or one from a newer reactor;
+    return its schema version (0: a new database; None: unknown until a hot journal
+    is rolled back).
 
     It reads through a read-only connection, which never changes the database file
     (a read-write one would rewrite the header to WAL mode, and checkpoint a WAL left
@@ -539,22 +611,22 @@ def _probe(path: Path, timeout: float) -> None:
             or conn.execute("PRAGMA application_id").fetchall()[0][0]
         )
         if not tables and not marks:
-            return  # new
+            return 0  # new
         found = []
         if META_TABLE in tables:
-            found = conn.execute(
-                f"SELECT value FROM {META_TABLE} WHERE name = 'schema_version'"
-            ).fetchall()
+            found = conn.execute(_VERSION).fetchall()
     except sqlite3.Error as exc:
         if getattr(exc, "sqlite_errorcode", None) == _READONLY_ROLLBACK:
-            return  # a hot journal to roll back first: migrate() will see what it holds
+            return None  # a hot journal to roll back first: migrate() will see what it holds
         raise translate(exc) from exc
     finally:
         conn.close()
     if not found or type(found[0][0]) is not int:
         shown = ", ".join(sorted(tables)[:5]) or "no table"
         raise StorageError(f"{path} is not a reactor database ({shown}); it was left untouched")
-    check_version(found[0][0])
+    version: int = found[0][0]
+    check_version(version)
+    return version
 
 
 def _identity(path: str) -> tuple[int, int] | None:

@@ -332,6 +332,8 @@ class Store(Protocol):
         work: Callable[[WriteTxn], T],
         now: float,
         on_commit: Callable[[list[ChangeRecord]], None] | None = None,
+        *,
+        shared: bool = False,
     ) -> tuple[T, list[ChangeRecord]]: ...
 
     def await_commits(self, timeout: float) -> int | None:

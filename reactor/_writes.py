@@ -294,9 +294,7 @@ def pop(scope: str, key: str, front: object) -> Work[Any]:
     return _touching(work, scope, key)
 
 
-def compare_and_swap(
-    options: Options, scope: str, key: str, expected: Any, new: Any
-) -> Work[bool]:
+def compare_and_swap(options: Options, scope: str, key: str, expected: Any, new: Any) -> Work[bool]:
     check_key(key)
     encoded = _encoder(options)
     if expected is not MISSING:

@@ -6,6 +6,9 @@ A command's result is JSON when stdout is piped, a table on a terminal (``--json
 ``--table`` choose instead). Errors are one line on stderr, ``Error: ...``, with exit
 status 1 (2 for usage errors) and no traceback: reactor's errors are turned into click's
 in one place, ``_Group.invoke``.
+
+Start-up is kept short (a command is often one call in a shell loop): what only some
+commands use (rich, the demo, the dashboard, the bench) is imported in those commands.
 """
 
 from __future__ import annotations
@@ -19,8 +22,6 @@ from pathlib import Path
 from typing import Any, Final, TypeVar
 
 import click
-from rich.console import Console
-from rich.text import Text
 
 from . import _exchange
 from . import open as open_state
@@ -36,11 +37,9 @@ from ._cli_output import (
     update_view,
     value_view,
 )
-from ._demo import DEMO_DATABASE, run_demo
 from ._engine import locate
 from ._keys import compile_pattern
 from ._state import State
-from ._version import __version__
 from .errors import ReactorError
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -48,6 +47,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 _DB: Final = "reactor.db"  # ctx.meta keys: what --db and --json/--table said, if anything
 _AS_JSON: Final = "reactor.as_json"
 _ABSENT: Final = object()
+_DEMO_DATABASE: Final = "reactor-demo.db"  # _demo.DEMO_DATABASE (_demo imports rich)
 _UI_PACKAGES: Final = frozenset({"starlette", "uvicorn", "sse_starlette", "anyio", "h11"})
 _WATCH_JOIN: Final = 5.0  # seconds for the printing thread to end once the watch closes
 _DB_HELP: Final = (
@@ -116,6 +116,15 @@ def _state(*, create: bool = False) -> State:
     return ctx.with_resource(open_state(target))
 
 
+def _show_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    # click.version_option, but importing importlib.metadata only when asked.
+    if value and not ctx.resilient_parsing:
+        from ._version import __version__
+
+        click.echo(f"reactor, version {__version__}")
+        ctx.exit()
+
+
 def _output() -> Output:
     return Output(click.get_current_context().meta.get(_AS_JSON))
 
@@ -136,7 +145,14 @@ def _json(text: str, what: str, *, value: bool = False) -> Any:
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, prog_name="reactor")
+@click.option(
+    "--version",
+    is_flag=True,
+    expose_value=False,
+    is_eager=True,
+    callback=_show_version,
+    help="Show the version and exit.",
+)
 @_options(envvar="REACTOR_DB")
 def cli() -> None:
     """reactor: persistent, reactive JSON state in named scopes.
@@ -380,6 +396,8 @@ def export(file: str, pattern: str) -> None:
             _exchange.dump(state, stdout, pattern)
         return
     count = _exchange.dump_file(state, file, pattern)
+    from rich.text import Text
+
     _output().show(
         {"exported": count, "file": file},
         lambda data: Text(f"{data['exported']:,} keys written to {data['file']}"),
@@ -398,6 +416,8 @@ def import_lines(file: str) -> None:
     with click.open_file(file, "rb") as lines:
         found = _exchange.read(lines)
     count = _exchange.write(_state(create=True), found)
+    from rich.text import Text
+
     _output().show({"imported": count}, lambda data: Text(f"{data['imported']:,} keys imported"))
 
 
@@ -478,24 +498,48 @@ def ui(host: str, port: int, write: bool, allow_hosts: tuple[str, ...], open_bro
 @cli.command()
 @click.option(
     "--db",
-    default=DEMO_DATABASE,
+    default=_DEMO_DATABASE,
     show_default=True,
     help="Database file for the demo (in the current folder by default).",
 )
 def demo(db: str) -> None:
     """Run a short program on an embedded database, and show that state survives."""
+    from rich.console import Console
+
+    from ._demo import run_demo
+
     with open_state(db) as state:
         run_demo(state, Console())
 
 
 @cli.command()
-@click.option("--quick", is_flag=True, help="A smoke run: 200 ops per worker, 1 round.")
+@click.option(
+    "--quick",
+    is_flag=True,
+    help="A smoke run (CI): 200 ops per worker, 1 round, 1 and 2 writers for 0.3 s.",
+)
 @click.option(
     "--rounds", type=click.IntRange(min=1), default=None, help="Rounds to take medians of [3]."
 )
 @click.option(
-    "--json",
-    "json_file",
+    "--only",
+    type=click.Choice(["peers", "writers"]),
+    default=None,
+    help="One section: reactor against its peers, or how its writes scale with "
+    "writers [default: both].",
+)
+@click.option(
+    "--json/--table",
+    "as_json",
+    default=None,
+    expose_value=False,
+    callback=_remember,
+    help="Print JSON, or tables [default: JSON when piped, tables on a terminal].",
+)
+@click.option(
+    "--output",
+    "-o",
+    "output_file",
     type=click.Path(dir_okay=False, writable=True),
     default=None,
     help="Also write every figure, with the machine's details, to this JSON file.",
@@ -522,17 +566,20 @@ def demo(db: str) -> None:
     "the peers stay as they are.",
 )
 @click.option(
+    "--postgres-url",
     "--url",
+    "url",
     envvar=["REACTOR_BENCH_POSTGRES_URL", "REACTOR_TEST_POSTGRES_URL"],
     show_envvar=True,
     default="postgresql+psycopg://postgres@127.0.0.1:5432/test",
     show_default=True,
-    help="The PostgreSQL server for --backend postgresql.",
+    help="The PostgreSQL server for --backend postgresql (pgbench runs there too).",
 )
 def bench(
     quick: bool,
     rounds: int | None,
-    json_file: str | None,
+    only: str | None,
+    output_file: str | None,
     scale: bool,
     db_dir: str | None,
     threads: int,
@@ -540,23 +587,36 @@ def bench(
     backend: str,
     url: str,
 ) -> None:
-    """Measure reactor against dict+lock, sqlite3, diskcache, sqlitedict and Redis."""
+    """Measure reactor against dict+lock, sqlite3, diskcache, sqlitedict and Redis,
+    and how its writes scale with threads and processes (beside pgbench on PostgreSQL).
+
+    Tables on a terminal (80 columns suffice), JSON when piped or with --json.
+    """
+    from rich.console import Console
+
     from ._bench import BackendUnavailable, Options, run
-    from ._bench.report import render, write_json
+    from ._bench.report import dumps, render, write_json
 
     if scale and backend != "sqlite":
         raise click.UsageError("--scale runs on SQLite only: leave out --backend postgresql")
-    given = click.get_current_context().get_parameter_source("url")
+    if scale and only is not None:
+        raise click.UsageError("--scale is a section of its own: leave out --only")
+    ctx = click.get_current_context()
+    given = ctx.get_parameter_source("url")
     if backend == "sqlite" and given is click.core.ParameterSource.COMMANDLINE:
-        raise click.UsageError("--url goes with --backend postgresql")
-    console = Console()
+        raise click.UsageError("--postgres-url goes with --backend postgresql")
+    as_json = ctx.meta.get(_AS_JSON)
+    if as_json is None:
+        as_json = not sys.stdout.isatty()
+    progress = Console(stderr=True)  # shown on a terminal only, never in the JSON
     try:
-        with console.status("reactor bench") as status:
+        with progress.status("reactor bench") as status:
             result = run(
                 Options(
                     quick=quick,
                     rounds=rounds,
                     scale=scale,
+                    only=only,
                     db_dir=db_dir,
                     threads=threads,
                     processes=processes,
@@ -567,10 +627,15 @@ def bench(
             )
     except BackendUnavailable as exc:
         raise click.ClickException(str(exc)) from None
+    if output_file is not None:
+        write_json(result, output_file)
+    if as_json:
+        click.echo(dumps(result), nl=False)
+        return
+    console = Console()
     render(result, console)
-    if json_file is not None:
-        write_json(result, json_file)
-        console.print(f"figures written to {json_file}")
+    if output_file is not None:
+        console.print(f"figures written to {output_file}")
 
 
 def main() -> None:

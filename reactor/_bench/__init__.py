@@ -1,8 +1,10 @@
 """``reactor bench``: reactor against what a user would pick instead (SPEC §11).
 
-``run(options)`` measures and returns every figure as a dict; ``report`` turns that
-into a table or a JSON file. The peers are optional dependencies
-(``pip install reactor[bench]``): one that is missing is skipped with a note.
+``run(options)`` measures and returns every figure as a dict: reactor against its
+peers (``figures``, ``targets``, ``events``), then how its writes scale with writers
+(``scaling``, see ``writers``); ``report`` turns that into tables or JSON. The peers
+are optional dependencies (``pip install reactor[bench]``): one that is missing is
+skipped with a note.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from .workloads import (
     run_processes,
     run_threads,
 )
+from .writers import plan_for, run_writers
 
 __all__ = ["BackendUnavailable", "Options", "run"]
 
@@ -40,6 +43,7 @@ class Options:
     quick: bool = False
     rounds: int | None = None  # None: 3, or 1 with quick
     scale: bool = False
+    only: str | None = None  # "peers" or "writers": that section only; None: both
     db_dir: str | None = None  # None: a temporary directory, removed afterwards
     threads: int = 4
     processes: int = 4
@@ -121,7 +125,7 @@ def run(options: Options) -> dict[str, Any]:
 
 
 def _run(options: Options, backend: Backend) -> dict[str, Any]:
-    names, skipped = available()
+    names, skipped = available() if options.only != "writers" else ([], {})
     fresh = "files" if backend.name == "sqlite" else "files (reactor: a PostgreSQL schema)"
     notes = [
         (
@@ -133,7 +137,11 @@ def _run(options: Options, backend: Backend) -> dict[str, Any]:
             "one shared counter; phases run set, get, update, increment, delete in that order"
         ),
     ]
-    if backend.name != "sqlite":
+    if options.only == "writers":
+        notes.clear()
+        if backend.name != "sqlite":
+            notes.append(f"reactor runs on {backend.describe()}")
+    elif backend.name != "sqlite":
         notes.append(
             f"reactor runs on {backend.describe()}; the peers as always; "
             "targets are set for the SQLite backend"
@@ -153,9 +161,27 @@ def _run(options: Options, backend: Backend) -> dict[str, Any]:
     with _workspace(options.db_dir) as root:
         if options.scale:
             result.update(_scale(options, root))
-        else:
+            return result
+        if options.only != "writers":
             result.update(_compare(options, backend, names, root, notes))
+        if options.only != "peers":
+            result["scaling"] = {backend.name: _writers(options, backend, root)}
+            error = result["scaling"][backend.name].get("error")
+            if error is not None:
+                result.setdefault("errors", {}).setdefault("reactor", {})["writers"] = error
     return result
+
+
+def _writers(options: Options, backend: Backend, root: str) -> dict[str, Any]:
+    """How reactor's writes/s grow with threads and processes (and pgbench's, on
+    PostgreSQL)."""
+    rounds = options.rounds if options.rounds is not None else (1 if options.quick else 3)
+    return run_writers(
+        backend,
+        root,
+        plan_for(quick=options.quick, rounds=rounds),
+        lambda message: _say(options, message),
+    )
 
 
 def _scale(options: Options, root: str) -> dict[str, Any]:

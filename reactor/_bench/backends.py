@@ -27,6 +27,7 @@ __all__ = [
     "SQLiteBackend",
     "connect_backend",
     "default_postgres_url",
+    "libpq_environment",
 ]
 
 DEFAULT_POSTGRES_URL: Final = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
@@ -200,3 +201,21 @@ def default_postgres_url() -> str:
         if found:
             return found
     return DEFAULT_POSTGRES_URL
+
+
+def libpq_environment(url: str) -> dict[str, str]:
+    """The ``PG*`` variables that point a libpq program (pgbench) at ``url``, its
+    ``options`` (the schema's ``search_path``) and ``host`` query included."""
+    parsed = sa.make_url(url)
+    found = {"PGCONNECT_TIMEOUT": str(_CONNECT_TIMEOUT)}
+    for variable, value in (
+        ("PGHOST", parsed.host or parsed.query.get("host")),
+        ("PGPORT", parsed.port),
+        ("PGUSER", parsed.username),
+        ("PGPASSWORD", parsed.password),
+        ("PGDATABASE", parsed.database),
+        ("PGOPTIONS", parsed.query.get("options")),
+    ):
+        if isinstance(value, (str, int)) and value != "":
+            found[variable] = str(value)
+    return found

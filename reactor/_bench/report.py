@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import json
+import math
 import os
 import platform
 import sqlite3
@@ -12,13 +13,23 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console, Group
+from rich import box
+from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
 from .workloads import VERBS
+from .writers import LAYOUTS, cell_key, cell_label
 
-__all__ = ["machine_info", "render", "summarize", "targets", "write_json"]
+__all__ = [
+    "dumps",
+    "machine_info",
+    "ratios",
+    "render",
+    "summarize",
+    "targets",
+    "write_json",
+]
 
 _PACKAGES = ("reactor", "sqlalchemy", "pykka", "orjson", "diskcache", "sqlitedict", "redis")
 
@@ -162,12 +173,49 @@ def targets(
 
 
 # -- the table -------------------------------------------------------------------------
+# Every table fits 80 columns: short headings, explained in a legend line under it.
+_SHORT = {
+    "dict+lock": "dict",
+    "sqlite3": "sq3",
+    "sqlite3x100": "sq3b",
+    "diskcache": "dc",
+    "sqlitedict": "sqd",
+    "redis": "redis",
+}
+_LEGEND = {
+    "dict+lock": "dict = dict+lock",
+    "sqlite3": "sq3 = sqlite3",
+    "sqlite3x100": "sq3b = sqlite3, 100 ops a commit",
+    "diskcache": "dc = diskcache",
+    "sqlitedict": "sqd = sqlitedict",
+}
+
+
+def _table(title: str) -> Table:
+    """A table without borders, columns two spaces apart, a rule under the heading."""
+    return Table(
+        title=title,
+        title_justify="left",
+        title_style="bold",
+        box=box.SIMPLE_HEAD,
+        show_edge=False,
+        pad_edge=False,
+        padding=(0, 1, 0, 0),
+    )
+
+
 def _rate(ops_per_s: float) -> str:
     if ops_per_s >= 1e6:
-        return f"{ops_per_s / 1e6:.2f}M/s"
+        return f"{ops_per_s / 1e6:.2f}M"
     if ops_per_s >= 1e3:
-        return f"{ops_per_s / 1e3:.1f}k/s"
-    return f"{ops_per_s:.0f}/s"
+        return f"{ops_per_s / 1e3:.1f}k"
+    return f"{ops_per_s:.0f}"
+
+
+def _times(ratio: float) -> str:
+    if ratio >= 100:
+        return f"{ratio:.0f}"
+    return f"{ratio:.1f}" if ratio >= 10 else f"{ratio:.2f}"
 
 
 def _duration(us: float) -> str:
@@ -184,102 +232,107 @@ def _verdict(ok: bool | None) -> Text:
     return Text("OK", style="green") if ok else Text("MISS", style="bold red")
 
 
-def _cell(entry: dict[str, Any] | None, ratio: float | None) -> Text:
-    if entry is None:
+def _ratio(ratio: float | None) -> Text:
+    if ratio is None:
         return Text("-", style="dim")
-    text = Text(_rate(entry["ops_per_s"]), style="bold")
-    if ratio is not None:
-        style = "green" if ratio >= 1 else "yellow" if ratio >= 0.5 else "red"
-        text.append(f" {ratio:.2f}x", style=style)
-    text.append(f"\n{_duration(entry['p50_us'])} / {_duration(entry['p99_us'])}", style="dim")
-    if entry.get("count_exact") is False:
-        text.append("\ncount short", style="red")
-    return text
+    style = "green" if ratio >= 1 else "yellow" if ratio >= 0.5 else "red"
+    return Text(_times(ratio), style=style)
 
 
 def _backend_name(result: dict[str, Any]) -> str:
     return str(result.get("backend", {}).get("name", "sqlite"))
 
 
-def _target_heading(result: dict[str, Any]) -> str:
-    """``target``, saying so when the run was not on SQLite (the targets are set there)."""
-    return "target" if _backend_name(result) == "sqlite" else "target (set for SQLite)"
+def _on(result: dict[str, Any]) -> str:
+    return "SQLite" if _backend_name(result) == "sqlite" else "PostgreSQL"
 
 
-def _throughput_table(result: dict[str, Any]) -> Table:
+def _peers_table(result: dict[str, Any]) -> Group:
     figures: dict[str, Any] = result["figures"]
     found_ratios: dict[str, Any] = result["ratios"]
-    peers = [peer for peer in result["peers"] if peer in figures]
-    on = "" if _backend_name(result) == "sqlite" else " on PostgreSQL"
-    table = Table(
-        title=f"reactor bench (reactor{on}): ops/s (reactor ÷ peer), p50 / p99 latency, "
-        f"medians of {result['settings']['rounds']} round(s)",
-        title_justify="left",
-        show_lines=True,
+    peers = [peer for peer in result["peers"] if peer in figures and peer != "reactor"]
+    table = _table(
+        f"reactor on {_on(result)} against its peers: reactor's ops/s and latency, "
+        f"then reactor ÷ peer (medians of {result['settings']['rounds']} round(s))"
     )
-    table.add_column("verb")
-    table.add_column("mode")
+    for heading in ("verb", "mode", "ops/s", "p50", "p99"):
+        table.add_column(heading, justify="left" if heading in ("verb", "mode") else "right")
     for peer in peers:
-        table.add_column(peer, justify="right", no_wrap=True)
-    table.add_column(_target_heading(result))
-    by_row: dict[tuple[str, str], list[dict[str, Any]]] = {}
-    for target in result["targets"]:
-        by_row.setdefault((target["verb"], target["mode"]), []).append(target)
+        table.add_column(_SHORT.get(peer, peer), justify="right", no_wrap=True)
+    short = False
     for verb in VERBS:
+        first = True
         for mode in result["modes"].values():
-            if not any(verb in figures.get(peer, {}).get(mode, {}) for peer in peers):
+            entry = figures.get("reactor", {}).get(mode, {}).get(verb)
+            if entry is None:
                 continue
-            cells = [
-                _cell(
-                    figures.get(peer, {}).get(mode, {}).get(verb),
-                    found_ratios.get(mode, {}).get(verb, {}).get(peer),
-                )
-                for peer in peers
-            ]
-            goal = Text()
-            for target in by_row.get((verb, mode), []):
-                if goal:
-                    goal.append("\n")
-                goal.append(f"{target['target']}: {target['text']} ")
-                goal.append_text(_verdict(target["ok"]))
-            table.add_row(verb, mode, *cells, goal)
+            ops = Text(_rate(entry["ops_per_s"]), style="bold")
+            if entry.get("count_exact") is False:
+                ops.append("*", style="bold red")
+                short = True
+            ratios_here = found_ratios.get(mode, {}).get(verb, {})
+            table.add_row(
+                verb if first else "",
+                mode,
+                ops,
+                _duration(entry["p50_us"]),
+                _duration(entry["p99_us"]),
+                *(_ratio(ratios_here.get(peer)) for peer in peers),
+            )
+            first = False
+        table.add_section()
+    modes = ", ".join(result["modes"].values())
+    legend = Text(
+        f"modes {modes}: t threads, p processes, aio asyncio tasks; "
+        + "".join(f"; {_LEGEND[peer]}" for peer in peers if peer in _LEGEND)
+        + "; - not measured (dict+lock has no processes)",
+        style="dim",
+    )
+    if short:
+        legend.append("\n* the final count was short: increments were lost", style="red")
+    return Group(table, legend)
+
+
+def _targets_table(result: dict[str, Any]) -> Table:
+    on = "" if _backend_name(result) == "sqlite" else " (set for SQLite)"
+    table = _table(f"targets{on}")
+    table.add_column("target")
+    table.add_column("measured", justify="right")
+    table.add_column("")
+    for target in result["targets"]:
+        table.add_row(
+            f"{target['verb']} {target['mode']} {target['target']}",
+            target["text"],
+            _verdict(target["ok"]),
+        )
     return table
 
 
 def _events_table(result: dict[str, Any]) -> Table:
-    on = "" if _backend_name(result) == "sqlite" else " on PostgreSQL"
-    table = Table(title=f"event delivery (reactor{on}): commit to callback", title_justify="left")
-    for column in ("where", "delivered", "p50", "p99", "callback before ack"):
+    table = _table(f"event delivery, reactor on {_on(result)}: commit to callback")
+    for column in ("where", "delivered", "p50", "p99", "before ack"):
         table.add_column(column, justify="left" if column == "where" else "right")
-    table.add_column(_target_heading(result))
-    by_mode = {t["mode"]: t for t in result["targets"] if t["verb"] == "event"}
     for which, found in result["events"].items():
         if found is None:
             continue
-        target = by_mode.get(which)
-        goal = Text()
-        if target is not None:
-            goal.append(f"{target['target']}: ")
-            goal.append_text(_verdict(target["ok"]))
         table.add_row(
             which.replace("_", "-"),
             f"{found['delivered']}/{found['events']}",
             "-" if found["p50_us"] is None else _duration(found["p50_us"]),
             "-" if found["p99_us"] is None else _duration(found["p99_us"]),
             str(found.get("before_ack", "-")),
-            goal,
         )
     return table
 
 
 def _scale_table(scale: dict[str, Any]) -> Group:
-    table = Table(title=f"reactor at scale: keys in {scale['scopes']} scopes", title_justify="left")
-    for column in ("keys", "fill", "set", "set p50 / p99", "get", "get p50 / p99"):
+    table = _table(f"reactor at scale: keys in {scale['scopes']} scopes (ops/s, p50 / p99)")
+    for column in ("keys", "fill", "set", "set latency", "get", "get latency"):
         table.add_column(column, justify="right")
     for step in scale["steps"]:
         table.add_row(
             f"{step['keys']:,}",
-            f"{step['fill_seconds']:.1f}s ({_rate(step['fill_keys_per_s'])})",
+            f"{step['fill_seconds']:.1f}s",
             _rate(step["set"]["ops_per_s"]),
             f"{_duration(step['set']['p50_us'])} / {_duration(step['set']['p99_us'])}",
             _rate(step["get"]["ops_per_s"]),
@@ -298,13 +351,94 @@ def _scale_table(scale: dict[str, Any]) -> Group:
     return Group(table, lines)
 
 
+def _writers_cells(section: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:
+    """(label, layout, entry) for each measured cell, in the order measured."""
+    found = []
+    for processes, threads in section.get("settings", {}).get("cells", []):
+        kind, count = cell_key(processes, threads)
+        for layout in LAYOUTS:
+            entry = section.get(kind, {}).get(layout, {}).get(count)
+            if entry is not None:
+                found.append((cell_label(processes, threads), layout, entry))
+    return found
+
+
+def _writers_table(name: str, section: dict[str, Any]) -> Group:
+    settings = section.get("settings", {})
+    pgbench = section.get("pgbench")
+    clients = pgbench.get("clients", {}) if pgbench else {}
+    on = "SQLite" if name == "sqlite" else "PostgreSQL"
+    table = _table(f"how writes scale: reactor on {on}, sets/s")
+    table.add_column("writers")
+    for heading in ("own scopes", "x1", "p50", "one scope", "x1"):
+        table.add_column(heading, justify="right")
+    if clients:
+        table.add_column("pgbench", justify="right")
+        table.add_column("÷pgb", justify="right")
+    rows: dict[str, dict[str, dict[str, Any]]] = {}
+    for label, layout, entry in _writers_cells(section):
+        rows.setdefault(label, {})[layout] = entry
+    for label, layouts in rows.items():
+        cells: list[RenderableType] = [label]
+        for layout in LAYOUTS:
+            found = layouts.get(layout)
+            if found is None:
+                cells.extend(["-", "-"] + (["-"] if layout == LAYOUTS[0] else []))
+                continue
+            cells.append(Text(_rate(found["writes_per_s"]), style="bold"))
+            cells.append(_ratio(found.get("vs_one_writer")))
+            if layout == LAYOUTS[0]:
+                cells.append(_duration(found["p50_us"]))
+        if clients:
+            own = layouts.get(LAYOUTS[0], {})
+            beside = clients.get(str(own.get("pgbench_clients")))
+            cells.append("-" if beside is None else _rate(beside["tps"]))
+            cells.append(_ratio(own.get("vs_pgbench")))
+        table.add_row(*cells)
+    return Group(table, _writers_legend(section, settings, pgbench))
+
+
+def _writers_legend(
+    section: dict[str, Any], settings: dict[str, Any], pgbench: dict[str, Any] | None
+) -> Text:
+    """What the writers table's headings mean, pgbench's note, the targets."""
+    legend = Text(
+        f"sets of a ~100 B value, medians of {settings.get('rounds', '?')} round(s) of "
+        f"{settings.get('seconds_per_cell', 0):g} s; writers: processes x threads; own "
+        "scopes: a scope per writer; one scope: all writers on one; x1: ÷ one writer "
+        "(1p x 1t)",
+        style="dim",
+    )
+    if pgbench is not None and pgbench.get("clients"):
+        legend.append(
+            "; pgbench: the server's pgbench -N tps with a client per writer "
+            "(4p x 4t: 4 clients); ÷pgb: own scopes ÷ pgbench",
+            style="dim",
+        )
+    elif pgbench is not None:
+        legend.append(f"\n{pgbench.get('note', 'pgbench: no figures')}", style="yellow")
+    for target in section.get("targets", []):
+        legend.append(f"\ntarget {target['target']}: ")
+        if target["ok"] is None:
+            legend.append("not measured in this run", style="dim")
+        else:
+            legend.append(f"{target['text']} ")
+            legend.append_text(_verdict(target["ok"]))
+    if section.get("error"):
+        legend.append(f"\nfailed: {section['error']}", style="red")
+    return legend
+
+
 def render(result: dict[str, Any], console: Console) -> None:
-    """Print the result as tables, then the notes."""
+    """Print the result as tables (each fits 80 columns), then the notes."""
     if "scale" in result:
         console.print(_scale_table(result["scale"]))
-    else:
-        console.print(_throughput_table(result))
+    if "figures" in result:
+        console.print(_peers_table(result))
+        console.print(_targets_table(result))
         console.print(_events_table(result))
+    for name, section in result.get("scaling", {}).items():
+        console.print(_writers_table(name, section))
     notes = Text()
     for peer, reason in result["skipped"].items():
         notes.append(f"skipped {peer}: {reason}\n", style="yellow")
@@ -326,6 +460,21 @@ def render(result: dict[str, Any], console: Console) -> None:
     console.print(notes)
 
 
+def dumps(result: dict[str, Any]) -> str:
+    """Every figure, the settings and the machine, as indented JSON (NaN as null)."""
+    return json.dumps(_finite(result), indent=2, default=str, allow_nan=False) + "\n"
+
+
+def _finite(data: Any) -> Any:
+    if isinstance(data, float) and not math.isfinite(data):
+        return None
+    if isinstance(data, dict):
+        return {key: _finite(value) for key, value in data.items()}
+    if isinstance(data, (list, tuple)):
+        return [_finite(value) for value in data]
+    return data
+
+
 def write_json(result: dict[str, Any], path: str | os.PathLike[str]) -> None:
-    """Every figure, the settings and the machine, as JSON."""
-    Path(path).write_text(json.dumps(result, indent=2, default=str) + "\n", encoding="utf-8")
+    """Every figure, the settings and the machine, as a JSON file."""
+    Path(path).write_text(dumps(result), encoding="utf-8")

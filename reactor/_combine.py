@@ -1,0 +1,182 @@
+"""Group commit across scopes: the writes of one process share database transactions.
+
+Each scope's actor runs one batch at a time, so a scope keeps exactly one writer and its
+order. Batches of different scopes, though, reach the store from several threads at
+once; each used to commit on its own, one after another. Here they combine: whoever
+finds no transaction running leads, and commits in one transaction its own work and
+the work every other thread queued meanwhile; the others wait for their results. A
+commit costs a flush of the WAL (a round trip and a WAL flush on PostgreSQL), so
+threads writing together add throughput instead of queueing for the lock.
+
+Only work that stages its changes (``WriteTxn.write``) is combined: a piece that fails
+is undone alone (``WriteTxn.rollback_to``), and the others commit. Work that runs
+statements of its own (compaction, lock leases, subscriber positions) runs alone.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Any, Generic, TypeVar
+
+from ._store import ChangeRecord, WriteTxn
+from .errors import BusyError, ClosedError, ReactorError, StorageError
+
+__all__ = ["Combiner"]
+
+T = TypeVar("T")
+CommitHook = Callable[[list[ChangeRecord]], None]
+WriteOnce = Callable[
+    [Callable[[WriteTxn], Any], float, CommitHook | None], tuple[Any, list[ChangeRecord]]
+]
+
+
+class _Slot(Generic[T]):
+    """One thread's work, waiting to be committed by whoever leads."""
+
+    __slots__ = ("done", "error", "now", "on_commit", "records", "result", "shared", "work")
+
+    def __init__(
+        self, work: Callable[[WriteTxn], T], now: float, on_commit: CommitHook | None, shared: bool
+    ) -> None:
+        self.work = work
+        self.now = now
+        self.on_commit = on_commit
+        self.shared = shared  # may commit together with others
+        self.done = False
+        self.result: Any = None
+        self.error: BaseException | None = None
+        self.records: list[ChangeRecord] = []
+
+
+class Combiner:
+    """Runs the writes of a store, several threads' at a time in one transaction."""
+
+    def __init__(self, write_once: WriteOnce, timeout: float) -> None:
+        self._write_once = write_once
+        self._timeout = timeout
+        self._ready = threading.Condition()
+        self._queue: deque[_Slot[Any]] = deque()
+        self._leading = False
+
+    def write(
+        self,
+        work: Callable[[WriteTxn], T],
+        now: float,
+        on_commit: CommitHook | None,
+        *,
+        shared: bool,
+    ) -> tuple[T, list[ChangeRecord]]:
+        """Commit ``work`` (with others' when ``shared``); its result and the records of
+        the transaction it was committed in.
+
+        Raises:
+            BusyError: no transaction of this process could take it within the timeout.
+            the error of ``work``, or of the transaction (each caller its own copy).
+        """
+        slot: _Slot[T] = _Slot(work, now, on_commit, shared)
+        with self._ready:
+            self._queue.append(slot)
+            if not self._wait_turn(slot):
+                if slot in self._queue:
+                    self._queue.remove(slot)
+                    raise BusyError(
+                        f"this process's writer stayed busy for more than {self._timeout} s"
+                    )
+                while not slot.done:  # taken by a leader already: its commit is bounded
+                    self._ready.wait()
+        if not slot.done:
+            self._lead(slot)
+        if slot.error is not None:
+            raise slot.error
+        return slot.result, slot.records
+
+    def _wait_turn(self, slot: _Slot[Any]) -> bool:
+        """Wait (with the condition held) until ``slot`` is done, or this thread may
+        lead; False after the timeout."""
+        remaining = self._timeout
+        while not slot.done:
+            if not self._leading:
+                self._leading = True
+                return True
+            if remaining <= 0:
+                return False
+            began = time.monotonic()
+            self._ready.wait(remaining)
+            remaining -= time.monotonic() - began
+        return True
+
+    def _lead(self, own: _Slot[Any]) -> None:
+        try:
+            with self._ready:
+                batch = self._take(own)
+            self._commit(batch)
+        finally:
+            with self._ready:
+                self._leading = False
+                self._ready.notify_all()  # the served wake, and one of the others leads
+
+    def _take(self, own: _Slot[Any]) -> list[_Slot[Any]]:
+        """``own``, and the shared work queued so far if ``own`` is shared."""
+        self._queue.remove(own)
+        if not own.shared:
+            return [own]
+        batch = [own]
+        kept: deque[_Slot[Any]] = deque()
+        while self._queue:
+            slot = self._queue.popleft()
+            if slot.shared and slot.on_commit in (None, own.on_commit):
+                batch.append(slot)
+            else:
+                kept.append(slot)  # work that runs alone waits for a leader of its own
+        self._queue = kept
+        return batch
+
+    def _commit(self, batch: list[_Slot[Any]]) -> None:
+        if len(batch) == 1:
+            only = batch[0]
+            try:
+                only.result, only.records = self._write_once(only.work, only.now, only.on_commit)
+            except BaseException as exc:  # noqa: BLE001 - raised again in its own thread
+                only.error = exc
+            only.done = True
+            return
+
+        def work(txn: WriteTxn) -> list[tuple[bool, Any]]:
+            outcomes: list[tuple[bool, Any]] = []
+            for slot in batch:
+                mark = txn.savepoint()
+                try:
+                    outcomes.append((True, slot.work(txn)))
+                except (StorageError, ClosedError):
+                    raise  # the transaction itself failed: every piece fails
+                except Exception as exc:  # noqa: BLE001 - it goes back to its caller
+                    txn.rollback_to(mark)
+                    outcomes.append((False, exc))
+            return outcomes
+
+        hook = next((slot.on_commit for slot in batch if slot.on_commit is not None), None)
+        try:
+            outcomes, records = self._write_once(work, max(slot.now for slot in batch), hook)
+        except BaseException as exc:  # noqa: BLE001 - every waiting caller must hear of it
+            for slot in batch:
+                slot.error = exc if slot is batch[0] else _copy_error(exc)
+                slot.done = True
+            return
+        for slot, (ok, value) in zip(batch, outcomes, strict=True):
+            if ok:
+                slot.result, slot.records = value, records
+            else:
+                slot.error = value
+            slot.done = True
+
+
+def _copy_error(exc: BaseException) -> BaseException:
+    """A fresh error per caller, so that tracebacks of concurrent raisers do not mix."""
+    if isinstance(exc, ReactorError):
+        fresh = type(exc)(*exc.args)
+        fresh.__cause__ = exc.__cause__
+        return fresh
+    return exc
