@@ -283,7 +283,7 @@ class SQLStore:
     ``_store.Store`` (snapshots, following other processes, closing)."""
 
     location: str
-    _combiner: Combiner
+    _combiner: Combiner | None  # None: each write commits on its own (SQLite)
 
     def write(
         self,
@@ -303,7 +303,17 @@ class SQLStore:
             StorageError: the database failed; nothing was committed (or, for
                 ``OutcomeUnknownError``, it cannot be known).
         """
+        if self._combiner is None:
+            return self._write_once(work, now, on_commit)
         return self._combiner.write(work, now, on_commit, shared=shared)
+
+    def _write_once(
+        self,
+        work: Callable[[WriteTxn], T],
+        now: float,
+        on_commit: Callable[[list[ChangeRecord]], None] | None = None,
+    ) -> tuple[T, list[ChangeRecord]]:
+        raise NotImplementedError
 
     def _query(self, sql: str, params: tuple[Any, ...]) -> list[Any]:
         raise NotImplementedError

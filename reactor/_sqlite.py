@@ -135,7 +135,10 @@ class SQLiteStore(SQLStore):
         self._synchronous = SYNCHRONOUS[durability]
         self._closed = False
         self._gate = threading.Lock()
-        self._combiner = Combiner(self._write_once, timeout)
+        # No group commit across scopes: a SQLite commit (WAL, no fsync at "normal") is
+        # cheap, and handing work between threads costs more under the GIL than it
+        # saves: measured, 4 threads on 4 scopes went from 12.6k to 6.9k sets/s with it.
+        self._combiner: Combiner | None = None
         self._idle: deque[sqlite3.Connection] = deque()
         self._opened: list[Any] = []  # every pool connection handed out, to close them
         self._opened_lock = threading.Lock()
