@@ -59,7 +59,7 @@ def main(argv: list[str]) -> None:
     elif command == "test":
         run(BIN / "ruff", "check", ".")
         run(BIN / "ruff", "format", "--check", ".")
-        run(BIN / "mypy", "reactor")
+        run(BIN / "mypy", "reactor", "tests/typing_examples.py")
         with tempfile.TemporaryDirectory() as site:
             run(BIN / "mkdocs", "build", "--strict", "--quiet", "--site-dir", site)
         run(BIN / "python", "-m", "pytest", *rest)

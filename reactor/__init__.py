@@ -17,15 +17,17 @@ from typing import Any as _Any
 
 from . import errors, ops, signals
 from ._clock import Clock
-from ._events import ChangeEvent
+from ._events import ChangeEvent, EventType
 from ._locks import Lock
 from ._open import open  # noqa: A004 - reactor.open, as the spec names it
+from ._options import Durability
 from ._results import Change, Snapshot, UpdateResult
 from ._scope import Scope
 from ._state import State
 from ._subscriptions import Subscription, Watch
 from ._transaction import Transaction
 from ._values import MISSING, Missing
+from ._verbs import ScopeVerbs
 from .errors import (
     BusyError,
     ClosedError,
@@ -39,12 +41,35 @@ from .errors import (
     OperationTimeout,
     OutcomeUnknownError,
     ReactorError,
+    ReadOnlyError,
     ReentrancyError,
     RevisionCompactedError,
     SchemaError,
     StorageError,
     TypeMismatchError,
 )
+
+# Where users find them, for repr(), help() and pickle: reactor.Scope, not
+# reactor._scope.Scope (as httpx does). mypy and the API reference read the source and
+# are not affected; error messages name classes by their short name anyway.
+for _public in (
+    Change,
+    ChangeEvent,
+    Clock,
+    Lock,
+    Missing,
+    Scope,
+    ScopeVerbs,
+    Snapshot,
+    State,
+    Subscription,
+    Transaction,
+    UpdateResult,
+    Watch,
+    open,
+):
+    _public.__module__ = __name__
+del _public
 
 
 # Loaded on first use, since a program (or a `reactor get`) may never need them:
@@ -88,6 +113,8 @@ __all__ = [
     "Clock",
     "ClosedError",
     "ConflictError",
+    "Durability",
+    "EventType",
     "InvalidArgumentError",
     "InvalidKeyError",
     "InvalidOpError",
@@ -99,10 +126,12 @@ __all__ = [
     "OperationTimeout",
     "OutcomeUnknownError",
     "ReactorError",
+    "ReadOnlyError",
     "ReentrancyError",
     "RevisionCompactedError",
     "SchemaError",
     "Scope",
+    "ScopeVerbs",
     "Snapshot",
     "State",
     "StorageError",

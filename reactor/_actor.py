@@ -150,7 +150,9 @@ class Mailbox:
             return wait(self.submit(work, scope))
         try:
             # No batch, no future: one request, one transaction; an error rolls it back.
-            result, _ = self._store.write(work, self._clock(), self._on_commit, shared=True)
+            result, _ = self._store.write(
+                work, self._clock(), self._on_commit, shared=True, scopes=(scope,), reads=work.reads
+            )
             return result
         finally:
             self._running.release()
@@ -227,13 +229,7 @@ class Mailbox:
             self._run(batch)
 
     def _run(self, batch: list[Request]) -> None:
-        touched = [key for request in batch for key in getattr(request.work, "keys", ())]
-
         def work(txn: WriteTxn) -> list[tuple[bool, Any]]:
-            if len(touched) > 1:
-                # One SELECT for the batch rather than one per request: each statement
-                # hands the GIL over, and waits to get it back.
-                txn.prefetch(touched)
             outcomes: list[tuple[bool, Any]] = []
             for request in batch:
                 mark = txn.savepoint()
@@ -248,7 +244,16 @@ class Mailbox:
             return outcomes
 
         try:
-            outcomes, _ = self._store.write(work, self._clock(), self._on_commit, shared=True)
+            outcomes, _ = self._store.write(
+                work,
+                self._clock(),
+                self._on_commit,
+                shared=True,
+                scopes={request.scope for request in batch},
+                # One read for the batch rather than one per request: each statement
+                # hands the GIL over, and waits to get it back.
+                reads=[key for request in batch if request.work for key in request.work.reads],
+            )
         except Exception as exc:  # noqa: BLE001 - every caller hears of it
             for request in batch:
                 request.future.set_exception(_copy_error(exc))

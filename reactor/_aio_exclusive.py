@@ -17,17 +17,20 @@ synchronous ``Transaction``; other tasks wait for the commit.
 from __future__ import annotations
 
 import asyncio
+import builtins
 import collections
 import contextvars
 import functools
 import logging
 import weakref
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Iterable, Mapping
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
+from ._engine import engine_of
 from ._keys import check_key
 from ._locks import Lock
+from ._results import Change, Snapshot, UpdateResult
 from ._transaction import Transaction
 from ._verbs import check_ttl
 from .errors import (
@@ -44,6 +47,7 @@ if TYPE_CHECKING:
 __all__ = ["AsyncLock", "AsyncTransaction", "check_not_held", "wake_lock_lines"]
 
 logger = logging.getLogger("reactor")
+T = TypeVar("T")
 
 _POLL_MIN: Final = 0.002
 _POLL_MAX: Final = 0.05
@@ -53,8 +57,6 @@ _POLL_MAX: Final = 0.05
 _held: contextvars.ContextVar[frozenset[tuple[int, str, int]]] = contextvars.ContextVar(
     "reactor_aio_held", default=frozenset()
 )
-
-AsyncVerb = Callable[..., Coroutine[Any, Any, Any]]
 
 
 def check_not_held(engine_id: int, scope: str) -> None:
@@ -88,7 +90,7 @@ class AsyncTransaction:
         if self._tx is not None:
             raise ReentrancyError("a transaction is entered once")
         state = await self._handle._sync()
-        engine = state._engine_or_raise()
+        engine = engine_of(state)
         check_not_held(id(engine), self.name)
         tx = self._tx = Transaction(state, self.name)
         _, granted = tx._ask()
@@ -133,17 +135,104 @@ class AsyncTransaction:
             raise
         tx._hand_back("rolled back" if future is None else "committed")
 
-    def __getattr__(self, verb: str) -> AsyncVerb:
+    async def _call(self, verb: Callable[[Transaction], T]) -> T:
+        """Run ``verb`` on the pending transaction, in a worker (it may read)."""
         tx = self._tx
-        if tx is None or verb.startswith("_"):
-            raise AttributeError(verb)
-        method = getattr(tx, verb)
+        if tx is None:
+            raise ClosedError("this transaction has not begun: use async with")
+        return await self._handle._run(verb, tx)
 
-        async def call(*args: Any, **kwargs: Any) -> Any:
-            return await self._handle._run(functools.partial(method, *args, **kwargs))
+    # -- the verbs of Scope, as coroutines (see ScopeVerbs for what each does) -------
+    async def get(self, key: str, default: Any = None) -> Any:
+        """The value of ``key`` as this transaction sees it, or ``default``."""
+        return await self._call(lambda tx: tx.get(key, default))
 
-        call.__name__ = verb
-        return call
+    async def get_many(self, keys: Iterable[str]) -> dict[str, Any]:
+        """The values of those of ``keys`` that exist."""
+        wanted = list(keys) if not isinstance(keys, str) else keys
+        return await self._call(lambda tx: tx.get_many(wanted))
+
+    async def exists(self, key: str) -> bool:
+        """Whether ``key`` holds a live value."""
+        return await self._call(lambda tx: tx.exists(key))
+
+    async def list(self) -> dict[str, Any]:
+        """Every live key and its value, sorted by key."""
+        return await self._call(lambda tx: tx.list())
+
+    async def keys(self, pattern: str = "*") -> builtins.list[str]:
+        """The live keys matching the glob ``pattern``, sorted."""
+        return await self._call(lambda tx: tx.keys(pattern))
+
+    async def ttl(self, key: str) -> float:
+        """Seconds left before ``key`` expires; ``-1`` without expiry, ``-2`` if absent."""
+        return await self._call(lambda tx: tx.ttl(key))
+
+    async def length(self, key: str) -> int:
+        """The length of the list at ``key``; 0 when it is absent."""
+        return await self._call(lambda tx: tx.length(key))
+
+    async def snapshot(self) -> Snapshot:
+        """The scope as this transaction sees it, with the revision it began at."""
+        return await self._call(lambda tx: tx.snapshot())
+
+    async def set(
+        self, key: str, value: Any, ttl: float | None = None, keep_ttl: bool = False
+    ) -> Change:
+        """Stage ``value`` at ``key``; the old and new value."""
+        return await self._call(lambda tx: tx.set(key, value, ttl, keep_ttl))
+
+    async def set_many(
+        self, mapping: Mapping[str, Any], ttl: float | None = None
+    ) -> dict[str, Change]:
+        """Stage every key-value of ``mapping``."""
+        return await self._call(lambda tx: tx.set_many(mapping, ttl))
+
+    async def delete(self, key: str) -> Any:
+        """Stage the removal of ``key``; its value, or None if it was absent."""
+        return await self._call(lambda tx: tx.delete(key))
+
+    async def clear(self, pattern: str = "*") -> int:
+        """Stage the removal of the keys matching ``pattern``; how many."""
+        return await self._call(lambda tx: tx.clear(pattern))
+
+    async def expire(self, key: str, seconds: float | None) -> bool:
+        """Give ``key`` a time to live (None: none); whether it exists."""
+        return await self._call(lambda tx: tx.expire(key, seconds))
+
+    async def increment(
+        self, key: str, by: int | float = 1, default: int | float = 0
+    ) -> int | float:
+        """Add ``by`` to the number at ``key``; the new number."""
+        return await self._call(lambda tx: tx.increment(key, by, default))
+
+    async def decrement(
+        self, key: str, by: int | float = 1, default: int | float = 0
+    ) -> int | float:
+        """Subtract ``by`` from the number at ``key``; the new number."""
+        return await self._call(lambda tx: tx.decrement(key, by, default))
+
+    async def append(self, key: str, text: str) -> int:
+        """Append ``text`` to the string at ``key``; its new length."""
+        return await self._call(lambda tx: tx.append(key, text))
+
+    async def compare_and_swap(self, key: str, expected: Any, new: Any) -> bool:
+        """Set ``key`` to ``new`` only if it holds ``expected``; whether it did."""
+        return await self._call(lambda tx: tx.compare_and_swap(key, expected, new))
+
+    async def push(self, key: str, *items: Any) -> int:
+        """Append ``items`` to the list at ``key``; its new length."""
+        return await self._call(lambda tx: tx.push(key, *items))
+
+    async def pop(self, key: str, front: bool = False) -> Any:
+        """Remove and return the last (or first) item of the list at ``key``."""
+        return await self._call(lambda tx: tx.pop(key, front))
+
+    async def update(
+        self, key: str, ops: builtins.list[dict[str, Any]], atomic: bool | None = None
+    ) -> UpdateResult:
+        """Apply update ops or a JSON Patch to the value at ``key`` (SPEC §4)."""
+        return await self._call(lambda tx: tx.update(key, ops, atomic))
 
 
 class LockLine:
@@ -226,7 +315,7 @@ class AsyncLock:
     async def _sync(self) -> Lock:
         if self._lock is None:
             state = await self._handle._sync()
-            self._key = (id(state._engine_or_raise()), self.name)
+            self._key = (id(engine_of(state)), self.name)
             self._lock = Lock(state, self.name, self.ttl, self.timeout)
         return self._lock
 

@@ -3,7 +3,9 @@
 Every command hands ``Output.show`` its result as plain data and a renderer for it.
 Piped (or with ``--json``) the data goes out as one JSON document, or one JSON line per
 item for streams; on a terminal (or with ``--table``) the renderer draws it with rich,
-imported only then: a piped command does not spend 30 ms importing it.
+imported only then: a piped command does not spend 30 ms importing it. With ``--raw``
+(as ``redis-cli --raw``), a command printing one value (``Output.value``) prints a string
+as its text, and a list of keys (``Output.lines``) goes out one per line.
 """
 
 from __future__ import annotations
@@ -62,10 +64,11 @@ def compact(data: Any) -> Text:
 
 class Output:
     """Where a command's result goes: ``as_json`` None decides by whether stdout is a
-    terminal."""
+    terminal; ``raw`` prints strings as text, wherever the command allows it."""
 
-    def __init__(self, as_json: bool | None = None) -> None:
+    def __init__(self, as_json: bool | None = None, *, raw: bool = False) -> None:
         self.json = not sys.stdout.isatty() if as_json is None else as_json
+        self.raw = raw
 
     @functools.cached_property
     def console(self) -> Console:
@@ -80,6 +83,28 @@ class Output:
             self.line(data)
         else:
             self.console.print(view(data))
+
+    def value(self, data: Any, view: Callable[[Any], RenderableType]) -> None:
+        """Print one value: as ``show`` does, unless raw: then a string is its text
+        alone, and anything else one line of JSON, on a terminal too."""
+        if not self.raw:
+            self.show(data, view)
+        elif isinstance(data, str):
+            self.text([data])
+        else:
+            self.line(data)
+
+    def lines(self, items: list[str], view: Callable[[Any], RenderableType]) -> None:
+        """Print a list of strings: as ``show`` does, unless raw: then one per line."""
+        if self.raw:
+            self.text(items)
+        else:
+            self.show(items, view)
+
+    def text(self, lines: list[str]) -> None:
+        """Print ``lines`` as they are, UTF-8, each ended by a newline. Bytes, so that
+        click passes control characters and escape sequences through untouched."""
+        click.echo(b"".join(line.encode() + b"\n" for line in lines), nl=False)
 
     def line(self, data: Any) -> None:
         """Print ``data`` as one JSON line, flushed at once (streams follow it live)."""

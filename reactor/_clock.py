@@ -11,7 +11,9 @@ __all__ = ["Clock", "SystemClock"]
 class Clock(Protocol):
     """Anything with ``time()`` returning epoch seconds as a float."""
 
-    def time(self) -> float: ...
+    def time(self) -> float:
+        """The current time, in seconds since the epoch."""
+        ...
 
 
 class SystemClock:

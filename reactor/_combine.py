@@ -18,7 +18,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any, Generic, TypeVar
 
 from ._store import ChangeRecord, WriteTxn
@@ -28,23 +28,44 @@ __all__ = ["Combiner"]
 
 T = TypeVar("T")
 CommitHook = Callable[[list[ChangeRecord]], None]
+Key = tuple[str, str]
 WriteOnce = Callable[
-    [Callable[[WriteTxn], Any], float, CommitHook | None], tuple[Any, list[ChangeRecord]]
+    [Callable[[WriteTxn], Any], float, CommitHook | None, Collection[str] | None, Collection[Key]],
+    tuple[Any, list[ChangeRecord]],
 ]
 
 
 class _Slot(Generic[T]):
     """One thread's work, waiting to be committed by whoever leads."""
 
-    __slots__ = ("done", "error", "now", "on_commit", "records", "result", "shared", "work")
+    __slots__ = (
+        "done",
+        "error",
+        "now",
+        "on_commit",
+        "reads",
+        "records",
+        "result",
+        "scopes",
+        "shared",
+        "work",
+    )
 
     def __init__(
-        self, work: Callable[[WriteTxn], T], now: float, on_commit: CommitHook | None, shared: bool
+        self,
+        work: Callable[[WriteTxn], T],
+        now: float,
+        on_commit: CommitHook | None,
+        shared: bool,
+        scopes: Collection[str] | None,
+        reads: Collection[Key],
     ) -> None:
         self.work = work
+        self.reads = reads
         self.now = now
         self.on_commit = on_commit
         self.shared = shared  # may commit together with others
+        self.scopes = scopes  # what it touches (None: anything)
         self.done = False
         self.result: Any = None
         self.error: BaseException | None = None
@@ -68,15 +89,18 @@ class Combiner:
         on_commit: CommitHook | None,
         *,
         shared: bool,
+        scopes: Collection[str] | None = None,
+        reads: Collection[Key] = (),
     ) -> tuple[T, list[ChangeRecord]]:
         """Commit ``work`` (with others' when ``shared``); its result and the records of
-        the transaction it was committed in.
+        the transaction it was committed in. ``scopes``: all that ``work`` touches
+        (None: anything); ``reads``: the keys it reads (``SQLStore.write``).
 
         Raises:
             BusyError: no transaction of this process could take it within the timeout.
             the error of ``work``, or of the transaction (each caller its own copy).
         """
-        slot: _Slot[T] = _Slot(work, now, on_commit, shared)
+        slot: _Slot[T] = _Slot(work, now, on_commit, shared, scopes, reads)
         with self._ready:
             self._queue.append(slot)
             if not self._wait_turn(slot):
@@ -138,7 +162,9 @@ class Combiner:
         if len(batch) == 1:
             only = batch[0]
             try:
-                only.result, only.records = self._write_once(only.work, only.now, only.on_commit)
+                only.result, only.records = self._write_once(
+                    only.work, only.now, only.on_commit, only.scopes, only.reads
+                )
             except BaseException as exc:  # noqa: BLE001 - raised again in its own thread
                 only.error = exc
             only.done = True
@@ -158,8 +184,20 @@ class Combiner:
             return outcomes
 
         hook = next((slot.on_commit for slot in batch if slot.on_commit is not None), None)
+        scopes: set[str] | None = set()
+        for slot in batch:
+            if slot.scopes is None or scopes is None:
+                scopes = None
+            else:
+                scopes.update(slot.scopes)
         try:
-            outcomes, records = self._write_once(work, max(slot.now for slot in batch), hook)
+            outcomes, records = self._write_once(
+                work,
+                max(slot.now for slot in batch),
+                hook,
+                scopes,
+                [key for slot in batch for key in slot.reads],
+            )
         except BaseException as exc:  # noqa: BLE001 - every waiting caller must hear of it
             for slot in batch:
                 slot.error = exc if slot is batch[0] else _copy_error(exc)

@@ -1,4 +1,5 @@
-"""``reactor demo``: a reactive order workflow on an embedded database in the current folder.
+"""``reactor demo``: a reactive order workflow on an embedded database in the current folder
+(or on the database ``reactor --db`` names).
 
 Nothing calls the workflow's steps: subscriptions react to each change of an order and
 write the next status, which triggers the next step. A durable subscriber keeps the
@@ -15,6 +16,7 @@ import time
 from typing import Any, Final
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from . import ops
@@ -31,8 +33,9 @@ TIMEOUT: Final = 15.0  # seconds the demo waits for its workflow, at most
 STYLES: Final = {"created": "green", "updated": "yellow", "deleted": "red", "expired": "magenta"}
 
 
-def run_demo(state: State, console: Console) -> None:
-    """Run one round of the workflow on ``state`` and show what happens, live."""
+def run_demo(state: State, console: Console, *, again: str = "reactor demo") -> None:
+    """Run one round of the workflow on ``state`` and show what happens, live;
+    ``again`` is the command that runs it again on the same database."""
     demo, orders, ledger, cache = (
         state.scope(name) for name in ("demo", "orders", "ledger", "cache")
     )
@@ -78,8 +81,8 @@ def run_demo(state: State, console: Console) -> None:
         f"keys still cached: {len(cache.keys())}"
     )
     console.print(
-        f"Run [bold]reactor demo[/] again: the orders, the ledger and its position survive "
-        f"in [cyan]{state.location}[/]."
+        f"Run [bold]{escape(again)}[/] again: the orders, the ledger and its position "
+        f"survive in [cyan]{state.location}[/]."
     )
 
 

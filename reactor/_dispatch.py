@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import queue
+import sys
 import threading
 from collections.abc import Callable
 from typing import Any, Final
@@ -113,8 +114,9 @@ class Dispatcher:
             self._published = records[-1].revision
             self._queue.put(fresh)
 
-    def catch_up(self) -> None:
-        """Publish what other processes committed since the last revision handed on.
+    def catch_up(self, announced: int = sys.maxsize) -> None:
+        """Publish what other processes committed since the last revision handed on
+        (``announced``: up to where, if known).
 
         Raises:
             StorageError: reading the log failed; what was read is published, the rest
@@ -122,7 +124,9 @@ class Dispatcher:
         """
         with self._lock:
             if not self._wanted():  # nobody listens: only keep count of the revisions
-                self._published = max(self._published, self._store.revision())
+                if announced == sys.maxsize:
+                    announced = self._store.revision()
+                self._published = max(self._published, announced)
                 return
             self._read_log(upto=None)
 
@@ -152,15 +156,18 @@ class Dispatcher:
 
     def _follow(self) -> None:
         failures = 0
+        latest = sys.maxsize  # how far others have committed, as last announced
         while not self._stop.is_set():
             try:
                 announced = self._store.await_commits(FOLLOW_INTERVAL)
                 if announced is not None and announced > self._published:
+                    latest = announced
                     self._behind.set()
                 if self._behind.is_set():
                     # Cleared before reading: a commit announced meanwhile is read too.
                     self._behind.clear()
-                    self.catch_up()
+                    self.catch_up(latest)
+                    latest = sys.maxsize
                     if failures:
                         logger.warning("following other processes' changes works again")
                         failures = 0

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any, Final
+from typing import Any, Final, Literal, cast, get_args
 
 from ._store import ChangeRecord
 from ._values import decode
 
-__all__ = ["EVENT_TYPES", "ChangeEvent"]
+__all__ = ["EVENT_TYPES", "ChangeEvent", "EventType"]
 
-EVENT_TYPES: Final = frozenset({"created", "updated", "deleted", "expired"})
+EventType = Literal["created", "updated", "deleted", "expired"]
+"""The type of a change: what ``events=`` filters on, and ``ChangeEvent.type``."""
+
+EVENT_TYPES: Final[frozenset[EventType]] = frozenset(get_args(EventType))
 
 
 class ChangeEvent:
@@ -27,16 +30,18 @@ class ChangeEvent:
 
     @property
     def scope(self) -> str:
+        """The scope the key is in."""
         return self._record.scope
 
     @property
     def key(self) -> str:
+        """The key that changed."""
         return self._record.key
 
     @property
-    def type(self) -> str:
+    def type(self) -> EventType:
         """``"created"``, ``"updated"``, ``"deleted"`` or ``"expired"``."""
-        return self._record.type
+        return cast("EventType", self._record.type)  # the store records only these
 
     @property
     def revision(self) -> int:
@@ -50,11 +55,13 @@ class ChangeEvent:
 
     @property
     def old_value(self) -> Any:
+        """The value before the change; None when the key was absent."""
         text = self._record.old_value
         return None if text is None else decode(text)
 
     @property
     def new_value(self) -> Any:
+        """The value after the change; None when the key is gone."""
         text = self._record.new_value
         return None if text is None else decode(text)
 

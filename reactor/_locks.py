@@ -16,6 +16,7 @@ import uuid
 from types import TracebackType
 from typing import TYPE_CHECKING, Final
 
+from ._engine import engine_of
 from ._keys import check_key
 from ._store import LockRow, WriteTxn
 from ._verbs import check_ttl
@@ -61,7 +62,7 @@ class Lock:
 
     @property
     def _engine(self) -> Engine:
-        return self._state._engine_or_raise()
+        return engine_of(self._state)
 
     def _try(self) -> int | None:
         name, owner, ttl = self.name, self._owner, self.ttl

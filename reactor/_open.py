@@ -6,7 +6,8 @@ import os
 from typing import Any
 
 from ._clock import Clock
-from ._engine import acquire_engine
+from ._options import Durability
+from ._registry import acquire_engine
 from ._state import State
 
 __all__ = ["open"]
@@ -15,7 +16,7 @@ __all__ = ["open"]
 def open(  # noqa: A001 - reactor.open is the name users expect, as with io.open
     target: str | os.PathLike[str] | None = None,
     *,
-    durability: str | None = None,
+    durability: Durability | None = None,
     max_value_bytes: int | None = None,
     max_depth: int | None = None,
     max_actors: int | None = None,
@@ -23,6 +24,7 @@ def open(  # noqa: A001 - reactor.open is the name users expect, as with io.open
     log_retention_seconds: float | None = None,
     clock: Clock | None = None,
     timeout: float | None = None,
+    readonly: bool | None = None,
 ) -> State:
     """Open a database and return a handle to its engine.
 
@@ -34,7 +36,15 @@ def open(  # noqa: A001 - reactor.open is the name users expect, as with io.open
     ``"full"``, ``"memory"``), ``max_value_bytes`` (16 MiB), ``max_depth`` (64),
     ``max_actors`` (64), ``log_retention`` (100,000 events), ``log_retention_seconds``
     (none), ``clock`` (an object with ``time()``), ``timeout`` (30 s: how long a verb
-    waits for its scope's actor, and for another process's lock on the database).
+    waits for its scope's actor, and for another process's lock on the database),
+    ``readonly`` (False).
+
+    ``readonly=True`` reads a database that this process may read but not write: it
+    never creates, migrates or changes the database (nor makes its ``-wal`` and ``-shm``
+    files), every write raises ``ReadOnlyError``, and so does a durable subscription
+    (it stores its position); expired keys are hidden but not swept. Subscriptions and
+    watches still see every other process's changes. The file needs no write access,
+    nor does its folder. Read-write, a file this process may not write is refused.
 
     Handles to one database share one engine; options given to a later ``open`` must
     match the running engine's.
@@ -42,6 +52,9 @@ def open(  # noqa: A001 - reactor.open is the name users expect, as with io.open
     Raises:
         InvalidArgumentError: an option out of range, or in conflict with the engine's.
         SchemaError: the database comes from a newer version of reactor.
+        ReadOnlyError: read-write, the database cannot be written by this process;
+            ``readonly=True``, it cannot be read without a write first (it does not
+            exist, is empty, or needs a migration or recovery).
         StorageError: the database could not be opened.
     """
     given: dict[str, Any] = {
@@ -55,6 +68,7 @@ def open(  # noqa: A001 - reactor.open is the name users expect, as with io.open
             ("log_retention_seconds", log_retention_seconds),
             ("clock", clock),
             ("timeout", timeout),
+            ("readonly", readonly),
         )
         if value is not None
     }

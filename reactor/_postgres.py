@@ -20,27 +20,39 @@ committing transaction, so only if it commits) that carries only the last revisi
 committed; a listener reads the change log from the last revision it handed on, so a
 notification lost with a connection costs nothing: after reconnecting, the listener
 catches up from the log.
+
+Read-only (``readonly=True``), the store never migrates, every connection is in
+read-only transactions (``default_transaction_read_only``), and writes are refused
+before anything is sent.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import logging
 import sys
 import threading
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any, Final, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.pool import NullPool
 
 from ._combine import Combiner
-from ._schema import migrate
-from ._sql import DELETE, ITEMS, REVISION, UPSERT, SQLStatements, SQLStore
-from ._store import ChangeRecord, WriteTxn
-from .errors import BusyError, ClosedError, OutcomeUnknownError, ReactorError, StorageError
+from ._schema import META_TABLE, SCHEMA_VERSION, check_version, migrate
+from ._sql import ITEMS, REVISION, SQLStatements, SQLStore
+from ._store import ChangeRecord, Row
+from .errors import (
+    BusyError,
+    ClosedError,
+    OutcomeUnknownError,
+    ReactorError,
+    ReadOnlyError,
+    StorageError,
+)
 
 try:
     import psycopg
@@ -54,11 +66,40 @@ logger = logging.getLogger("reactor")
 
 T = TypeVar("T")
 
-LOG: Final = (
-    "INSERT INTO reactor_changes "
-    "(revision, scope, key, type, old_value, new_value, ops, timestamp) "
-    "VALUES (%s, %s, %s, %s, %s, %s, %s, %s)"
+# A flush, in one statement run at commit under the order lock: the records take the
+# revisions after the last committed one (b.base + n for the n-th), rows staged with a
+# provisional revision (-n) take theirs, deleted rows go, and the notification says
+# the last revision. Compaction always keeps the newest record (``_schema.changes``).
+_FLUSH: Final = """
+WITH b AS (SELECT COALESCE(MAX(revision), 0) AS base FROM reactor_changes),
+logged AS (
+    INSERT INTO reactor_changes
+        (revision, scope, key, type, old_value, new_value, ops, timestamp)
+    SELECT b.base + v.n, v.scope, v.key, v.type, v.old_value, v.new_value, v.ops, v.ts
+    FROM b, unnest(%s::text[], %s::text[], %s::text[], %s::text[], %s::text[],
+                   %s::text[], %s::float8[]) WITH ORDINALITY
+        AS v(scope, key, type, old_value, new_value, ops, ts, n)
+),
+gone AS (
+    DELETE FROM reactor_kv AS k USING unnest(%s::text[], %s::text[]) AS d(scope, key)
+    WHERE k.scope = d.scope AND k.key = d.key
+),
+kept AS (
+    INSERT INTO reactor_kv (scope, key, value, expires_at, revision)
+    SELECT u.scope, u.key, u.value, u.expires_at,
+           CASE WHEN u.revision < 0 THEN b.base - u.revision ELSE u.revision END
+    FROM b, unnest(%s::text[], %s::text[], %s::text[], %s::float8[], %s::bigint[])
+        AS u(scope, key, value, expires_at, revision)
+    ON CONFLICT (scope, key) DO UPDATE SET value = excluded.value,
+        expires_at = excluded.expires_at, revision = excluded.revision
 )
+"""
+READ_AHEAD: Final = (
+    "SELECT key, value, expires_at, revision FROM reactor_kv WHERE scope = %s AND key = ANY(%s)"
+)
+CHANGES: Final = _FLUSH + "SELECT b.base, pg_notify(%s, (b.base + %s)::text) FROM b"
+# Rows only (a deadline changed, no record): no revision, no notification, no lock.
+ROWS_ONLY: Final = _FLUSH + "SELECT b.base, %s, %s FROM b"
 SIZE: Final = (
     "SELECT COALESCE(SUM(pg_total_relation_size(c.oid)), 0) FROM pg_class c "
     "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = current_schema() "
@@ -103,7 +144,9 @@ def normalize_url(target: str) -> sa.URL:
             f"not {url.drivername}://"
         )
     if psycopg is None:
-        raise InvalidArgumentError("PostgreSQL needs psycopg 3: pip install 'reactor[postgresql]'")
+        raise InvalidArgumentError(
+            "PostgreSQL needs psycopg 3: pip install 'reactor-state[postgresql]'"
+        )
     return url
 
 
@@ -111,25 +154,34 @@ def translate(exc: Exception) -> ReactorError:
     """The reactor error for a psycopg error (chain it with ``raise ... from exc``)."""
     if isinstance(exc, psycopg.errors.LockNotAvailable | psycopg.errors.QueryCanceled):
         return BusyError(f"the database stayed locked past the timeout: {exc}")
+    if isinstance(exc, psycopg.errors.ReadOnlySqlTransaction):
+        return ReadOnlyError(f"the database cannot be written: {exc}")
     return StorageError(f"the database failed: {exc}")
 
 
 class _Statements(SQLStatements):
     """The write-path statements on the writer connection, in its transaction.
 
-    The writes of a flush (log records, rows) are held back and sent with the commit,
-    in one round trip (``finish``); revisions follow the largest one when the
-    transaction began (it holds the write lock, and compaction keeps the newest record).
+    What a flush writes (log records, rows) is held back and sent with the commit, in
+    one round trip (``commit``): there the order lock is taken, the revisions follow
+    the last committed one, and the commit is flushed, all on the server.
     """
 
-    __slots__ = ("_conn", "_next", "_queued")
+    __slots__ = ("_ahead", "_changes", "_conn", "_queued", "_store")
 
     SET_COMPACTED = "UPDATE reactor_meta SET value = GREATEST(value, ?) WHERE name = 'compacted'"
 
-    def __init__(self, conn: psycopg.Connection[Any], last_revision: int) -> None:
+    def __init__(
+        self,
+        conn: psycopg.Connection[Any],
+        store: PostgresStore,
+        ahead: dict[tuple[str, str], Row | None],
+    ) -> None:
         self._conn = conn
-        self._next = last_revision + 1
+        self._store = store
+        self._ahead = ahead  # rows read with the begin
         self._queued: list[tuple[str, list[tuple[Any, ...]]]] = []
+        self._changes: tuple[Any, ...] | None = None  # CHANGES' parameters, if any
 
     def _all(self, sql: str, params: tuple[Any, ...]) -> list[Any]:
         try:
@@ -146,60 +198,99 @@ class _Statements(SQLStatements):
     def _many(self, sql: str, rows: list[tuple[Any, ...]]) -> None:
         self._queued.append((_pg(sql), rows))
 
-    def write_rows(
-        self, upserts: list[tuple[str, str, str, float | None, int]], deletes: list[tuple[str, str]]
+    def read_ahead(self, keys: Collection[tuple[str, str]]) -> dict[tuple[str, str], Row | None]:
+        ahead, self._ahead = self._ahead, {}
+        missing = [key for key in keys if key not in ahead]
+        if missing:
+            ahead.update(super().read_ahead(missing))
+        return ahead
+
+    def write_changes(
+        self,
+        records: list[ChangeRecord],
+        upserts: list[tuple[str, str, str, float | None, int]],
+        deletes: list[tuple[str, str]],
     ) -> None:
-        if deletes:
-            self._many(DELETE, deletes)
-        if upserts:
-            self._many(UPSERT, upserts)
-
-    def current_revision(self) -> int:
-        return self._next - 1
-
-    def append_log(self, records: list[ChangeRecord]) -> int:
-        first = self._next
-        self._next += len(records)
-        self._queued.append(
-            (
-                LOG,
-                [
-                    (
-                        first + n,
-                        r.scope,
-                        r.key,
-                        r.type,
-                        r.old_value,
-                        r.new_value,
-                        r.ops,
-                        r.timestamp,
-                    )
-                    for n, r in enumerate(records)
-                ],
-            )
+        """Hold back, for the commit, one statement (``CHANGES``) that numbers the
+        records after the last committed revision and writes them with the rows."""
+        for n, record in enumerate(records, 1):
+            assert record.revision == -n  # provisional: the n-th change
+        self._changes = (
+            [r.scope for r in records],
+            [r.key for r in records],
+            [r.type for r in records],
+            [r.old_value for r in records],
+            [r.new_value for r in records],
+            [r.ops for r in records],
+            [r.timestamp for r in records],
+            [scope for scope, _ in deletes],
+            [key for _, key in deletes],
+            [row[0] for row in upserts],
+            [row[1] for row in upserts],
+            [row[2] for row in upserts],
+            [row[3] for row in upserts],
+            [row[4] for row in upserts],
+            self._store.channel,
+            len(records),
         )
-        return first
 
-    def finish(self, notify: str | None) -> None:
-        """Send what is held back, the notification and the commit, in one round trip."""
+    def commit(self, records: list[ChangeRecord]) -> None:
+        """Send what is held back and the commit in one round trip. With records, the
+        order lock is taken first, and held until the commit is flushed: revisions are
+        given, and become visible, in one order across every process. The notification
+        goes at commit, and only if it commits.
+
+        Raises:
+            OutcomeUnknownError: the connection went during the commit, which may have
+                been applied before it went.
+        """
         conn = self._conn
-        with conn.pipeline(), conn.cursor() as cursor:
-            for sql, rows in self._queued:
-                cursor.executemany(sql, rows)
-            if notify is not None:
-                cursor.execute(notify)
-            cursor.execute("COMMIT")
+        try:
+            with conn.pipeline():
+                with conn.cursor() as cursor:
+                    for sql, rows in self._queued:
+                        cursor.executemany(sql, rows)
+                written = None
+                if self._changes is not None:
+                    if records:
+                        conn.execute(self._store.order_lock)
+                    written = conn.cursor()
+                    written.execute(CHANGES if records else ROWS_ONLY, self._changes)
+                conn.execute("COMMIT")
+            if records:
+                assert written is not None
+                base = int(written.fetchall()[0][0])
+                for record in records:
+                    record.revision = base - record.revision
+        except psycopg.Error as exc:
+            if _connection_lost(conn, exc):
+                # Its notification, if it committed, came from this process's writer:
+                # the follower reads the log instead (``await_commits``).
+                self._store.doubt.set()
+                raise OutcomeUnknownError(
+                    f"the connection to {self._store.location} was lost while the write "
+                    f"was committing; it may or may not have been applied: {exc}"
+                ) from exc
+            raise
+
+    def abort(self) -> None:
+        self._store.abandon(self._conn)
 
 
 class PostgresStore(SQLStore):
-    """A reactor database in a PostgreSQL schema (the first of the ``search_path``)."""
+    """A reactor database in a PostgreSQL schema (the first of the ``search_path``);
+    ``readonly``: one this store never writes."""
 
-    def __init__(self, url: sa.URL, *, durability: str, timeout: float) -> None:
+    def __init__(
+        self, url: sa.URL, *, durability: str, timeout: float, readonly: bool = False
+    ) -> None:
         self.location = url.render_as_string(hide_password=True)
+        self.readonly = readonly
         self._timeout = timeout
         self._synchronous_commit = SYNCHRONOUS_COMMIT[durability]
         self._closed = False
         self._gate = threading.Lock()
+        self._driver_error = psycopg.Error
         # Group commit across scopes: a commit is a round trip and a WAL flush, and the
         # database's write lock is held through it; threads writing together share it
         # (measured, 4 threads on 4 scopes: 0.99x one thread without, 1.72x with).
@@ -212,12 +303,16 @@ class PostgresStore(SQLStore):
         sa.event.listen(self._engine, "connect", self._on_connect)
         sa.event.listen(self._engine, "begin", _lock_migrations)
         self._writer: psycopg.Connection[Any] | None = None
+        self._writer_pid: int | None = None  # its server process: its notes are our own
+        self.doubt = threading.Event()  # set: a commit of this process's may be unpublished
         try:
-            migrate(self._engine)
-            self._writer = self._connect()
-            schema, database = self._writer.execute(
-                "SELECT current_schema(), current_database()"
-            ).fetchall()[0]
+            if readonly:
+                self._check_readable()
+            else:
+                migrate(self._engine)
+                self._writer = self._connect()
+                self._writer_pid = self._writer.info.backend_pid
+            schema, database = self._query("SELECT current_schema(), current_database()", ())[0]
         except psycopg.Error as exc:
             self.close()
             raise translate(exc) from exc
@@ -230,12 +325,44 @@ class PostgresStore(SQLStore):
         digest = hashlib.blake2b(f"{database}/{schema}".encode(), digest_size=8).digest()
         # The advisory lock key and the notification channel of this reactor database.
         self._lock_key = int.from_bytes(digest, "big", signed=True)
-        self._channel = f"reactor_{digest.hex()}"
-        self._begin = f"BEGIN; SELECT pg_advisory_xact_lock({self._lock_key}); {REVISION}"
+        self.channel = f"reactor_{digest.hex()}"
+        self.order_lock = f"SELECT pg_advisory_xact_lock({self._lock_key})"
+        self._scope_keys = functools.lru_cache(maxsize=4096)(functools.partial(_scope_key, digest))
+
+    def _check_readable(self) -> None:
+        """Check, reading only, that the schema holds a reactor database of this version.
+
+        Raises:
+            SchemaError: the database comes from a newer reactor.
+            ReadOnlyError: it holds no reactor database yet, or one that needs migrating.
+            StorageError: it cannot be read.
+        """
+        sql = f"SELECT value FROM {META_TABLE} WHERE name = 'schema_version'"
+        try:
+            found = self._query(sql, ())
+        except StorageError as exc:
+            if not isinstance(exc.__cause__, psycopg.errors.UndefinedTable):
+                raise
+            found = []
+        version = int(found[0][0]) if found else 0
+        check_version(version)
+        if version == 0:
+            raise ReadOnlyError(
+                f"{self.location} holds no reactor database yet: a read-only open does not "
+                "create one"
+            )
+        if version < SCHEMA_VERSION:
+            raise ReadOnlyError(
+                f"{self.location} was written by an older reactor (schema version {version}, "
+                f"this one reads {SCHEMA_VERSION}); migrating it writes: open it read-write "
+                "once first"
+            )
 
     # -- connections ---------------------------------------------------------------
     def _on_connect(self, dbapi_conn: Any, _record: object) -> None:
         with dbapi_conn.cursor() as cursor:
+            if self.readonly:  # the server refuses writes too, whatever sends them
+                cursor.execute("SET default_transaction_read_only = on")
             cursor.execute(f"SET synchronous_commit = {self._synchronous_commit}")
             # How long a writer waits for another's advisory lock (then BusyError).
             cursor.execute(f"SET lock_timeout = {int(self._timeout * 1000)}")
@@ -307,7 +434,7 @@ class PostgresStore(SQLStore):
                     self._discard(self._idle.pop())
                 continue
             except psycopg.Error as exc:
-                self._abandon(conn)
+                self.abandon(conn)
                 if not conn.closed:
                     self._idle.append(conn)
                 raise translate(exc) from exc
@@ -339,11 +466,14 @@ class PostgresStore(SQLStore):
         """Wait at most ``timeout`` for a notification of another connection's commit;
         return the revision it announces (``sys.maxsize`` after (re)connecting the
         listener: what was missed meanwhile is read from the log)."""
+        if self.doubt.is_set():
+            self.doubt.clear()
+            return sys.maxsize
         conn = self._listener
         if conn is None or conn.closed:
             try:
                 conn = self._connect()
-                conn.execute(f"LISTEN {self._channel}")
+                conn.execute(f"LISTEN {self.channel}")
             except ClosedError:
                 raise
             except (psycopg.Error, StorageError) as exc:
@@ -353,8 +483,17 @@ class PostgresStore(SQLStore):
             self._listener = conn
             return sys.maxsize
         try:
+            announced: int | None = None
+            woken = False
             for note in conn.notifies(timeout=timeout, stop_after=1):
-                return int(note.payload) if note.payload.isdigit() else sys.maxsize
+                woken = True
+                announced = self._announced(note, announced)
+            if woken:
+                # Take every notification already here in one go: busy writers send
+                # one per commit.
+                for note in conn.notifies(timeout=0):
+                    announced = self._announced(note, announced)
+            return announced
         except psycopg.Error as exc:
             if self._closed:
                 raise ClosedError("the database is closed") from exc
@@ -363,87 +502,72 @@ class PostgresStore(SQLStore):
             self._listener = None
         return None
 
-    # -- writes --------------------------------------------------------------------
-    def _write_once(
-        self,
-        work: Callable[[WriteTxn], T],
-        now: float,
-        on_commit: Callable[[list[ChangeRecord]], None] | None = None,
-    ) -> tuple[T, list[ChangeRecord]]:
-        """Run ``work`` in one write transaction and commit; return its result and the
-        change records it committed (see ``SQLiteStore.write``).
+    def _announced(self, note: psycopg.Notify, before: int | None) -> int | None:
+        """The revision ``note`` announces, joined with those ``before`` it; this
+        process's own commits (from its writer connection) are published as they commit
+        (``Dispatcher.committed``), so their notes announce nothing."""
+        if note.pid == self._writer_pid:
+            return before
+        revision = int(note.payload) if note.payload.isdigit() else sys.maxsize
+        return revision if before is None else max(before, revision)
 
-        Raises:
-            BusyError: another process held the write lock past the timeout.
-            StorageError: the database failed; nothing was committed (or, if the
-                connection was lost during the commit itself, it cannot be known).
+    # -- writes (the protocol is SQLStore._write_once) -------------------------------
+    def _translate(self, exc: Exception) -> ReactorError:
+        return translate(exc)
+
+    def _begin_write(
+        self, scopes: Collection[str] | None, reads: Collection[tuple[str, str]]
+    ) -> _Statements:
+        """Begin a write transaction holding the locks of ``scopes`` (None: the order
+        lock, which keeps out every other writer's commit), and read the rows of
+        ``reads``: one round trip. A writer connection the server dropped is replaced
+        (once: nothing was sent on it yet).
+
+        Two processes writing one scope take turns; writers of other scopes go on at
+        once, and meet only at commit, on the order lock (``_Statements.commit``).
+        Locks are taken in one order (sorted keys), so that writers never deadlock.
         """
-        if not self._gate.acquire(timeout=self._timeout):
-            raise BusyError(f"this process's writer stayed busy for more than {self._timeout} s")
-        try:
-            conn, last_revision = self._begin_writing()
-            try:
-                try:
-                    statements = _Statements(conn, last_revision)
-                    txn = WriteTxn(statements, now)
-                    result = work(txn)
-                    records = txn.flush()
-                    # NOTIFY is sent at commit, and only if it commits.
-                    notify = (
-                        f"NOTIFY {self._channel}, '{records[-1].revision}'" if records else None
-                    )
-                    try:
-                        statements.finish(notify)
-                    except psycopg.Error as exc:
-                        if _connection_lost(conn, exc):
-                            # The commit was sent with the writes: it may have been
-                            # applied before the connection went.
-                            raise OutcomeUnknownError(
-                                f"the connection to {self.location} was lost while the "
-                                f"write was committing; it may or may not have been "
-                                f"applied: {exc}"
-                            ) from exc
-                        raise
-                except BaseException:
-                    self._abandon(conn)
-                    raise
-            except psycopg.Error as exc:
-                raise translate(exc) from exc
-            if records and on_commit is not None:
-                try:
-                    on_commit(records)
-                except Exception:  # the write stands: it is committed
-                    logger.exception("publishing the changes of a commit failed")
-            return result, records
-        finally:
-            self._gate.release()
-
-    def _begin_writing(self) -> tuple[psycopg.Connection[Any], int]:
-        """Begin a write transaction holding the write lock; return the connection and
-        the last revision. A writer connection the server dropped is replaced (once:
-        nothing was sent on it yet)."""
-        if self._closed:
-            raise ClosedError("the database is closed")
+        if self.readonly:
+            raise ReadOnlyError(
+                f"cannot write {self.location}: it is open read-only (readonly=True)"
+            )
+        if scopes is None:
+            locks = [self.order_lock]
+        else:
+            keys = sorted({self._scope_keys(scope) for scope in scopes})
+            locks = [f"SELECT pg_advisory_xact_lock({key})" for key in keys]
+        by_scope: dict[str, list[str]] = {}
+        for scope, key in reads:
+            by_scope.setdefault(scope, []).append(key)
         for attempt in (1, 2):
             conn = self._writer
             if conn is None or conn.closed:
                 conn = self._writer = self._connect()
+                self._writer_pid = conn.info.backend_pid
             try:
-                # One round trip: begin, take the write lock, read the last revision.
-                cursor = conn.execute(self._begin)
-                cursor.nextset()
-                cursor.nextset()
-                return conn, int(cursor.fetchall()[0][0])
+                with conn.pipeline():
+                    conn.execute("BEGIN")
+                    for lock in locks:
+                        conn.execute(lock)
+                    cursors = [
+                        (scope, conn.execute(READ_AHEAD, (scope, names)))
+                        for scope, names in by_scope.items()
+                    ]
+                ahead: dict[tuple[str, str], Row | None] = dict.fromkeys(reads)
+                for scope, cursor in cursors:
+                    for key, value, expires_at, revision in cursor.fetchall():
+                        ahead[(scope, key)] = Row(value, expires_at, revision)
+                return _Statements(conn, self, ahead)
             except psycopg.OperationalError as exc:
-                self._abandon(conn)
+                self.abandon(conn)
                 if attempt == 2 or not conn.closed:
                     raise translate(exc) from exc
             except psycopg.Error as exc:
-                self._abandon(conn)
+                self.abandon(conn)
                 raise translate(exc) from exc
         raise AssertionError("unreachable")  # pragma: no cover
 
-    def _abandon(self, conn: psycopg.Connection[Any]) -> None:
+    def abandon(self, conn: psycopg.Connection[Any]) -> None:
         """Roll back what a failed write began (or drop the connection if it cannot)."""
         if conn.closed:
             return
@@ -487,6 +611,13 @@ def _connection_lost(conn: psycopg.Connection[Any], exc: psycopg.Error) -> bool:
         return isinstance(exc, psycopg.OperationalError)
     # Class 08, connection exception; 57P01-57P03, the server shutting the session down.
     return state.startswith("08") or state in ("57P01", "57P02", "57P03")
+
+
+def _scope_key(database: bytes, scope: str) -> int:
+    """The advisory lock key of ``scope`` in the reactor database ``database`` (the
+    digest of its name). Two scopes that share a key only take turns."""
+    name = database + b"/" + scope.encode("utf-8", "surrogatepass")
+    return int.from_bytes(hashlib.blake2b(name, digest_size=8).digest(), "big", signed=True)
 
 
 def _lock_migrations(conn: sa.Connection) -> None:

@@ -1,6 +1,9 @@
-"""The values verbs return."""
+"""The values verbs return.
 
-from __future__ import annotations
+No ``from __future__ import annotations``: the fields' annotations stay objects, so
+``typing.get_type_hints`` works on these classes although their ``__module__`` is
+``reactor``, which does not define ``Any``.
+"""
 
 from typing import Any, NamedTuple
 
@@ -8,26 +11,31 @@ __all__ = ["Change", "Snapshot", "UpdateResult"]
 
 
 class Change(NamedTuple):
-    """What a write did to one key: its value before and after (None when absent)."""
+    """What a write did to one key: its value before and after."""
 
     old_value: Any
+    """The value before the write; None when the key was absent."""
     new_value: Any
+    """The value after the write; None when the key is absent."""
 
 
 class UpdateResult(NamedTuple):
-    """What ``update`` did: the value before and after, and the ops that did not apply.
-
-    Each error is ``{"index", "op", "code", "message"}``, with ``code`` one of
-    ``invalid_op``, ``path_not_found``, ``type_mismatch``, ``test_failed``.
-    """
+    """What ``update`` did: the value before and after, and the ops that did not apply."""
 
     old_value: Any
+    """The value before the update; None when the key was absent."""
     new_value: Any
+    """The value after the update (the old one when nothing applied); None when absent."""
     errors: list[dict[str, Any]]
+    """The ops that did not apply, in order: each ``{"index", "op", "code", "message"}``,
+    with ``code`` one of ``invalid_op``, ``path_not_found``, ``type_mismatch``,
+    ``test_failed``."""
 
 
 class Snapshot(NamedTuple):
     """Every live key-value of a scope, and the revision they are current at."""
 
     values: dict[str, Any]
+    """Every live key and its value, sorted by key."""
     revision: int
+    """The database revision the values are current at."""

@@ -1,22 +1,22 @@
 """``Scope``: the handle to one named scope.
 
 Reads run in the caller's thread, straight on the database. Writes are validated and
-encoded in the caller's thread (``Verbs``), then run by the actor that owns the scope.
+encoded in the caller's thread (``ScopeVerbs``), then run by the actor that owns the scope.
 """
 
 from __future__ import annotations
 
 import builtins
-from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from . import _writes
-from ._keys import check_key, compile_pattern
+from ._engine import engine_of
+from ._keys import Pattern, check_key
 from ._results import Snapshot
 from ._transaction import Transaction, in_transaction
 from ._values import decode
-from ._verbs import Verbs, verb
-from .errors import ClosedError, InvalidArgumentError, ReentrancyError, TypeMismatchError
+from ._verbs import ScopeVerbs, verb
+from .errors import ClosedError, ReentrancyError
 
 if TYPE_CHECKING:
     from ._engine import Engine
@@ -27,7 +27,7 @@ __all__ = ["Scope"]
 T = TypeVar("T")
 
 
-class Scope(Verbs):
+class Scope(ScopeVerbs):
     """A named group of keys, owned by one actor. Take it with ``state.scope(name)``.
 
     Every verb raises ``ClosedError`` once the handle it came from is closed,
@@ -40,12 +40,13 @@ class Scope(Verbs):
     def __init__(self, state: State, name: str) -> None:
         self._state = state
         self.name: str = check_key(name, "scope name")
+        """The scope's name."""
 
     def __repr__(self) -> str:
         return f"<reactor.Scope {self.name!r}>"
 
     def _usable(self) -> Engine:
-        engine = self._state._engine_or_raise()
+        engine = engine_of(self._state)
         if in_transaction(engine, self.name):
             raise ReentrancyError(
                 f"this thread holds a transaction on scope {self.name!r}: "
@@ -64,71 +65,28 @@ class Scope(Verbs):
     def _run(self, work: _writes.Work[T]) -> T:
         return self._engine.write(self.name, work)
 
-    # -- reads ---------------------------------------------------------------------
-    @verb("get")
-    def get(self, key: str, default: Any = None) -> Any:
-        """The value of ``key`` (a fresh copy), or ``default`` if it is absent."""
+    # -- where reads read: the last commit, straight on the database ---------------
+    def _text(self, key: str) -> str | None:
         engine = self._engine
-        text = engine.store.get(self.name, check_key(key), engine.now())
-        return default if text is None else decode(text)
+        return engine.store.get(self.name, key, engine.now())
 
-    @verb("get_many")
-    def get_many(self, keys: Iterable[str]) -> dict[str, Any]:
-        """The values of those of ``keys`` that exist, in the order asked."""
-        if isinstance(keys, str) or not isinstance(keys, Iterable):
-            raise InvalidArgumentError(
-                f"get_many takes an iterable of keys, not {type(keys).__name__}"
-            )
-        wanted = [check_key(key) for key in keys]
+    def _entry(self, key: str, now: float) -> tuple[str, float | None] | None:
+        return self._engine.store.get_entry(self.name, key, now)
+
+    def _texts(self, keys: builtins.list[str]) -> dict[str, str]:
         engine = self._engine
-        found = engine.store.get_many(self.name, wanted, engine.now())
-        return {key: decode(text) for key, text in found.items()}
+        return engine.store.get_many(self.name, keys, engine.now())
 
-    @verb("exists")
-    def exists(self, key: str) -> bool:
-        """Whether ``key`` holds a live value."""
+    def _items(self, pattern: Pattern) -> builtins.list[tuple[str, str]]:
         engine = self._engine
-        return engine.store.get(self.name, check_key(key), engine.now()) is not None
+        return engine.store.items(self.name, pattern, engine.now())
 
-    @verb("list")
-    def list(self) -> dict[str, Any]:
-        """Every live key and its value, sorted by key."""
+    def _keys(self, pattern: Pattern) -> builtins.list[str]:
         engine = self._engine
-        rows = engine.store.items(self.name, compile_pattern("*"), engine.now())
-        return {key: decode(text) for key, text in rows}
+        return engine.store.keys(self.name, pattern, engine.now())
 
-    @verb("keys")
-    def keys(self, pattern: str = "*") -> builtins.list[str]:
-        """The live keys matching the glob ``pattern``, sorted."""
-        engine = self._engine
-        return engine.store.keys(self.name, compile_pattern(pattern), engine.now())
-
-    @verb("ttl")
-    def ttl(self, key: str) -> float:
-        """Seconds left before ``key`` expires; ``-1`` without expiry, ``-2`` if absent."""
-        engine = self._engine
-        now = engine.now()
-        entry = engine.store.get_entry(self.name, check_key(key), now)
-        if entry is None:
-            return -2.0
-        expires_at = entry[1]
-        return -1.0 if expires_at is None else expires_at - now
-
-    @verb("length")
-    def length(self, key: str) -> int:
-        """The length of the list at ``key``; 0 when it is absent.
-
-        Raises:
-            TypeMismatchError: the value is not a list.
-        """
-        engine = self._engine
-        text = engine.store.get(self.name, check_key(key), engine.now())
-        if text is None:
-            return 0
-        value = decode(text)
-        if type(value) is not list:
-            raise TypeMismatchError(f"length needs a list; {key!r} holds {type(value).__name__}")
-        return len(value)
+    def _now(self) -> float:
+        return self._engine.now()
 
     @verb("snapshot")
     def snapshot(self) -> Snapshot:

@@ -8,15 +8,19 @@ works the same on SQLite and PostgreSQL.
 
 from __future__ import annotations
 
+import logging
+import threading
 from collections.abc import Callable, Collection, Iterable
 from typing import Any, Final, TypeVar
 
 from ._combine import Combiner
 from ._keys import Pattern
 from ._store import ChangeRecord, LockRow, Row, WriteTxn
+from .errors import BusyError, ClosedError, ReactorError
 
 __all__ = ["SQLStatements", "SQLStore", "TransactionReader"]
 
+logger = logging.getLogger("reactor")
 T = TypeVar("T")
 
 _LIVE: Final = "(expires_at IS NULL OR expires_at > ?)"
@@ -78,6 +82,16 @@ SAVE_LOCK: Final = (
     "expires_at = excluded.expires_at"
 )
 LOCKS_HELD: Final = "SELECT COUNT(*) FROM reactor_locks WHERE owner IS NOT NULL AND expires_at > ?"
+HELD_LOCKS: Final = (
+    "SELECT name, owner, token, expires_at FROM reactor_locks "
+    "WHERE owner IS NOT NULL AND expires_at > ? ORDER BY name LIMIT ?"
+)
+# No index on (scope, key): this walks reactor_changes_scope (scope, revision) backwards
+# and stops at the limit, so a key rarely changed in a busy scope costs a longer walk.
+HISTORY: Final = (
+    "SELECT scope, key, type, old_value, new_value, ops, revision, timestamp "
+    "FROM reactor_changes WHERE scope = ? AND key = ? ORDER BY revision DESC LIMIT ?"
+)
 IN_CHUNK: Final = 500  # keys per IN (...) list, well under every driver's variable limit
 
 
@@ -131,6 +145,20 @@ class _RowReads:
                 found[key] = Row(value, expires_at, revision)
         return found
 
+    def read_ahead(self, keys: Collection[tuple[str, str]]) -> dict[tuple[str, str], Row | None]:
+        if len(keys) == 1:
+            ((scope, key),) = keys
+            return {(scope, key): self.fetch_row(scope, key)}
+        by_scope: dict[str, list[str]] = {}
+        for scope, key in keys:
+            by_scope.setdefault(scope, []).append(key)
+        ahead: dict[tuple[str, str], Row | None] = {}
+        for scope, names in by_scope.items():
+            found = self.fetch_many(scope, names)
+            for name in names:
+                ahead[(scope, name)] = found.get(name)
+        return ahead
+
 
 class SQLStatements(_RowReads):
     """The write-path statements (``_store.Statements``) on a backend's write connection,
@@ -154,6 +182,32 @@ class SQLStatements(_RowReads):
         raise NotImplementedError
 
     def append_log(self, records: list[ChangeRecord]) -> int:
+        """Append ``records`` to the change log; return the revision given to the first
+        (the others follow it, one by one)."""
+        raise NotImplementedError
+
+    def write_changes(
+        self,
+        records: list[ChangeRecord],
+        upserts: list[tuple[str, str, str, float | None, int]],
+        deletes: list[tuple[str, str]],
+    ) -> None:
+        offset = self.append_log(records) - 1 if records else 0
+        for record in records:
+            record.revision = offset - record.revision
+        if offset:
+            upserts = [
+                (scope, key, value, expires_at, offset - revision if revision < 0 else revision)
+                for scope, key, value, expires_at, revision in upserts
+            ]
+        self.write_rows(upserts, deletes)
+
+    def commit(self, records: list[ChangeRecord]) -> None:
+        """Commit the transaction; ``records`` are what it changed."""
+        raise NotImplementedError
+
+    def abort(self) -> None:
+        """Roll the transaction back, after any failure (it must not raise)."""
         raise NotImplementedError
 
     def write_rows(
@@ -249,10 +303,7 @@ class TransactionReader(_RowReads):
             self.deadlines.setdefault((scope, key), None if row is None else row.expires_at)
         return found
 
-    def append_log(self, *_: object) -> int:
-        raise AssertionError("a transaction body never writes")
-
-    def write_rows(self, *_: object) -> None:
+    def write_changes(self, *_: object) -> None:
         raise AssertionError("a transaction body never writes")
 
     def current_revision(self) -> int:
@@ -278,12 +329,18 @@ class TransactionReader(_RowReads):
 
 
 class SQLStore:
-    """The reads of a SQL store, and its writes through a ``Combiner``; a backend
-    supplies ``_query``, ``_write_once`` (one write transaction) and the rest of
-    ``_store.Store`` (snapshots, following other processes, closing)."""
+    """The reads of a SQL store, and its writes: every write, on either backend, runs
+    the one commit protocol of ``_write_once`` (through a ``Combiner`` where threads
+    share commits). A backend supplies ``_query``, ``_begin_write`` (a write
+    transaction begun, as ``SQLStatements`` that can commit and abort), ``_translate``
+    and the rest of ``_store.Store`` (snapshots, following other processes, closing)."""
 
     location: str
     _combiner: Combiner | None  # None: each write commits on its own (SQLite)
+    _gate: threading.Lock  # this process's writers take turns here
+    _timeout: float
+    _closed: bool
+    _driver_error: type[Exception]  # what the backend's driver raises
 
     def write(
         self,
@@ -292,11 +349,15 @@ class SQLStore:
         on_commit: Callable[[list[ChangeRecord]], None] | None = None,
         *,
         shared: bool = False,
+        scopes: Collection[str] | None = None,
+        reads: Collection[tuple[str, str]] = (),
     ) -> tuple[T, list[ChangeRecord]]:
         """Run ``work`` in a write transaction and commit; return its result and the
         change records of the transaction. ``on_commit`` gets those records right after
         the commit, in revision order. ``shared`` work (it only stages its changes) may
-        commit in one transaction with other threads' (``_combine``).
+        commit in one transaction with other threads' (``_combine``). ``scopes``: the
+        only scopes ``work`` reads or writes (None: it may touch anything); ``reads``:
+        the keys it will read, read ahead in as few round trips as the backend can.
 
         Raises:
             BusyError: the database (or this process's writer) stayed busy too long.
@@ -304,16 +365,80 @@ class SQLStore:
                 ``OutcomeUnknownError``, it cannot be known).
         """
         if self._combiner is None:
-            return self._write_once(work, now, on_commit)
-        return self._combiner.write(work, now, on_commit, shared=shared)
+            return self._write_once(work, now, on_commit, scopes, reads)
+        return self._combiner.write(work, now, on_commit, shared=shared, scopes=scopes, reads=reads)
 
     def _write_once(
         self,
         work: Callable[[WriteTxn], T],
         now: float,
         on_commit: Callable[[list[ChangeRecord]], None] | None = None,
+        scopes: Collection[str] | None = None,
+        reads: Collection[tuple[str, str]] = (),
     ) -> tuple[T, list[ChangeRecord]]:
+        """The commit protocol, the same on every backend:
+
+        1. take this process's turn (``_gate``), so that its commits, and what
+           ``on_commit`` publishes of them, come one at a time;
+        2. begin: the backend takes what keeps other processes from writing what
+           ``work`` reads (``_begin_write``: the ``scopes``, or the whole database),
+           and reads ahead the rows of ``reads`` (with the begin, if it can);
+        3. run ``work``, which stages its changes in a ``WriteTxn``; ``flush`` writes
+           them, log records and rows, and the backend numbers them in the one order
+           of revisions of every process (at the latest in the commit);
+        4. commit (or, on any failure, abort: nothing is applied);
+        5. still in turn, after the commit: ``_committed`` (a last check of the
+           backend's), then ``on_commit`` publishes the records, in revision order.
+
+        Raises:
+            BusyError: this process's writer, or the database, stayed busy too long.
+            ClosedError: the store is closed.
+            StorageError: the database failed; nothing was committed (but see
+                ``OutcomeUnknownError`` and ``SQLiteStore._check_file``).
+        """
+        if not self._gate.acquire(timeout=self._timeout):
+            raise BusyError(f"this process's writer stayed busy for more than {self._timeout} s")
+        try:
+            if self._closed:
+                raise ClosedError("the database is closed")
+            try:
+                statements = self._begin_write(scopes, reads)
+                try:
+                    txn = WriteTxn(statements, now)
+                    if reads:
+                        txn.prefetch(reads)
+                    result = work(txn)
+                    records = txn.flush()
+                    statements.commit(records)
+                except BaseException:
+                    statements.abort()
+                    raise
+            except self._driver_error as exc:
+                raise self._translate(exc) from exc
+            self._committed()
+            if records and on_commit is not None:
+                try:
+                    on_commit(records)
+                except Exception:  # the write stands: it is committed
+                    logger.exception("publishing the changes of a commit failed")
+            return result, records
+        finally:
+            self._gate.release()
+
+    def _begin_write(
+        self, scopes: Collection[str] | None, reads: Collection[tuple[str, str]]
+    ) -> SQLStatements:
+        """Begin a write transaction; no other process may write ``scopes`` (None:
+        anything) until it ends. ``reads``: rows to read ahead now, if that saves a
+        round trip (``SQLStatements.read_ahead`` gives them)."""
         raise NotImplementedError
+
+    def _translate(self, exc: Exception) -> ReactorError:
+        """The reactor error for a driver error."""
+        raise NotImplementedError
+
+    def _committed(self) -> None:
+        """Called after each commit, before it is acknowledged (nothing by default)."""
 
     def _query(self, sql: str, params: tuple[Any, ...]) -> list[Any]:
         raise NotImplementedError
@@ -395,3 +520,14 @@ class SQLStore:
 
     def locks_held(self, now: float) -> int:
         return int(self._query(LOCKS_HELD, (now,))[0][0])
+
+    def held_locks(self, now: float, limit: int) -> list[tuple[str, LockRow]]:
+        """Up to ``limit`` locks held at ``now``, by name."""
+        return [
+            (name, LockRow(owner, int(token), expires_at))
+            for name, owner, token, expires_at in self._query(HELD_LOCKS, (now, limit))
+        ]
+
+    def history(self, scope: str, key: str, limit: int) -> list[ChangeRecord]:
+        """The change log's last ``limit`` records of one key, newest first."""
+        return [ChangeRecord(*row) for row in self._query(HISTORY, (scope, key, limit))]

@@ -20,6 +20,15 @@ first pragma of a connection (``journal_mode = WAL``) rewrites the header. While
 the store remembers which file it opened: a commit that finds the path no longer
 leading to that file (or to its WAL) is not acknowledged (``_check_file``), since
 SQLite would go on writing into an unlinked inode that no other process can see.
+
+Read-only (``readonly=True``), nothing is ever written: not the database, not its
+``-wal`` and ``-shm`` files, which SQLite creates on a first read in WAL mode (and which
+a read-only folder forbids). While another connection has the database open, its
+``-shm`` exists and a ``mode=ro`` connection shares it, following the commits. When
+neither file exists, no connection has the database open and all of it is in the
+database file: the connection opens it ``immutable=1`` (no locks, no WAL index), a
+snapshot that is replaced as soon as another connection opens the database or the file
+changes (``_outdated``), checked before each read.
 """
 
 from __future__ import annotations
@@ -34,7 +43,7 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 from urllib.parse import quote
@@ -42,8 +51,8 @@ from urllib.parse import quote
 from ._combine import Combiner
 from ._schema import META_TABLE, SCHEMA_VERSION, check_version
 from ._sql import ITEMS, REVISION, SQLStatements, SQLStore
-from ._store import ChangeRecord, WriteTxn
-from .errors import BusyError, ClosedError, ReactorError, StorageError
+from ._store import ChangeRecord
+from .errors import BusyError, ClosedError, ReactorError, ReadOnlyError, StorageError
 
 if TYPE_CHECKING:
     import sqlalchemy as sa
@@ -62,6 +71,11 @@ _AUTOCHECKPOINT_PAGES: Final = 10_000
 
 SYNCHRONOUS: Final = {"normal": "NORMAL", "full": "FULL", "memory": "OFF"}
 _READONLY_ROLLBACK: Final = 776  # SQLITE_READONLY_ROLLBACK: a hot journal, read-only
+_READONLY: Final = 8  # SQLITE_READONLY, the primary code of every "cannot write" error
+_READONLY_DIRECTORY: Final = 1544  # SQLITE_READONLY_DIRECTORY: no -wal or -shm can be made
+# What a mode=ro connection says when it cannot make or use the -shm file (the WAL index):
+# SQLITE_CANTOPEN, SQLITE_READONLY_CANTINIT and SQLITE_READONLY_DIRECTORY.
+_NO_WAL_INDEX: Final = frozenset({14, 1288, _READONLY_DIRECTORY})
 _VERSION: Final = f"SELECT value FROM {META_TABLE} WHERE name = 'schema_version'"
 
 
@@ -115,6 +129,37 @@ class _Statements(SQLStatements):
         except sqlite3.Error as exc:
             raise translate(exc) from exc
 
+    def commit(self, records: list[ChangeRecord]) -> None:  # noqa: ARG002 - none to send
+        self._conn.execute("COMMIT")
+
+    def abort(self) -> None:
+        if self._conn.in_transaction:
+            self._conn.execute("ROLLBACK")
+
+
+def use_wal(conn: sqlite3.Connection, timeout: float) -> None:
+    """Put the database of ``conn`` in WAL mode, retrying while another connection
+    holds it up, for up to ``timeout`` seconds.
+
+    SQLite answers "database is locked" at once, without its busy handler, when two
+    connections switch a new file to WAL together (each holds the read lock the
+    other's switch waits for), so the busy timeout alone does not cover it.
+
+    Raises:
+        sqlite3.OperationalError: still locked after ``timeout``, or another failure.
+    """
+    deadline = time.monotonic() + timeout
+    pause = 0.001
+    while True:
+        try:
+            conn.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() + pause > deadline:
+                raise
+        time.sleep(pause)
+        pause = min(pause * 2, 0.05)
+
 
 def translate(exc: sqlite3.Error) -> ReactorError:
     """The reactor error for a driver error (chain it with ``raise ... from exc``)."""
@@ -122,14 +167,29 @@ def translate(exc: sqlite3.Error) -> ReactorError:
         return ClosedError("the database is closed")
     if isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc):
         return BusyError(f"the database stayed locked past the busy timeout: {exc}")
+    code = getattr(exc, "sqlite_errorcode", None)
+    if code is not None and code & 0xFF == _READONLY:
+        return ReadOnlyError(f"the database cannot be written: {exc}")
     return StorageError(f"the database failed: {exc}")
 
 
 class SQLiteStore(SQLStore):
-    """A SQLite database, as a file (``path``) or in memory (``path=None``)."""
+    """A SQLite database, as a file (``path``) or in memory (``path=None``); ``readonly``:
+    a file that this store never writes (see the module's docstring).
 
-    def __init__(self, path: Path | None, *, durability: str, timeout: float) -> None:
+    Raises:
+        SchemaError: the database comes from a newer reactor.
+        ReadOnlyError: read-write, the file cannot be written; read-only, it cannot be
+            read without a write first (it does not exist, or needs creating,
+            migrating or recovering).
+        StorageError: it cannot be opened.
+    """
+
+    def __init__(
+        self, path: Path | None, *, durability: str, timeout: float, readonly: bool = False
+    ) -> None:
         self.location = str(path) if path is not None else ":memory:"
+        self.readonly = readonly
         self._in_memory = path is None
         self._timeout = timeout
         self._synchronous = SYNCHRONOUS[durability]
@@ -143,35 +203,102 @@ class SQLiteStore(SQLStore):
         self._opened: list[Any] = []  # every pool connection handed out, to close them
         self._opened_lock = threading.Lock()
         self._follower: sqlite3.Connection | None = None  # for data_version, one thread only
+        self._writer: sqlite3.Connection | None = None  # None when read-only
+        # Read-only: the immutable connections, each with the file as it was then (_mark).
+        self._snapshots: dict[sqlite3.Connection, tuple[int, ...]] = {}
         self._seen_version: int | None = None
         self._file: tuple[int, int] | None = None  # (st_dev, st_ino) of the file opened
         self._wal: tuple[int, int] | None = None  # and of its WAL, and shared memory
         self._shm: tuple[int, int] | None = None
         self._moved = False  # the last commit found the path leading elsewhere
         self._engine: sa.Engine | None = None  # in memory: SQLAlchemy's one connection
-        current = False
         if path is not None:
-            _create_private(path)
-            current = _probe(path, timeout) == SCHEMA_VERSION
             self._uri = _uri(path)
+        try:
+            if path is None:
+                self._open_writer(current=False)
+            elif readonly:
+                self._check_readable(path)
+            else:
+                self._open_file(path)
+        except BaseException:
+            self.close()
+            raise
+
+    def _open_file(self, path: Path) -> None:
+        """Open the database file ``path`` to write, created if need be, and migrated.
+
+        Raises:
+            ReadOnlyError: this process cannot write it (nor make its -wal and -shm).
+        """
+        try:
+            _create_private(path)
+            _check_writable(path)
+            self._open_writer(current=_probe(path, self._timeout) == SCHEMA_VERSION)
+        except ReadOnlyError as exc:
+            raise _unwritable(path, exc) from exc
+        # After the writer connected: the connection of _migrate(), if any, was the
+        # only one, and SQLite deleted the WAL when it closed.
+        self._file = _identity(self.location)
+        self._wal = _identity(self.location + "-wal")
+        self._shm = _identity(self.location + "-shm")
+
+    def _open_writer(self, *, current: bool) -> None:
+        """Connect the writer; create or migrate the schema unless ``current`` (the
+        version ``_probe`` saw), or unless it is current once the writer can see.
+
+        Raises:
+            SchemaError: the database comes from a newer reactor.
+            StorageError: the database failed (ReadOnlyError: it cannot be written).
+        """
         try:
             if not current:
                 self._migrate()
             self._writer = self._connect()
             if current and self._stored_version() != SCHEMA_VERSION:
                 self._migrate()  # the file changed since _probe read it
-            if path is not None:
-                # After the writer connected: the connection of _migrate(), if any, was
-                # the only one, and SQLite deleted the WAL when it closed.
-                self._file = _identity(self.location)
-                self._wal = _identity(self.location + "-wal")
-                self._shm = _identity(self.location + "-shm")
         except sqlite3.Error as exc:
-            self.close()
             raise translate(exc) from exc
-        except BaseException:
-            self.close()
-            raise
+
+    def _check_readable(self, path: Path) -> None:
+        """Check, reading only, that ``path`` holds a reactor database of this version.
+
+        Raises:
+            SchemaError: the database comes from a newer reactor.
+            ReadOnlyError: it cannot be read without a write first: there is no file, or
+                it holds no reactor database yet, or one that needs migrating, or a hot
+                journal to roll back.
+            StorageError: it is not a reactor database, or cannot be read.
+        """
+        try:
+            mode = os.stat(path).st_mode
+        except FileNotFoundError:
+            raise ReadOnlyError(
+                f"no database at {path}: a read-only open does not create one"
+            ) from None
+        except OSError as exc:
+            raise StorageError(f"cannot open the database {path}: {exc}") from exc
+        if not stat.S_ISREG(mode):
+            raise StorageError(f"{path} is not a database file (nor a regular file)")
+        self._file = _identity(self.location)
+        version = _probe(path, self._timeout, self._create_connection)
+        self._snapshots.clear()  # the probe's connection, closed
+        if version == SCHEMA_VERSION:
+            return
+        hint = "open it read-write once (reactor.open, or a writing command) first"
+        if version is None:
+            raise ReadOnlyError(
+                f"{path} has a hot journal to roll back (a write that did not finish), "
+                f"which writes: {hint}"
+            )
+        if version == 0:
+            raise ReadOnlyError(
+                f"{path} holds no reactor database yet: a read-only open does not create one"
+            )
+        raise ReadOnlyError(
+            f"{path} was written by an older reactor (schema version {version}, this one "
+            f"reads {SCHEMA_VERSION}); migrating it writes: {hint}"
+        )
 
     def _migrate(self) -> None:
         """Create the schema, or migrate it, with SQLAlchemy (imported here). In memory,
@@ -211,6 +338,7 @@ class SQLiteStore(SQLStore):
         ``migrate()`` reads it: opening waits for another process's write lock (up to
         the timeout), and sees what it committed; 0 if there is none."""
         conn = self._writer
+        assert conn is not None
         conn.execute("BEGIN IMMEDIATE")
         try:
             found = conn.execute(
@@ -223,17 +351,26 @@ class SQLiteStore(SQLStore):
 
     # -- connections ---------------------------------------------------------------
     def _create_connection(self) -> sqlite3.Connection:
-        # mode=rw: a connection never creates the file (_create_private did), so one
-        # opened after the file was removed fails instead of starting an empty database.
-        conn = sqlite3.connect(self._uri, uri=True, check_same_thread=False, timeout=self._timeout)
+        if self.readonly:
+            conn, mark = _connect_read_only(self.location, self._timeout)
+            if mark is not None:
+                self._snapshots[conn] = mark
+        else:
+            # mode=rw: a connection never creates the file (_create_private did), so one
+            # opened after the file was removed fails instead of starting an empty database.
+            conn = sqlite3.connect(
+                self._uri, uri=True, check_same_thread=False, timeout=self._timeout
+            )
         try:
             self._on_connect(conn, None)
         except BaseException:
+            self._snapshots.pop(conn, None)
             conn.close()  # not left to the garbage collector: descriptors may be short
             raise
         if self._file is not None and _identity(self.location) != self._file:
             # Another file is at the path now: this connection may have opened it, with
             # this store's WAL (a mix of two databases).
+            self._snapshots.pop(conn, None)
             conn.close()
             self.leave_path()
             raise StorageError(
@@ -246,8 +383,10 @@ class SQLiteStore(SQLStore):
         # a SELECT, so a read-then-write would not be atomic. We BEGIN ourselves.
         dbapi_conn.isolation_level = None
         dbapi_conn.execute(f"PRAGMA busy_timeout = {int(self._timeout * 1000)}")
+        if self.readonly:
+            return  # the other pragmas are for writers (journal_mode would write)
         if not self._in_memory:
-            dbapi_conn.execute("PRAGMA journal_mode = WAL")
+            use_wal(dbapi_conn, self._timeout)
             # The sweeper checkpoints the WAL in the background (checkpoint()): a writer
             # only does it itself past a much larger WAL than SQLite's default 1,000 pages.
             dbapi_conn.execute(f"PRAGMA wal_autocheckpoint = {_AUTOCHECKPOINT_PAGES}")
@@ -283,6 +422,7 @@ class SQLiteStore(SQLStore):
         if self._in_memory:
             # One connection serves everything in memory; the gate keeps a reader out
             # of a write transaction in progress.
+            assert self._writer is not None
             self._enter_gate()
             try:
                 yield self._writer
@@ -293,6 +433,8 @@ class SQLiteStore(SQLStore):
             conn = self._idle.pop()
         except IndexError:
             conn = self._connect()
+        if self._snapshots:
+            conn = self._renewed(conn)
         try:
             yield conn
         finally:
@@ -301,7 +443,7 @@ class SQLiteStore(SQLStore):
                 self._close_idle()
 
     def _query(self, sql: str, params: tuple[Any, ...]) -> list[Any]:
-        if self._in_memory or self._closed:
+        if self._in_memory or self._closed or self._snapshots:
             try:
                 with self._reading() as conn:
                     return conn.execute(sql, params).fetchall()
@@ -325,6 +467,27 @@ class SQLiteStore(SQLStore):
         """Whether the store is closed now (it may have been closed since a check)."""
         return self._closed
 
+    def _renewed(self, conn: sqlite3.Connection) -> sqlite3.Connection:
+        """``conn``, or (read-only) a new connection in its place if it is a snapshot
+        that another connection has outdated since (see ``_outdated``).
+
+        Raises:
+            StorageError: the new connection could not be opened.
+        """
+        mark = self._snapshots.get(conn)
+        if mark is None or not _outdated(self.location, mark):
+            return conn
+        self._retire(conn)
+        return self._connect()
+
+    def _retire(self, conn: sqlite3.Connection) -> None:
+        """Close a connection this thread holds, off every list."""
+        self._snapshots.pop(conn, None)
+        with self._opened_lock, contextlib.suppress(ValueError):
+            self._opened.remove(conn)
+        with contextlib.suppress(Exception):
+            conn.close()
+
     def _close_idle(self) -> None:
         """Close the idle reader connections (each by whoever takes it off the list)."""
         while True:
@@ -337,7 +500,7 @@ class SQLiteStore(SQLStore):
 
     def checkpoint(self) -> None:
         """Copy the WAL back into the database without blocking anyone (PASSIVE)."""
-        if not self._in_memory:
+        if not self._in_memory and not self.readonly:
             self._query("PRAGMA wal_checkpoint(PASSIVE)", ())
 
     def await_commits(self, timeout: float) -> int | None:
@@ -346,8 +509,17 @@ class SQLiteStore(SQLStore):
         sign is ``sys.maxsize``; None when there is none."""
         time.sleep(timeout)
         conn = self._follower
+        renewed = False
+        mark = None if conn is None else self._snapshots.get(conn)
+        if conn is not None and mark is not None and _outdated(self.location, mark):
+            self._follower = None
+            self._retire(conn)
+            conn, renewed = None, True
         if conn is None:
             conn = self._follower = self._connect()
+        if conn in self._snapshots:
+            # A snapshot's data_version never moves; the file did if it was renewed.
+            return sys.maxsize if renewed else None
         try:
             version = int(conn.execute("PRAGMA data_version").fetchall()[0][0])
         except sqlite3.Error as exc:
@@ -382,55 +554,47 @@ class SQLiteStore(SQLStore):
                 total += os.stat(self.location + suffix).st_size
         return total
 
-    # -- writes --------------------------------------------------------------------
-    def _write_once(
+    # -- writes (the protocol is SQLStore._write_once) -------------------------------
+    _driver_error = sqlite3.Error
+
+    def _begin_write(
         self,
-        work: Callable[[WriteTxn], T],
-        now: float,
-        on_commit: Callable[[list[ChangeRecord]], None] | None = None,
-    ) -> tuple[T, list[ChangeRecord]]:
-        """Run ``work`` in one write transaction and commit; return its result and the
-        change records it committed. ``on_commit`` gets those records right after the
-        commit, while no other writer of this process can commit: in revision order.
+        scopes: Collection[str] | None,  # noqa: ARG002 - one lock for all
+        reads: Collection[tuple[str, str]],  # noqa: ARG002 - no round trip to save
+    ) -> _Statements:
+        """``BEGIN IMMEDIATE`` on the one writer connection: SQLite's one write lock,
+        whatever the ``scopes``, from the start (a deferred transaction that reads,
+        then writes, fails with ``SQLITE_BUSY_SNAPSHOT`` when another process wrote
+        meanwhile)."""
+        writer = self._writer
+        if writer is None:
+            raise ReadOnlyError(
+                f"cannot write {self.location}: it is open read-only (readonly=True)"
+            )
+        statements = _Statements(writer)
+        writer.execute("BEGIN IMMEDIATE")
+        if self._moved:
+            try:
+                self._check_file(committed=False)  # back in place?
+            except BaseException:
+                statements.abort()
+                raise
+        return statements
+
+    def _translate(self, exc: Exception) -> ReactorError:
+        assert isinstance(exc, sqlite3.Error)
+        return translate(exc)
+
+    def _committed(self) -> None:
+        """After the commit, before acknowledging it: an unlink or rename a moment
+        before the COMMIT is seen too.
 
         Raises:
-            BusyError: another process held the database past the busy timeout.
-            StorageError: the database failed; nothing was committed. Also when the
-                database file was removed or replaced: then the commit, if it happened,
-                went into the file reactor opened, which is no longer at its path.
+            StorageError: the database file was removed or replaced: the commit, if it
+                happened, went into the file reactor opened, no longer at its path.
         """
-        self._enter_gate()
-        try:
-            if self._closed:
-                raise ClosedError("the database is closed")
-            conn = self._writer
-            try:
-                conn.execute("BEGIN IMMEDIATE")
-                try:
-                    if self._moved:
-                        self._check_file(committed=False)  # back in place?
-                    txn = WriteTxn(_Statements(conn), now)
-                    result = work(txn)
-                    records = txn.flush()
-                    conn.execute("COMMIT")
-                except BaseException:
-                    if conn.in_transaction:
-                        conn.execute("ROLLBACK")
-                    raise
-            except sqlite3.Error as exc:
-                raise translate(exc) from exc
-            if self._file is not None:
-                # After the commit, before acknowledging it: an unlink or rename a moment
-                # before the COMMIT is seen too.
-                self._check_file(committed=True)
-            if records and on_commit is not None:
-                try:
-                    on_commit(records)
-                except Exception:  # the write stands: it is committed
-                    logger.exception("publishing the changes of a commit failed")
-            return result, records
-        finally:
-            self._gate.release()
+        if self._file is not None:
+            self._check_file(committed=True)
 
     def _check_file(self, *, committed: bool) -> None:
         """Raise unless the path still leads to the file (and WAL) this store opened.
@@ -476,6 +640,7 @@ class SQLiteStore(SQLStore):
     def _save_orphaned_wal(self) -> bool:
         """Checkpoint the WAL the writer holds into the database file; whether all of
         it went."""
+        assert self._writer is not None
         try:
             busy, log, done = self._writer.execute("PRAGMA wal_checkpoint(FULL)").fetchall()[0]
         except sqlite3.Error:
@@ -493,8 +658,9 @@ class SQLiteStore(SQLStore):
         """Take this store's WAL and shared memory off a path whose database file was
         removed or replaced: SQLite would replay that WAL into whatever database file
         is created or moved there next (it never deletes them itself once the file
-        has moved). Nothing when the file is still there."""
-        if not self.moved():
+        has moved). Nothing when the file is still there, or when read-only (those
+        files are not this store's)."""
+        if self.readonly or not self.moved():
             return
         for suffix, mine in (("-wal", self._wal), ("-shm", self._shm)):
             if mine is not None and _identity(self.location + suffix) == mine:
@@ -582,29 +748,120 @@ def _create_private(path: Path) -> None:
         raise StorageError(f"{path} is not a database file (nor a regular file)")
 
 
+def _check_writable(path: Path) -> None:
+    """Refuse, before SQLite opens it, a database file this process may not write:
+    SQLite would open it read-only instead, and make the -wal and -shm files beside it,
+    owned by this user, in the way of the file's owner.
+
+    Raises:
+        ReadOnlyError: the file is not writable by this process.
+    """
+    effective = os.access in os.supports_effective_ids
+    if not os.access(path, os.W_OK, effective_ids=effective):
+        raise ReadOnlyError("permission denied")
+
+
+def _unwritable(path: Path, exc: ReactorError) -> ReadOnlyError:
+    """The error for a read-write open of a database this process cannot write."""
+    cause = exc.__cause__
+    if getattr(cause, "sqlite_errorcode", None) == _READONLY_DIRECTORY:
+        reason = "its folder is not writable, and SQLite makes the -wal and -shm files there"
+    else:
+        reason = str(exc).removeprefix("the database cannot be written: ")
+    return ReadOnlyError(
+        f"cannot write the database {path} ({reason}); to read it, open it with "
+        "readonly=True (as the command line's reading commands do)"
+    )
+
+
+def _connect_read_only(
+    path: str, timeout: float
+) -> tuple[sqlite3.Connection, tuple[int, ...] | None]:
+    """A connection that reads ``path`` and writes nothing, not even a -wal or -shm
+    file; with the file's ``_mark`` when it is an immutable snapshot (see the module's
+    docstring).
+
+    Raises:
+        ReadOnlyError: the WAL holds commits that only a writer can recover (its -shm is
+            gone, and cannot be made here).
+        sqlite3.Error: it could not be opened.
+    """
+    uri = f"file:{quote(path)}?mode=ro"
+    if os.path.exists(path + "-shm") or os.path.exists(path + "-wal"):
+        conn = sqlite3.connect(
+            uri, uri=True, check_same_thread=False, timeout=timeout, isolation_level=None
+        )
+        try:
+            conn.execute("PRAGMA schema_version").fetchall()  # opens the WAL index
+        except sqlite3.Error as exc:
+            conn.close()
+            if getattr(exc, "sqlite_errorcode", None) not in _NO_WAL_INDEX:
+                raise
+            with contextlib.suppress(OSError):
+                if os.stat(path + "-wal").st_size > 0:
+                    raise ReadOnlyError(
+                        f"the write-ahead log of {path} holds commits that only a read-write "
+                        "open can recover (its -shm file is missing and cannot be made here)"
+                    ) from exc
+        else:
+            return conn, None
+    # Marked before connecting: a change in between outdates the snapshot at once.
+    mark = _mark(path)
+    conn = sqlite3.connect(
+        uri + "&immutable=1",
+        uri=True,
+        check_same_thread=False,
+        timeout=timeout,
+        isolation_level=None,
+    )
+    return conn, mark
+
+
+def _mark(path: str) -> tuple[int, ...]:
+    """What tells a change of the file at ``path``: a checkpoint into it, or another
+    file in its place. Empty when there is none."""
+    try:
+        found = os.stat(path)
+    except OSError:
+        return ()
+    return found.st_ino, found.st_size, found.st_mtime_ns, found.st_ctime_ns
+
+
+def _outdated(path: str, mark: tuple[int, ...]) -> bool:
+    """Whether an immutable snapshot of ``path`` taken at ``mark`` may no longer read
+    what is committed: another connection opened the database (it made the -shm or
+    -wal file), or the file changed."""
+    return os.path.exists(path + "-shm") or os.path.exists(path + "-wal") or _mark(path) != mark
+
+
 def _uri(path: Path) -> str:
     """The SQLite URI of an existing database file, opened read-write, never created."""
     return f"file:{quote(str(path))}?mode=rw"
 
 
-def _probe(path: Path, timeout: float) -> int | None:
+def _probe(
+    path: Path, timeout: float, connect: Callable[[], sqlite3.Connection] | None = None
+) -> int | None:
     """Refuse a file that is not a reactor database, or one from a newer reactor;
     return its schema version (0: a new database; None: unknown until a hot journal
     is rolled back).
 
     It reads through a read-only connection, which never changes the database file
     (a read-write one would rewrite the header to WAL mode, and checkpoint a WAL left
-    over into it when it closes). An empty file, or a SQLite database with nothing in
-    it, is a new database.
+    over into it when it closes): a ``mode=ro`` one, or what ``connect`` makes. An
+    empty file, or a SQLite database with nothing in it, is a new database.
 
     Raises:
         SchemaError: the database comes from a newer reactor.
         StorageError: it is not a reactor database, or cannot be read.
     """
     try:
-        conn = sqlite3.connect(
-            f"file:{quote(str(path))}?mode=ro", uri=True, timeout=timeout, isolation_level=None
-        )
+        if connect is not None:
+            conn = connect()
+        else:
+            conn = sqlite3.connect(
+                f"file:{quote(str(path))}?mode=ro", uri=True, timeout=timeout, isolation_level=None
+            )
     except sqlite3.Error as exc:
         raise translate(exc) from exc
     try:

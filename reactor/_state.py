@@ -7,18 +7,20 @@ from collections.abc import Callable, Collection
 from types import TracebackType
 from typing import Any, TypeVar
 
-from ._engine import Engine
-from ._events import ChangeEvent
+from ._engine import Engine, engine_of
+from ._events import ChangeEvent, EventType
 from ._locks import Lock
+from ._registry import release_engine
 from ._scope import Scope
+from ._stats import engine_stats
 from ._subscriptions import DEFAULT_BUFFER, Filter, Subscription, Watch, check_since
-from .errors import ClosedError, InvalidArgumentError, RevisionCompactedError
+from .errors import InvalidArgumentError, RevisionCompactedError
 
 __all__ = ["State"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 Where = Callable[[ChangeEvent], bool]
-Events = Collection[str] | str
+Events = Collection[EventType] | EventType
 
 
 class State:
@@ -40,12 +42,6 @@ class State:
         status = "closed" if self._engine is None else "open"
         return f"<reactor.State {self.location!r} ({status})>"
 
-    def _engine_or_raise(self) -> Engine:
-        engine = self._engine
-        if engine is None or engine.closed:
-            raise ClosedError("this reactor handle is closed")
-        return engine
-
     @property
     def closed(self) -> bool:
         """Whether this handle is closed."""
@@ -57,12 +53,12 @@ class State:
         Raises:
             InvalidKeyError: ``name`` is not a valid scope name.
         """
-        self._engine_or_raise()
+        engine_of(self)
         return Scope(self, name)
 
     def scopes(self) -> list[str]:
         """The names of the scopes that hold at least one live key, sorted."""
-        engine = self._engine_or_raise()
+        engine = engine_of(self)
         return engine.store.scopes(engine.now())
 
     def lock(self, name: str, ttl: float, timeout: float | None = None) -> Lock:
@@ -73,7 +69,7 @@ class State:
             InvalidKeyError: ``name`` is not a valid name.
             InvalidArgumentError: ``ttl`` is not a number > 0.
         """
-        self._engine_or_raise()
+        engine_of(self)
         return Lock(self, name, ttl, timeout)
 
     def subscribe(
@@ -102,7 +98,7 @@ class State:
             InvalidArgumentError: a bad filter, or an async callback outside a loop.
             RevisionCompactedError: the change log no longer holds what follows ``since``.
         """
-        engine = self._engine_or_raise()
+        engine = engine_of(self)
         match = Filter(scope, key, events, where)
         if durable is not None and engine.durable_in_use(durable):
             raise InvalidArgumentError(
@@ -158,7 +154,7 @@ class State:
             RevisionCompactedError: the change log no longer holds what follows ``since``
                 (also when compaction overtakes the read).
         """
-        engine = self._engine_or_raise()
+        engine = engine_of(self)
         checked = check_since(engine, since)
         if limit is not None and (type(limit) is not int or limit < 0):
             raise InvalidArgumentError(f"limit must be an int >= 0, not {limit!r}")
@@ -193,7 +189,7 @@ class State:
         Raises:
             RevisionCompactedError: the change log no longer holds what follows ``since``.
         """
-        engine = self._engine_or_raise()
+        engine = engine_of(self)
         watch = Watch(
             engine, Filter(scope, key, None, None), check_since(engine, since), buffer_size
         )
@@ -206,7 +202,7 @@ class State:
 
     def stats(self) -> dict[str, Any]:
         """Keys per scope, operations and latency by verb, events, expiry, size."""
-        return self._engine_or_raise().stats_snapshot()
+        return engine_stats(engine_of(self))
 
     def close(self) -> None:
         """Close this handle; the last handle of an engine stops its actors and threads
@@ -214,10 +210,10 @@ class State:
         with self._lock:
             engine, self._engine = self._engine, None
         if engine is not None:
-            engine.detach()
+            release_engine(engine)
 
     def __enter__(self) -> State:
-        self._engine_or_raise()
+        engine_of(self)
         return self
 
     def __exit__(

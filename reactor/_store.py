@@ -8,18 +8,26 @@ statements just before the commit, together with its change-log records.
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
-from typing import Final, Protocol, TypeVar
+from typing import Final, Generic, Protocol, TypeVar
 
 from ._keys import Pattern
 
-__all__ = ["ChangeRecord", "LockRow", "Row", "Store", "WriteTxn"]
+__all__ = ["ChangeRecord", "LockRow", "Row", "Store", "Work", "WriteTxn"]
 
 T = TypeVar("T")
 Key = tuple[str, str]
 
-_ABSENT: Final = object()
+
+class _Absent(enum.Enum):
+    """No entry (a row staged or read ahead may itself be None: no row)."""
+
+    ABSENT = enum.auto()
+
+
+_ABSENT: Final = _Absent.ABSENT
 
 
 @dataclass(slots=True)
@@ -59,14 +67,21 @@ class Statements(Protocol):
 
     def fetch_many(self, scope: str, keys: list[str]) -> dict[str, Row]: ...
 
-    def append_log(self, records: list[ChangeRecord]) -> int:
-        """Append ``records`` to the change log; return the revision given to the first
-        (the others follow it, one by one)."""
+    def read_ahead(self, keys: Collection[Key]) -> dict[Key, Row | None]:
+        """The rows of ``keys`` (None: no row), in as few statements as it can."""
         ...
 
-    def write_rows(
-        self, upserts: list[tuple[str, str, str, float | None, int]], deletes: list[tuple[str, str]]
-    ) -> None: ...
+    def write_changes(
+        self,
+        records: list[ChangeRecord],
+        upserts: list[tuple[str, str, str, float | None, int]],
+        deletes: list[tuple[str, str]],
+    ) -> None:
+        """Append ``records`` to the change log and write the rows; give each record
+        its revision (``-n``, the n-th change of the transaction, becomes the n-th
+        revision after the last committed), now or at the latest by the commit. A row's
+        revision below zero is such a provisional one."""
+        ...
 
     def current_revision(self) -> int: ...
 
@@ -108,9 +123,9 @@ class WriteTxn:
     here until `flush()`. `savepoint()` and `rollback_to()` undo one request's writes
     without touching the others'.
 
-    Revisions are given at `flush()`, when the log records are appended; until then
-    a change carries a provisional revision: ``-n`` for the n-th change of the
-    transaction, and so does the row it staged.
+    Until the backend numbers them (at `flush()` on SQLite; on PostgreSQL at the commit,
+    under the lock that orders revisions), a change carries a provisional revision:
+    ``-n`` for the n-th change of the transaction, and so does the row it staged.
     """
 
     __slots__ = ("_changes", "_count", "_fetched", "_staged", "_undo", "now", "statements")
@@ -122,29 +137,23 @@ class WriteTxn:
         self._fetched: dict[Key, Row | None] = {}  # rows read ahead by prefetch()
         self._staged: dict[Key, Row | None] = {}
         self._changes: list[ChangeRecord] = []
-        self._undo: list[tuple[Key, object]] = []
+        self._undo: list[tuple[Key, Row | _Absent | None]] = []
 
     # -- reading -------------------------------------------------------------------
     def row(self, scope: str, key: str) -> Row | None:
         """The stored row, live or not yet swept, as this transaction sees it."""
         staged = self._staged.get((scope, key), _ABSENT)
         if staged is not _ABSENT:
-            return staged  # type: ignore[return-value]
+            return staged
         fetched = self._fetched.pop((scope, key), _ABSENT)
         if fetched is not _ABSENT:
-            return fetched  # type: ignore[return-value]
+            return fetched
         return self.statements.fetch_row(scope, key)
 
-    def prefetch(self, keys: list[Key]) -> None:
-        """Read the rows of ``keys`` in one statement per scope, ahead of the requests
-        of a batch that will ask for them one by one."""
-        by_scope: dict[str, list[str]] = {}
-        for scope, key in keys:
-            by_scope.setdefault(scope, []).append(key)
-        for scope, names in by_scope.items():
-            found = self.statements.fetch_many(scope, names)
-            for name in names:
-                self._fetched[(scope, name)] = found.get(name)
+    def prefetch(self, keys: Collection[Key]) -> None:
+        """Read the rows of ``keys`` ahead of the writes that will ask for them one by
+        one (``Statements.read_ahead``)."""
+        self._fetched.update(self.statements.read_ahead(keys))
 
     def live_row(self, scope: str, key: str) -> Row | None:
         """The row if it is live. A row past its deadline is expired here and now."""
@@ -227,31 +236,21 @@ class WriteTxn:
             if previous is _ABSENT:
                 del self._staged[key]
             else:
-                self._staged[key] = previous  # type: ignore[assignment]
+                self._staged[key] = previous
         del self._changes[changes_len:]
         self._count = count
 
     def flush(self) -> list[ChangeRecord]:
-        """Write what is staged; return the change records, with their revisions."""
-        offset = 0
-        if self._changes:
-            offset = self.statements.append_log(self._changes) - 1
-            for record in self._changes:
-                record.revision = offset - record.revision
+        """Write what is staged; return the change records (with their revisions once
+        the transaction commits: ``Statements.write_changes``)."""
         upserts = [
-            (
-                scope,
-                key,
-                row.value,
-                row.expires_at,
-                offset - row.revision if row.revision < 0 else row.revision,
-            )
+            (scope, key, row.value, row.expires_at, row.revision)
             for (scope, key), row in self._staged.items()
             if row is not None
         ]
         deletes = [key for key, row in self._staged.items() if row is None]
-        if upserts or deletes:
-            self.statements.write_rows(upserts, deletes)
+        if self._changes or upserts or deletes:
+            self.statements.write_changes(self._changes, upserts, deletes)
         return self._changes
 
     @property
@@ -281,6 +280,21 @@ class WriteTxn:
                 revision = staged.revision - shift if staged.revision < 0 else staged.revision
                 staged = Row(staged.value, expires_at, revision)  # noqa: PLW2901
             self._stage(key, staged)
+
+
+class Work(Generic[T]):
+    """What one write does in its transaction (``run``), and the keys it will read
+    (``reads``: a batch reads the rows of all its writes ahead, in one statement, or
+    with the round trip that begins the transaction)."""
+
+    __slots__ = ("reads", "run")
+
+    def __init__(self, run: Callable[[WriteTxn], T], reads: tuple[Key, ...] = ()) -> None:
+        self.run = run
+        self.reads = reads
+
+    def __call__(self, txn: WriteTxn) -> T:
+        return self.run(txn)
 
 
 class Store(Protocol):
@@ -315,6 +329,14 @@ class Store(Protocol):
 
     def locks_held(self, now: float) -> int: ...
 
+    def held_locks(self, now: float, limit: int) -> list[tuple[str, LockRow]]:
+        """Up to ``limit`` locks held at ``now``, by name."""
+        ...
+
+    def history(self, scope: str, key: str, limit: int) -> list[ChangeRecord]:
+        """The change log's last ``limit`` records of one key, newest first."""
+        ...
+
     def reader(self) -> Statements: ...
 
     def log_after(
@@ -334,6 +356,8 @@ class Store(Protocol):
         on_commit: Callable[[list[ChangeRecord]], None] | None = None,
         *,
         shared: bool = False,
+        scopes: Collection[str] | None = None,
+        reads: Collection[tuple[str, str]] = (),
     ) -> tuple[T, list[ChangeRecord]]: ...
 
     def await_commits(self, timeout: float) -> int | None:

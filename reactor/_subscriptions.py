@@ -13,7 +13,9 @@ events, which all come after: no gap, no repeat.
 A durable subscription is at-least-once: it follows the persistent change log itself,
 from a position stored in the database when each callback returns, so that after a
 crash delivery resumes at the first event not acknowledged. A callback that raises is
-retried with backoff, then recorded as failed, and delivery moves on.
+retried with backoff, then recorded as failed, and delivery moves on. Its counts of
+events delivered and failed are stored with its position, and go on from there when
+the name subscribes again. It writes, so a read-only engine refuses it.
 """
 
 from __future__ import annotations
@@ -30,7 +32,13 @@ from typing import TYPE_CHECKING, Any, Final
 from ._events import EVENT_TYPES, ChangeEvent
 from ._keys import Pattern, check_key, compile_pattern
 from ._store import ChangeRecord, WriteTxn
-from .errors import ClosedError, InvalidArgumentError, RevisionCompactedError, StorageError
+from .errors import (
+    ClosedError,
+    InvalidArgumentError,
+    ReadOnlyError,
+    RevisionCompactedError,
+    StorageError,
+)
 
 if TYPE_CHECKING:
     from ._engine import Engine
@@ -267,13 +275,21 @@ class Subscription(_Feed):
         self._delivered = 0
         self._failed = 0
         if self.durable is not None:
-            stored = engine.store.position(self.durable)
+            if engine.options.readonly:
+                raise ReadOnlyError(
+                    f"durable subscriber {self.durable!r} stores its position in the "
+                    "database, which is open read-only (readonly=True): a read-only "
+                    "engine takes plain subscriptions and watches"
+                )
+            stored = engine.store.subscribers().get(self.durable)
             if stored is None:
                 start = engine.dispatcher.published if since is None else since
                 self._position = self._saved = start
                 engine.store.write(self._first_save_work(start), engine.now())
             else:
-                self._position = self._saved = stored
+                # The counts go on from where the name left them: they span its life.
+                self._position, self._delivered, self._failed = stored
+                self._saved = self._position
             since = None  # a durable subscription follows the log itself
         super().__init__(engine, match, since, buffer_size)
         self._wake_only = self.durable is not None

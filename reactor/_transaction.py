@@ -15,24 +15,22 @@ from __future__ import annotations
 
 import builtins
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable
 from concurrent.futures import Future
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from . import _writes
-from ._keys import check_key, compile_pattern
+from ._engine import engine_of
+from ._keys import Pattern
 from ._results import Snapshot
 from ._sql import TransactionReader
 from ._store import Row, WriteTxn
-from ._values import decode
-from ._verbs import Verbs, verb
+from ._verbs import ScopeVerbs, verb
 from .errors import (
     ClosedError,
     ConflictError,
-    InvalidArgumentError,
     ReentrancyError,
-    TypeMismatchError,
 )
 
 if TYPE_CHECKING:
@@ -52,7 +50,7 @@ def in_transaction(engine: Engine, scope: str) -> bool:
     return bool(held) and (id(engine), scope) in held  # type: ignore[operator]
 
 
-class Transaction(Verbs):
+class Transaction(ScopeVerbs):
     """The ``tx`` of ``with scope.transaction() as tx:``; every verb of a ``Scope``."""
 
     __slots__ = ("_base", "_engine_ref", "_state", "_status", "_txn", "name")
@@ -70,7 +68,7 @@ class Transaction(Verbs):
 
     # -- lifetime ------------------------------------------------------------------
     def __enter__(self) -> Transaction:
-        engine = self._state._engine_or_raise()
+        engine = engine_of(self._state)
         if in_transaction(engine, self.name):
             raise ReentrancyError(f"this thread already holds a transaction on {self.name!r}")
         self.begin()
@@ -125,7 +123,7 @@ class Transaction(Verbs):
         """Ask the scope's actor for the scope: the future is done once it is held."""
         if self._status != "new":
             raise ReentrancyError("a transaction is entered once")
-        engine = self._state._engine_or_raise()
+        engine = engine_of(self._state)
         future = engine.mailbox(self.name).submit(None, self.name, owner=self)
         self._engine_ref, self._status = engine, "waiting"
         return engine, future
@@ -180,7 +178,7 @@ class Transaction(Verbs):
             raise ClosedError("the engine is closed")
         return engine
 
-    def _run(self, work: _writes.Work[T]) -> T:
+    def _run(self, work: Callable[[WriteTxn], T]) -> T:
         txn = self._txn
         assert txn is not None
         mark = txn.savepoint()
@@ -190,70 +188,34 @@ class Transaction(Verbs):
             txn.rollback_to(mark)  # a verb that fails leaves the body's other writes be
             raise
 
-    # -- reads, through the pending transaction -----------------------------------
+    # -- where reads read: the pending transaction -----------------------------------
     def _live(self, key: str) -> Row | None:
-        checked = check_key(key)
-        return self._run(lambda txn: txn.live_row(self.name, checked))
+        # Through _run: a read that finds a row past its deadline stages its expiry.
+        return self._run(lambda txn: txn.live_row(self.name, key))
 
-    @verb("get")
-    def get(self, key: str, default: Any = None) -> Any:
-        """The value of ``key`` as this transaction sees it, or ``default``."""
+    def _text(self, key: str) -> str | None:
         row = self._live(key)
-        return default if row is None else decode(row.value)
+        return None if row is None else row.value
 
-    @verb("get_many")
-    def get_many(self, keys: Iterable[str]) -> dict[str, Any]:
-        """The values of those of ``keys`` that exist."""
-        if isinstance(keys, str) or not isinstance(keys, Iterable):
-            raise InvalidArgumentError(
-                f"get_many takes an iterable of keys, not {type(keys).__name__}"
-            )
-        found: dict[str, Any] = {}
+    def _entry(self, key: str, now: float) -> tuple[str, float | None] | None:  # noqa: ARG002
+        row = self._live(key)  # as of the transaction's clock, which is ``now``
+        return None if row is None else (row.value, row.expires_at)
+
+    def _texts(self, keys: builtins.list[str]) -> dict[str, str]:
+        found: dict[str, str] = {}
         for key in keys:
             row = self._live(key)
             if row is not None:
-                found[key] = decode(row.value)
+                found[key] = row.value
         return found
 
-    @verb("exists")
-    def exists(self, key: str) -> bool:
-        """Whether ``key`` holds a live value."""
-        return self._live(key) is not None
+    def _items(self, pattern: Pattern) -> builtins.list[tuple[str, str]]:
+        rows = self._run(lambda txn: txn.live_rows(self.name, pattern))
+        return [(key, row.value) for key, row in rows]
 
-    def _items(self, pattern: str) -> builtins.list[tuple[str, Any]]:
-        compiled = compile_pattern(pattern)
-        rows = self._run(lambda txn: txn.live_rows(self.name, compiled))
-        return [(key, row) for key, row in rows]
-
-    @verb("list")
-    def list(self) -> dict[str, Any]:
-        """Every live key and its value, sorted by key."""
-        return {key: decode(row.value) for key, row in self._items("*")}
-
-    @verb("keys")
-    def keys(self, pattern: str = "*") -> builtins.list[str]:
-        """The live keys matching the glob ``pattern``, sorted."""
-        return [key for key, _ in self._items(pattern)]
-
-    @verb("ttl")
-    def ttl(self, key: str) -> float:
-        """Seconds left before ``key`` expires; ``-1`` without expiry, ``-2`` if absent."""
-        row = self._live(key)
-        if row is None:
-            return -2.0
+    def _now(self) -> float:
         assert self._txn is not None
-        return -1.0 if row.expires_at is None else row.expires_at - self._txn.now
-
-    @verb("length")
-    def length(self, key: str) -> int:
-        """The length of the list at ``key``; 0 when absent."""
-        row = self._live(key)
-        if row is None:
-            return 0
-        value = decode(row.value)
-        if type(value) is not builtins.list:
-            raise TypeMismatchError(f"length needs a list; {key!r} holds {type(value).__name__}")
-        return len(value)
+        return self._txn.now
 
     @verb("snapshot")
     def snapshot(self) -> Snapshot:
@@ -281,7 +243,7 @@ def _commit(scope: str, pending: WriteTxn, base: int) -> _writes.Work[None]:
             )
         txn.adopt(pending, deadlines)
 
-    return work
+    return _writes.Work(work)
 
 
 def _deadlines_moved(txn: WriteTxn, deadlines: dict[tuple[str, str], float | None]) -> bool:

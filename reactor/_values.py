@@ -31,7 +31,7 @@ _ORJSON_MAX: Final = 1024 * 1024
 
 
 class Missing(enum.Enum):
-    """The type of :data:`MISSING`."""
+    """The type of ``MISSING``, its only member."""
 
     MISSING = "MISSING"
 

@@ -1,32 +1,40 @@
-"""The write verbs every synchronous scope handle shares (``Scope``, ``Transaction``).
+"""The verbs every synchronous scope handle shares (``Scope``, ``Transaction``).
 
-Each verb is defined once, in ``_writes``: its checks (run here, in the caller's
+Each write verb is defined once, in ``_writes``: its checks (run here, in the caller's
 thread) and its work. A handle only says how work runs (``_run``): ``Scope`` on the
 actor that owns the scope, ``Transaction`` in its own pending transaction;
-``reactor.aio.AsyncScope`` awaits the same work. Reads differ between the handles and
-live with each.
+``reactor.aio.AsyncScope`` awaits the same work.
+
+Each read verb is defined once, here: a handle only says where it reads its rows
+(``_text``, ``_entry``, ``_texts``, ``_items``, ``_keys``): ``Scope`` the last commit,
+straight on the database; ``Transaction`` its pending transaction, as its body has
+changed it. ``AsyncScope`` runs ``Scope``'s.
 """
 
 from __future__ import annotations
 
+import builtins
 import functools
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from time import perf_counter
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
 from . import _writes
+from ._keys import Pattern, check_key, compile_pattern
 from ._results import Change, UpdateResult
+from ._values import decode
 from ._writes import Work, check_ttl
+from .errors import InvalidArgumentError, TypeMismatchError
 
 if TYPE_CHECKING:
     from ._engine import Engine
 
-__all__ = ["Verbs", "check_ttl", "verb"]
+__all__ = ["ScopeVerbs", "check_ttl", "verb"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
 T = TypeVar("T")
-V = TypeVar("V", bound="Verbs")
+V = TypeVar("V", bound="ScopeVerbs")
 
 
 def verb(name: str) -> Callable[[Callable[Concatenate[V, P], R]], Callable[Concatenate[V, P], R]]:
@@ -47,12 +55,17 @@ def verb(name: str) -> Callable[[Callable[Concatenate[V, P], R]], Callable[Conca
     return decorate
 
 
-class Verbs:
-    """The write verbs of SPEC §3 and ``update`` (SPEC §4)."""
+# Public (reactor.ScopeVerbs): mypy names the class that defines a method in its
+# messages ('"set" of "ScopeVerbs"'), so users meet this name and can look it up.
+class ScopeVerbs:
+    """The verbs ``Scope`` and ``Transaction`` share (SPEC §3, and ``update``, SPEC
+    §4), and their type: annotate with it code that reads or writes through either.
+    Not created directly; the verbs are documented with ``Scope``."""
 
     __slots__ = ()
 
     name: str
+    """The scope's name."""
 
     def _usable(self) -> Engine:
         """The engine, once this handle is known to be usable (else raise)."""
@@ -64,6 +77,88 @@ class Verbs:
 
     def _run(self, work: Work[T]) -> T:
         raise NotImplementedError
+
+    # -- where reads read: each handle's own ----------------------------------------
+    def _text(self, key: str) -> str | None:
+        """The JSON text of live ``key``, or None."""
+        raise NotImplementedError
+
+    def _entry(self, key: str, now: float) -> tuple[str, float | None] | None:
+        """The JSON text and deadline of live ``key``, or None."""
+        raise NotImplementedError
+
+    def _texts(self, keys: builtins.list[str]) -> dict[str, str]:
+        """The JSON texts of those of ``keys`` that are live, in the order asked."""
+        raise NotImplementedError
+
+    def _items(self, pattern: Pattern) -> builtins.list[tuple[str, str]]:
+        """The live keys matching ``pattern`` and their JSON texts, sorted by key."""
+        raise NotImplementedError
+
+    def _keys(self, pattern: Pattern) -> builtins.list[str]:
+        """The live keys matching ``pattern``, sorted."""
+        return [key for key, _ in self._items(pattern)]
+
+    def _now(self) -> float:
+        raise NotImplementedError
+
+    # -- reads ---------------------------------------------------------------------
+    @verb("get")
+    def get(self, key: str, default: Any = None) -> Any:
+        """The value of ``key`` (a fresh copy), or ``default`` if it is absent."""
+        text = self._text(check_key(key))
+        return default if text is None else decode(text)
+
+    @verb("get_many")
+    def get_many(self, keys: Iterable[str]) -> dict[str, Any]:
+        """The values of those of ``keys`` that exist, in the order asked."""
+        if isinstance(keys, str) or not isinstance(keys, Iterable):
+            raise InvalidArgumentError(
+                f"get_many takes an iterable of keys, not {type(keys).__name__}"
+            )
+        found = self._texts([check_key(key) for key in keys])
+        return {key: decode(text) for key, text in found.items()}
+
+    @verb("exists")
+    def exists(self, key: str) -> bool:
+        """Whether ``key`` holds a live value."""
+        return self._text(check_key(key)) is not None
+
+    @verb("list")
+    def list(self) -> dict[str, Any]:
+        """Every live key and its value, sorted by key."""
+        return {key: decode(text) for key, text in self._items(compile_pattern("*"))}
+
+    @verb("keys")
+    def keys(self, pattern: str = "*") -> builtins.list[str]:
+        """The live keys matching the glob ``pattern``, sorted."""
+        return self._keys(compile_pattern(pattern))
+
+    @verb("ttl")
+    def ttl(self, key: str) -> float:
+        """Seconds left before ``key`` expires; ``-1`` without expiry, ``-2`` if absent."""
+        checked = check_key(key)
+        now = self._now()
+        entry = self._entry(checked, now)
+        if entry is None:
+            return -2.0
+        expires_at = entry[1]
+        return -1.0 if expires_at is None else expires_at - now
+
+    @verb("length")
+    def length(self, key: str) -> int:
+        """The length of the list at ``key``; 0 when it is absent.
+
+        Raises:
+            TypeMismatchError: the value is not a list.
+        """
+        text = self._text(check_key(key))
+        if text is None:
+            return 0
+        value = decode(text)
+        if type(value) is not builtins.list:
+            raise TypeMismatchError(f"length needs a list; {key!r} holds {type(value).__name__}")
+        return len(value)
 
     # -- writes --------------------------------------------------------------------
     @verb("set")
@@ -157,7 +252,7 @@ class Verbs:
 
     @verb("update")
     def update(
-        self, key: str, ops: list[dict[str, Any]], atomic: bool | None = None
+        self, key: str, ops: builtins.list[dict[str, Any]], atomic: bool | None = None
     ) -> UpdateResult:
         """Apply ``ops`` to the value at ``key`` in one write (SPEC §4).
 

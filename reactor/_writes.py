@@ -6,7 +6,7 @@ anything is queued, and returns the ``Work`` that the scope's actor (or a transa
 body) runs. Work reads the current row through the transaction, raises a typed error
 before staging anything when the verb does not apply, and stages its result.
 
-The handles only run what these return: ``Verbs`` (``Scope``, ``Transaction``) waits
+The handles only run what these return: ``ScopeVerbs`` (``Scope``, ``Transaction``) waits
 for the result, ``AsyncScope`` awaits it; both get the result type from the ``Work``.
 """
 
@@ -14,17 +14,17 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ._keys import Pattern, check_key, compile_pattern
 from ._ops import apply_patch, apply_update_ops, op_style
 from ._results import Change, UpdateResult
-from ._store import Row, WriteTxn
+from ._store import Row, Work, WriteTxn
 from ._values import MISSING, Missing, decode, encode, encode_built, encode_trusted, json_equal
 from .errors import InvalidArgumentError, TypeMismatchError
 
 if TYPE_CHECKING:
-    from ._engine import Options
+    from ._options import Options
 
 __all__ = [
     "Work",
@@ -44,13 +44,11 @@ __all__ = [
 ]
 
 T = TypeVar("T")
-Work: TypeAlias = Callable[[WriteTxn], T]
 
 
-def _touching(work: Work[T], scope: str, *keys: str) -> Work[T]:
-    """Mark ``work`` with the keys it reads, so that a batch can read them all at once."""
-    work.keys = [(scope, key) for key in keys]  # type: ignore[attr-defined]
-    return work
+def _touching(run: Callable[[WriteTxn], T], scope: str, *keys: str) -> Work[T]:
+    """The ``Work`` that runs ``run``, which reads ``keys`` of ``scope``."""
+    return Work(run, tuple((scope, key) for key in keys))
 
 
 def _encoder(options: Options) -> Callable[[Any], str]:
@@ -169,7 +167,7 @@ def clear(scope: str, pattern: str) -> Work[int]:
             txn.write(scope, key, row, None, None)
         return len(rows)
 
-    return work
+    return Work(work)
 
 
 def expire(scope: str, key: str, seconds: object) -> Work[bool]:

@@ -47,18 +47,23 @@ from typing import Any, Final, TypeVar
 from . import _writes
 from ._actor import Mailbox
 from ._aio_exclusive import AsyncLock, AsyncTransaction, check_not_held, wake_lock_lines
-from ._engine import Engine, operation_timeout
+from ._clock import Clock
+from ._engine import Engine, engine_of, operation_timeout
 from ._events import ChangeEvent
 from ._keys import check_key
 from ._open import open as open_sync
+from ._options import Durability
 from ._results import Change, Snapshot, UpdateResult
 from ._scope import Scope
-from ._state import State
-from ._subscriptions import _PAGE, Subscription, Watch
+from ._state import Events, State, Where
+from ._subscriptions import _PAGE, DEFAULT_BUFFER, Subscription, Watch
 from ._writes import Work
 from .errors import ClosedError
 
 __all__ = ["AsyncLock", "AsyncScope", "AsyncState", "AsyncTransaction", "AsyncWatch", "open"]
+
+# Where users find them (repr, help, pickle), as in reactor/__init__.py.
+AsyncLock.__module__ = AsyncTransaction.__module__ = __name__
 
 T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
@@ -66,10 +71,33 @@ F = TypeVar("F", bound=Callable[..., Any])
 _WORKERS: Final = min(8, (os.cpu_count() or 1) + 2)
 
 
-def open(target: str | os.PathLike[str] | None = None, **options: Any) -> AsyncState:  # noqa: A001
-    """An asyncio handle to the database ``target`` (see ``reactor.open`` for the
-    targets and options). It returns at once; the database opens, in a worker thread,
-    on ``async with`` or the first call."""
+def open(  # noqa: A001 - reactor.aio.open, as reactor.open
+    target: str | os.PathLike[str] | None = None,
+    *,
+    durability: Durability | None = None,
+    max_value_bytes: int | None = None,
+    max_depth: int | None = None,
+    max_actors: int | None = None,
+    log_retention: int | None = None,
+    log_retention_seconds: float | None = None,
+    clock: Clock | None = None,
+    timeout: float | None = None,
+    readonly: bool | None = None,
+) -> AsyncState:
+    """An asyncio handle to the database ``target``; the targets and options are
+    ``reactor.open``'s. It returns at once: the database opens, in a worker thread, on
+    ``async with`` or the first call, which raise what ``reactor.open`` would."""
+    options: dict[str, Any] = {
+        "durability": durability,
+        "max_value_bytes": max_value_bytes,
+        "max_depth": max_depth,
+        "max_actors": max_actors,
+        "log_retention": log_retention,
+        "log_retention_seconds": log_retention_seconds,
+        "clock": clock,
+        "timeout": timeout,
+        "readonly": readonly,
+    }
     return AsyncState(target, options)
 
 
@@ -295,8 +323,8 @@ class AsyncState:
         self,
         scope: str | None = None,
         key: str | None = None,
-        events: Any = None,
-        where: Any = None,
+        events: Events | None = None,
+        where: Where | None = None,
         since: int | None = None,
         durable: str | None = None,
     ) -> Callable[[F], F]:
@@ -340,13 +368,33 @@ class AsyncState:
         return await self._run(state.changes, since, scope, key, limit)
 
     async def subscribe(
-        self, callback: Callable[[ChangeEvent], Any], *args: Any, **kwargs: Any
+        self,
+        callback: Callable[[ChangeEvent], Any],
+        scope: str | None = None,
+        key: str | None = None,
+        events: Events | None = None,
+        where: Where | None = None,
+        since: int | None = None,
+        durable: str | None = None,
+        *,
+        max_retries: int = 3,
+        buffer_size: int = DEFAULT_BUFFER,
     ) -> Subscription:
         """``State.subscribe``; an ``async def`` callback runs on this loop."""
         state = await self._sync()
         # Subscribed here, on the loop, so that an async callback is bound to it; the
         # few reads it makes (a durable position) are quick and never wait on a lock.
-        return state.subscribe(callback, *args, **kwargs)
+        return state.subscribe(
+            callback,
+            scope,
+            key,
+            events,
+            where,
+            since,
+            durable,
+            max_retries=max_retries,
+            buffer_size=buffer_size,
+        )
 
     def watch(
         self, since: int | None = None, scope: str | None = None, key: str | None = None
@@ -425,7 +473,7 @@ class AsyncScope:
             ClosedError: the handle is closed.
             ReentrancyError: this task holds a transaction on the scope.
         """
-        engine = (await self._handle._sync())._engine_or_raise()
+        engine = engine_of(await self._handle._sync())
         check_not_held(id(engine), self.name)
         return engine
 
@@ -454,28 +502,36 @@ class AsyncScope:
 
     # -- reads ---------------------------------------------------------------------
     async def get(self, key: str, default: Any = None) -> Any:
+        """``Scope.get``: the value of ``key``, or ``default`` if it is absent."""
         return await self._read(lambda scope: scope.get(key, default))
 
     async def get_many(self, keys: Iterable[str]) -> dict[str, Any]:
+        """``Scope.get_many``: the values of those of ``keys`` that exist, in order."""
         wanted = list(keys)
         return await self._read(lambda scope: scope.get_many(wanted))
 
     async def exists(self, key: str) -> bool:
+        """``Scope.exists``: whether ``key`` holds a live value."""
         return await self._read(lambda scope: scope.exists(key))
 
     async def list(self) -> dict[str, Any]:
+        """``Scope.list``: every live key and its value, sorted by key."""
         return await self._read(lambda scope: scope.list())
 
     async def keys(self, pattern: str = "*") -> builtins.list[str]:
+        """``Scope.keys``: the live keys matching the glob ``pattern``, sorted."""
         return await self._read(lambda scope: scope.keys(pattern))
 
     async def ttl(self, key: str) -> float:
+        """``Scope.ttl``: seconds left; ``-1`` without expiry, ``-2`` if absent."""
         return await self._read(lambda scope: scope.ttl(key))
 
     async def length(self, key: str) -> int:
+        """``Scope.length``: the length of the list at ``key``; 0 when absent."""
         return await self._read(lambda scope: scope.length(key))
 
     async def snapshot(self) -> Snapshot:
+        """``Scope.snapshot``: every live key-value and the revision they are current at."""
         return await self._read(lambda scope: scope.snapshot())
 
     # -- writes: each verb's checks and work are _writes', as for Scope ------------

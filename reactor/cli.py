@@ -3,9 +3,10 @@ and a web dashboard (``reactor ui``).
 
 Every data command works on ``--db`` (else ``$REACTOR_DB``, else ``~/.reactor/state.db``).
 A command's result is JSON when stdout is piped, a table on a terminal (``--json`` and
-``--table`` choose instead). Errors are one line on stderr, ``Error: ...``, with exit
-status 1 (2 for usage errors) and no traceback: reactor's errors are turned into click's
-in one place, ``_Group.invoke``.
+``--table`` choose instead; ``--raw`` prints a string value as its text, as
+``redis-cli --raw`` does). Errors are one line on stderr, ``Error: ...``, with exit
+status 1 (2 for usage errors, with a "did you mean" for a misspelled command or option)
+and no traceback: reactor's errors are turned into click's in one place, ``_Group.invoke``.
 
 Start-up is kept short (a command is often one call in a shell loop): what only some
 commands use (rich, the demo, the dashboard, the bench) is imported in those commands.
@@ -37,15 +38,16 @@ from ._cli_output import (
     update_view,
     value_view,
 )
-from ._engine import locate
 from ._keys import compile_pattern
+from ._locate import locate
 from ._state import State
-from .errors import ReactorError
+from .errors import ReactorError, ReadOnlyError
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 _DB: Final = "reactor.db"  # ctx.meta keys: what --db and --json/--table said, if anything
 _AS_JSON: Final = "reactor.as_json"
+_RAW: Final = "reactor.raw"
 _ABSENT: Final = object()
 _DEMO_DATABASE: Final = "reactor-demo.db"  # _demo.DEMO_DATABASE (_demo imports rich)
 _UI_PACKAGES: Final = frozenset({"starlette", "uvicorn", "sse_starlette", "anyio", "h11"})
@@ -54,11 +56,71 @@ _DB_HELP: Final = (
     "The database: a file path, sqlite:///PATH or postgresql+psycopg://USER@HOST/DB "
     "[default: $REACTOR_DB, else ~/.reactor/state.db]."
 )
+_RAW_HELP: Final = (
+    "Print a string value as its plain text, without quotes or escapes, and keys one per "
+    "line (get, incr, ttl, keys; other values as JSON)."
+)
+# What users of redis-cli and etcdctl type, and reactor's name for it (difflib finds the
+# rest: lsit, sett, delte).
+_KNOWN_AS: Final = {
+    "put": "set",
+    "del": "delete",
+    "rm": "delete",
+    "ls": "list",
+    "scan": "keys",
+    "incrby": "incr",
+    "info": "stats",
+    "monitor": "watch",
+    "dump": "export",
+    "restore": "import",
+}
+
+
+class _Command(click.Command):
+    """A command that says "did you mean" for a misspelled option also when it takes
+    unknown options as arguments (``ignore_unknown_options``, for values such as -1)."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        given = list(args)
+        try:
+            return super().parse_args(ctx, args)
+        except click.UsageError:
+            if not ctx.ignore_unknown_options:
+                raise
+            names = [
+                name
+                for param in self.get_params(ctx)
+                if isinstance(param, click.Option)
+                for name in (*param.opts, *param.secondary_opts)
+            ]
+            before = given[: given.index("--")] if "--" in given else given
+            for arg in before:  # an extra argument that looks like an option is one
+                name = arg.partition("=")[0]
+                if name.startswith("--") and name not in names:
+                    raise click.NoSuchOption(name, possibilities=names, ctx=ctx) from None
+            raise
 
 
 class _Group(click.Group):
     """A command group whose commands' reactor errors end as click's: one line on
-    stderr, ``Error: ...``, exit status 1."""
+    stderr, ``Error: ...``, exit status 1; a misspelled command gets a "did you mean"."""
+
+    command_class = _Command
+
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        # click 8.2 suggests too, but not 8.1, and not the names of other tools.
+        name = args[0] if args else ""
+        if ctx.resilient_parsing or name.startswith("-") or self.get_command(ctx, name):
+            return super().resolve_command(ctx, args)
+        import difflib  # only on a miss: start-up stays short
+
+        lower = name.lower()  # GET, as in Redis
+        known = _KNOWN_AS.get(lower, lower if self.get_command(ctx, lower) else None)
+        close = [known] if known else difflib.get_close_matches(name, self.list_commands(ctx))
+        hint = f" Did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+        raise click.UsageError(f"No such command {name!r}.{hint}", ctx)
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -78,10 +140,22 @@ def _remember(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
     return value
 
 
-def _options(*, envvar: str | None = None) -> Callable[[F], F]:
-    """``--db`` and ``--json/--table``, for the group and again for each data command."""
+def _remember_flag(ctx: click.Context, param: click.Parameter, value: bool) -> bool:
+    # A flag is False when not given: only a given one may win over the group's.
+    if value:
+        ctx.meta[f"reactor.{param.name}"] = True
+    return value
+
+
+def _options(*, envvar: str | None = None, raw: bool = False) -> Callable[[F], F]:
+    """``--db`` and ``--json/--table``, for the group and again for each data command;
+    ``--raw`` too where ``raw`` (the group, and the commands that print single values)."""
 
     def decorate(command: F) -> F:
+        if raw:
+            command = click.option(
+                "--raw", is_flag=True, expose_value=False, callback=_remember_flag, help=_RAW_HELP
+            )(command)
         command = click.option(
             "--json/--table",
             "as_json",
@@ -106,6 +180,9 @@ def _state(*, create: bool = False) -> State:
     """Open the database for the running command; it closes when the command ends.
 
     Only writes create a database: a read on a file that does not exist is an error.
+    Reads open it read-only, so that they work on a database the user may read but not
+    write; one that cannot be read without a write first (a migration to this version,
+    a new PostgreSQL schema) is opened read-write, as it always was, where it can be.
     """
     ctx = click.get_current_context()
     target: str | None = ctx.meta.get(_DB)
@@ -113,6 +190,14 @@ def _state(*, create: bool = False) -> State:
         _, location = locate(target, "normal")
         if isinstance(location, Path) and not location.exists():
             raise click.ClickException(f"no database at {location}")
+        if location is not None:  # a file or a server: in memory, nothing to read
+            try:
+                return ctx.with_resource(open_state(target, readonly=True))
+            except ReadOnlyError as refused:
+                try:
+                    return ctx.with_resource(open_state(target))
+                except ReadOnlyError:
+                    raise refused from None  # why it could not be read, not written
     return ctx.with_resource(open_state(target))
 
 
@@ -126,7 +211,8 @@ def _show_version(ctx: click.Context, _param: click.Parameter, value: bool) -> N
 
 
 def _output() -> Output:
-    return Output(click.get_current_context().meta.get(_AS_JSON))
+    meta = click.get_current_context().meta
+    return Output(meta.get(_AS_JSON), raw=meta.get(_RAW, False))
 
 
 def _json(text: str, what: str, *, value: bool = False) -> Any:
@@ -153,12 +239,13 @@ def _json(text: str, what: str, *, value: bool = False) -> Any:
     callback=_show_version,
     help="Show the version and exit.",
 )
-@_options(envvar="REACTOR_DB")
+@_options(envvar="REACTOR_DB", raw=True)
 def cli() -> None:
     """reactor: persistent, reactive JSON state in named scopes.
 
     Values and ops are JSON ('{"total": 120}', '"text"', 42). Results print as JSON when
-    piped and as tables on a terminal; errors go to stderr with exit status 1.
+    piped and as tables on a terminal (--raw: strings as plain text); errors go to
+    stderr with exit status 1.
     """
 
 
@@ -167,11 +254,12 @@ def cli() -> None:
 @click.argument("scope")
 @click.argument("key")
 @click.option("--default", metavar="JSON", help="Print this when the key is absent, not an error.")
-@_options()
+@_options(raw=True)
 def get(scope: str, key: str, default: str | None) -> None:
     """Print the value of KEY in SCOPE.
 
-    JSON when piped; exit status 1 if there is no such key (unless --default).
+    JSON when piped (--raw: a string as its plain text); exit status 1 if there is no
+    such key (unless --default).
     """
     fallback = _ABSENT if default is None else _json(default, "--default", value=True)
     value = _state().scope(scope).get(key, _ABSENT)
@@ -179,7 +267,7 @@ def get(scope: str, key: str, default: str | None) -> None:
         if fallback is _ABSENT:
             raise click.ClickException(f"no key {key!r} in scope {scope!r}")
         value = fallback
-    _output().show(value, value_view)
+    _output().value(value, value_view)
 
 
 @cli.command("set", context_settings={"ignore_unknown_options": True})  # a value of -1
@@ -251,7 +339,7 @@ def delete(scope: str, key: str) -> None:
 @click.argument("scope")
 @click.argument("key")
 @click.argument("by", metavar="[BY]", default="1")
-@_options()
+@_options(raw=True)
 def incr(scope: str, key: str, by: str) -> None:
     """Add BY (default 1) to the number at KEY.
 
@@ -259,47 +347,56 @@ def incr(scope: str, key: str, by: str) -> None:
     """
     step = _json(by, "BY")
     total = _state(create=True).scope(scope).increment(key, step)
-    _output().show(total, value_view)
+    _output().value(total, value_view)
 
 
 @cli.command()
 @click.argument("scope")
 @click.argument("key")
-@_options()
+@_options(raw=True)
 def ttl(scope: str, key: str) -> None:
     """Print the seconds KEY has left.
 
     -1 if it has no expiry, -2 if it does not exist (as Redis TTL).
     """
     left = _state().scope(scope).ttl(key)
-    _output().show(int(left) if left in (-1, -2) else round(left, 3), ttl_view)
+    _output().value(int(left) if left in (-1, -2) else round(left, 3), ttl_view)
 
 
 # -- listings --------------------------------------------------------------------
+def _limit(help_text: str) -> Callable[[F], F]:
+    return click.option("--limit", type=click.IntRange(min=1), metavar="N", help=help_text)
+
+
 @cli.command()
 @click.argument("scope")
 @click.argument("pattern", default="*")
-@_options()
-def keys(scope: str, pattern: str) -> None:
+@_limit("At most N keys: the first N, in sorted order.")
+@_options(raw=True)
+def keys(scope: str, pattern: str, limit: int | None) -> None:
     """List the keys of SCOPE, sorted.
 
-    PATTERN is a glob as in Redis KEYS: * ? [abc] [a-z] [!a], \\ to escape.
+    PATTERN is a glob as in Redis KEYS: * ? [abc] [a-z] [!a], \\ to escape. --raw
+    prints one key per line.
     """
-    _output().show(_state().scope(scope).keys(pattern), keys_view)
+    found = _state().scope(scope).keys(pattern)
+    _output().lines(found[:limit], keys_view)
 
 
 @cli.command("list")
 @click.argument("scope")
 @click.argument("pattern", default="*")
+@_limit("At most N keys with their values: the first N, in sorted order.")
 @_options()
-def list_items(scope: str, pattern: str) -> None:
+def list_items(scope: str, pattern: str, limit: int | None) -> None:
     """Print the keys of SCOPE with their values.
 
     Only the keys matching the glob PATTERN, if given; sorted by key.
     """
     match = compile_pattern(pattern)
     items = _state().scope(scope).list()
-    _output().show({key: value for key, value in items.items() if match.matches(key)}, items_view)
+    found = [(key, value) for key, value in items.items() if match.matches(key)]
+    _output().show(dict(found[:limit]), items_view)
 
 
 @cli.command()
@@ -330,13 +427,20 @@ def stats() -> None:
     metavar="REV",
     help="First replay the recorded changes after this revision.",
 )
-@click.option("--count", type=click.IntRange(min=1), metavar="N", help="Stop after N changes.")
+@click.option(
+    "--limit",
+    "--count",
+    "count",
+    type=click.IntRange(min=1),
+    metavar="N",
+    help="Stop after N changes (replayed ones included).",
+)
 @_options()
 def watch(scope: str | None, key: str | None, since: int | None, count: int | None) -> None:
     """Print changes live, from every process.
 
     One JSON line per change when piped, flushed as it comes. Runs until Ctrl-C (exit
-    status 0) or --count changes.
+    status 0) or --limit changes.
     """
     state = _state()
     output = _output()
@@ -388,14 +492,23 @@ def export(file: str, pattern: str) -> None:
     """Write keys as JSON Lines (a backup).
 
     One line per key: {"scope", "key", "value", "ttl"}, ttl being the seconds left
-    (null: no expiry), to FILE or stdout. A FILE is replaced once the export is complete.
+    (null: no expiry), to FILE or stdout. A regular FILE is replaced once the export is
+    complete; anything else (a symlink, a FIFO, a device) is written through and stays
+    what it was. On a terminal, a long export shows its progress on stderr.
     """
+    from ._cli_progress import terminal_progress
+
     state = _state()
     if file == "-":
-        with click.open_file("-", "w", encoding="utf-8") as stdout:
-            _exchange.dump(state, stdout, pattern)
+        # Lines going to the terminal would be mixed with the bar: drawn only when piped.
+        with (
+            terminal_progress(shown=not sys.stdout.isatty()) as progress,
+            click.open_file("-", "w", encoding="utf-8") as stdout,
+        ):
+            _exchange.dump(state, stdout, pattern, progress)
         return
-    count = _exchange.dump_file(state, file, pattern)
+    with terminal_progress() as progress:
+        count = _exchange.dump_file(state, file, pattern, progress)
     from rich.text import Text
 
     _output().show(
@@ -411,11 +524,16 @@ def import_lines(file: str) -> None:
     """Set the keys of an export (JSON Lines).
 
     Reads FILE or stdin. Every line is checked first: if one is bad, nothing is
-    imported. Keys take the TTL they had left when exported.
+    imported. Then every key is set in one transaction: a failure, or Ctrl-C, leaves
+    the database as it was. Keys take the TTL they had left when exported. On a
+    terminal, a long import shows its progress on stderr.
     """
-    with click.open_file(file, "rb") as lines:
-        found = _exchange.read(lines)
-    count = _exchange.write(_state(create=True), found)
+    from ._cli_progress import terminal_progress
+
+    with terminal_progress() as progress:
+        with click.open_file(file, "rb") as lines:
+            found = _exchange.read(lines, progress)
+        count = _exchange.write(_state(create=True), found, progress)
     from rich.text import Text
 
     _output().show({"imported": count}, lambda data: Text(f"{data['imported']:,} keys imported"))
@@ -445,7 +563,10 @@ def import_lines(file: str) -> None:
     "allow_hosts",
     multiple=True,
     metavar="NAME",
-    help="Another host name the page may be reached by (the loopback names always are).",
+    help=(
+        "Another host name (or address) the page may be reached by; any other is refused "
+        "with 400 'Invalid host header' (the loopback names are always allowed; * allows any)."
+    ),
 )
 @click.option("--open", "open_browser", is_flag=True, help="Open the page in a web browser.")
 def ui(host: str, port: int, write: bool, allow_hosts: tuple[str, ...], open_browser: bool) -> None:
@@ -458,7 +579,7 @@ def ui(host: str, port: int, write: bool, allow_hosts: tuple[str, ...], open_bro
     except ModuleNotFoundError as exc:
         if exc.name is None or exc.name.partition(".")[0] not in _UI_PACKAGES:
             raise
-        raise click.ClickException("reactor ui needs: pip install 'reactor[ui]'") from None
+        raise click.ClickException("reactor ui needs: pip install 'reactor-state[ui]'") from None
     # Opened here, so that a bad --db is one line on stderr; the app shares the engine.
     state = _state(create=write)
     try:
@@ -467,6 +588,7 @@ def ui(host: str, port: int, write: bool, allow_hosts: tuple[str, ...], open_bro
         raise click.ClickException(f"cannot listen on {host}:{port}: {exc.strerror}") from None
     url = server.url_of(listener)
     mode = "read-write" if write else "read-only"
+    hosts = server.allowed_hosts(host, allow_hosts)
     # SIGTERM (kill, docker stop) ends the server as Ctrl-C does: cleanly, status 0.
     previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
@@ -478,6 +600,13 @@ def ui(host: str, port: int, write: bool, allow_hosts: tuple[str, ...], open_bro
                     "(no login).",
                     err=True,
                 )
+                # Reached by an address or a name not among these, the page is refused
+                # ("Invalid host header"): say how to allow one.
+                click.echo(
+                    f"It answers to the host names {', '.join(hosts)}; to reach it by "
+                    "another name or address, add --allow-host NAME.",
+                    err=True,
+                )
             click.echo(f"reactor ui: {state.location} at {url} ({mode}; Ctrl-C to stop)", err=True)
             if open_browser:
                 import webbrowser
@@ -487,7 +616,7 @@ def ui(host: str, port: int, write: bool, allow_hosts: tuple[str, ...], open_bro
                 listener,
                 click.get_current_context().meta.get(_DB),
                 write=write,
-                hosts=server.allowed_hosts(host, allow_hosts),
+                hosts=hosts,
             )
     except KeyboardInterrupt:
         pass  # how the server is meant to end
@@ -498,18 +627,35 @@ def ui(host: str, port: int, write: bool, allow_hosts: tuple[str, ...], open_bro
 @cli.command()
 @click.option(
     "--db",
-    default=_DEMO_DATABASE,
-    show_default=True,
-    help="Database file for the demo (in the current folder by default).",
+    metavar="PATH|URL",
+    default=None,
+    help=f"The demo's database [default: the --db given to reactor, else {_DEMO_DATABASE} "
+    "in the current folder].",
 )
-def demo(db: str) -> None:
+def demo(db: str | None) -> None:
     """Run a short program on an embedded database, and show that state survives."""
     from rich.console import Console
 
     from ._demo import run_demo
 
-    with open_state(db) as state:
-        run_demo(state, Console())
+    group = click.get_current_context().parent
+    again = "reactor demo"
+    # Only a --db on the command line: $REACTOR_DB names the user's own database, which
+    # the demo's orders have no business in.
+    if (
+        db is None
+        and group is not None
+        and group.get_parameter_source("db") is click.core.ParameterSource.COMMANDLINE
+    ):
+        db = group.meta.get(_DB)
+    if db is not None:
+        import re
+        import shlex
+
+        shown = re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", db)  # a URL's password
+        again = f"reactor --db {shlex.quote(shown)} demo"
+    with open_state(db or _DEMO_DATABASE) as state:
+        run_demo(state, Console(), again=again)
 
 
 @cli.command()
@@ -641,7 +787,8 @@ def bench(
 def main() -> None:
     """Entry point of the ``reactor`` console script (and ``python -m reactor``)."""
     try:
-        cli.main(standalone_mode=True)
+        # One variable for the console script and python -m reactor alike.
+        cli.main(standalone_mode=True, complete_var="_REACTOR_COMPLETE")
     except ReactorError as exc:  # raised outside a command: closing the database, say
         click.echo(f"Error: {exc}", err=True)
         sys.exit(1)

@@ -6,7 +6,8 @@ ReactorError
 ├── SchemaError                    the database was written by a newer reactor
 ├── StorageError                   the database failed; the cause is chained
 │   ├── BusyError (TimeoutError)   another process held the database too long
-│   └── OutcomeUnknownError        the connection broke while a commit was in flight
+│   ├── OutcomeUnknownError        the connection broke while a commit was in flight
+│   └── ReadOnlyError              a write to a database opened read-only, or not writable
 ├── OperationTimeout (TimeoutError) the scope's actor did not answer in time
 ├── InvalidValueError (ValueError) a value that is not storable JSON
 ├── InvalidKeyError (ValueError)   a key or scope name that is not allowed
@@ -41,6 +42,7 @@ __all__ = [
     "OperationTimeout",
     "OutcomeUnknownError",
     "ReactorError",
+    "ReadOnlyError",
     "ReentrancyError",
     "RevisionCompactedError",
     "SchemaError",
@@ -73,6 +75,13 @@ class OutcomeUnknownError(StorageError):
     """The connection to the database was lost while the commit was in flight: the
     write may have been applied or not. Read the state again (or the change log) to
     find out; events of the write, if it committed, are still delivered."""
+
+
+class ReadOnlyError(StorageError):
+    """A write to a database opened with ``readonly=True``, or to one this process may
+    not write (its file or folder is not writable); nothing was applied. Also raised by
+    ``open(..., readonly=True)`` when the database cannot be read without a write
+    first: it does not exist, is empty, or needs a migration or a recovery."""
 
 
 class OperationTimeout(ReactorError, TimeoutError):

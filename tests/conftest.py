@@ -24,7 +24,7 @@ import pytest
 import sqlalchemy as sa
 
 import reactor
-from reactor import _engine
+from reactor import _registry
 
 POSTGRES_ENV = "REACTOR_TEST_POSTGRES_URL"
 
@@ -195,7 +195,7 @@ def db_path(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
     try:
         yield schemas.create()
     finally:
-        for engine in list(_engine._live_engines):
+        for engine in list(_registry._live_engines):
             engine.close()
         schemas.drop_all()
 
@@ -224,7 +224,7 @@ def state(open_state: Callable[..., reactor.State], clock: FakeClock) -> reactor
 @pytest.fixture(autouse=True)
 def _no_engine_left_behind() -> Iterator[None]:
     yield
-    leftovers = list(_engine._live_engines)
+    leftovers = list(_registry._live_engines)
     for engine in leftovers:
         engine.close()
     assert not leftovers, f"a test left engines open: {[e.key for e in leftovers]}"

@@ -12,6 +12,7 @@ import pytest
 
 import reactor
 import reactor.aio
+from reactor._engine import engine_of
 
 
 async def test_verbs_as_coroutines(db_path: Path) -> None:
@@ -78,7 +79,7 @@ async def test_the_loop_keeps_ticking_while_writes_and_waits_are_in_flight(db_pa
     async with reactor.aio.open(db_path, timeout=10) as state:
         scope = state.scope("slow")
         await scope.set("warm", 1)
-        engine = (await state._sync())._engine_or_raise()
+        engine = engine_of(await state._sync())
         gate = engine.store._gate  # type: ignore[attr-defined]
         ticking = asyncio.create_task(ticker())
         try:
@@ -264,8 +265,8 @@ async def test_a_write_the_actor_cannot_start_times_out_and_is_withdrawn(
     ):
         await fast.scope("s").set("warm", 1)
         await slow.scope("t").set("warm", 1)
-        fast_engine = (await fast._sync())._engine_or_raise()
-        slow_engine = (await slow._sync())._engine_or_raise()
+        fast_engine = engine_of(await fast._sync())
+        slow_engine = engine_of(await slow._sync())
         finished: dict[str, float] = {}
         withdrawn: set[str] = set()
 

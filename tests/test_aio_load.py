@@ -25,7 +25,7 @@ import pytest
 
 import reactor
 import reactor.aio
-from reactor import _engine, _locks
+from reactor import _engine, _locks, _registry
 
 MAX_LAG = 0.5  # seconds: generous, for a shared 2-core machine
 EXTRA_THREADS = 16  # threads reactor.aio may add, whatever the number of waiting tasks
@@ -89,7 +89,7 @@ async def opened(db_path: Any, **options: Any) -> AsyncIterator[reactor.aio.Asyn
         try:
             await asyncio.wait_for(state.close(), 10)
         except TimeoutError:
-            for engine in list(_engine._live_engines):
+            for engine in list(_registry._live_engines):
                 engine.close()
             raise
 
@@ -104,7 +104,7 @@ async def until(predicate: Callable[[], bool], timeout: float = 10.0) -> None:
 
 
 async def engine_of(state: reactor.aio.AsyncState) -> Any:
-    return (await state._sync())._engine_or_raise()
+    return _engine.engine_of(await state._sync())
 
 
 # -- idle watchers -------------------------------------------------------------------

@@ -30,6 +30,7 @@ import pytest
 import sqlalchemy as sa
 
 import reactor
+from reactor._engine import engine_of
 
 RETENTION = 10_000
 
@@ -37,12 +38,13 @@ CONSUMER = """
     import json, random, sys, threading, time
     from pathlib import Path
     import reactor
+    from reactor._engine import engine_of
     from reactor.errors import StorageError
 
     db, out, seed, patience = sys.argv[1], Path(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
     rng = random.Random(seed)
     state = reactor.open(db, log_retention=RETENTION)
-    engine = state._engine_or_raise()
+    engine = engine_of(state)
     real_log_after = engine.store.log_after
 
     def flaky_log_after(*args, **kwargs):
@@ -86,11 +88,12 @@ CONSUMER = """
 WRITER = """
     import random, sys, time
     import reactor
+    from reactor._engine import engine_of
 
     db, role, seconds = sys.argv[1], sys.argv[2], float(sys.argv[3])
     rng = random.Random(role)
     state = reactor.open(db, log_retention=RETENTION)
-    engine = state._engine_or_raise()
+    engine = engine_of(state)
     end = time.monotonic() + seconds
     i = 0
     while time.monotonic() < end:
@@ -119,7 +122,7 @@ WRITER = """
                 pass
             state.scope("ttl").set(f"e{i}", i, ttl=rng.choice([0.05, 0.2, 0.5]))
             if i % 50 == 0:
-                engine.compact()
+                engine.sweeper.compact()
     state.close()
 """
 
@@ -201,7 +204,7 @@ def _run_campaign(
         if killer is not None:
             killer.stop()
     with reactor.open(db) as state:
-        engine = state._engine_or_raise()
+        engine = engine_of(state)
         final = _settled_revision(engine)
         log = {
             event.revision: [event.revision, event.scope, event.key, event.type]

@@ -298,6 +298,125 @@ def test_usage_errors_exit_with_2(db_path: Any, tmp_path: Path) -> None:
         assert "Traceback" not in done.stderr, done.args
 
 
+# -- what users of redis-cli, etcdctl and sqlite-utils expect ---------------------
+def test_raw_prints_strings_as_text(db_path: Any, tmp_path: Path) -> None:
+    text = 'Zoë says "hi"\tand\nbye \\o/ \x1b[31m'
+    with reactor.open(db_path) as state:
+        state.scope("s").set_many({"text": text, "n": 1.5, "doc": {"a": [1, "x"]}, "no": None})
+        state.scope("s").set("soon", "x", ttl=100)
+    runs = _run_all(
+        db_path,
+        [
+            ("get", "s", "text", "--raw"),
+            ("--raw", "get", "s", "text"),  # before the command, as redis-cli --raw
+            ("--raw", "get", "s", "n"),
+            ("get", "s", "doc", "--raw"),
+            ("--table", "get", "s", "no", "--raw"),  # --raw wins
+            ("get", "s", "absent", "--default", '"fallback"', "--raw"),
+            ("keys", "s", "--raw"),
+            ("incr", "counts", "n", "--raw"),
+            ("ttl", "s", "text", "--raw"),
+            ("--raw", "list", "s", "t*"),  # --raw given to the group: ignored by list
+            ("get", "s", "text"),
+        ],
+        tmp_path,
+    )
+    for done in runs:
+        assert (done.returncode, done.stderr) == (0, ""), (done.args, done.stderr)
+    outputs = [done.stdout for done in runs]
+    assert outputs == [
+        text + "\n",
+        text + "\n",
+        "1.5\n",
+        '{"a":[1,"x"]}\n',
+        "null\n",
+        "fallback\n",
+        "doc\nn\nno\nsoon\ntext\n",
+        "1\n",
+        "-1\n",
+        json.dumps({"text": text}, ensure_ascii=False, separators=(",", ":")) + "\n",
+        json.dumps(text, ensure_ascii=False) + "\n",
+    ]
+
+
+def test_limit_on_keys_list_and_watch(db_path: Any, tmp_path: Path) -> None:
+    with reactor.open(db_path) as state:
+        state.scope("s").set_many({f"k{n}": n for n in range(5)} | {"other": 0})
+    keys, some, items, more_than_all = _ok_all(
+        db_path,
+        ("keys", "s", "--limit", "2"),
+        ("keys", "s", "k*", "--limit", "3"),
+        ("list", "s", "k*", "--limit", "2"),
+        ("list", "s", "--limit", "100"),
+        cwd=tmp_path,
+    )
+    assert keys == ["k0", "k1"]
+    assert some == ["k0", "k1", "k2"]
+    assert items == {"k0": 0, "k1": 1}
+    assert len(more_than_all) == 6
+    done = run_reactor("--db", str(db_path), "watch", "--since", "0", "--limit", "2", cwd=tmp_path)
+    assert [json.loads(line)["key"] for line in done.stdout.splitlines()] == ["k0", "k1"]
+    for done in _run_all(
+        db_path, [("keys", "s", "--limit", "0"), ("list", "s", "--limit", "-1")], tmp_path
+    ):
+        assert done.returncode == 2, (done.args, done.stderr)
+        assert "Invalid value for '--limit'" in done.stderr, done.stderr
+
+
+MISTAKES: list[tuple[tuple[str, ...], str]] = [
+    (("lsit", "s"), "No such command 'lsit'. Did you mean 'list'?"),
+    (("delte", "s", "k"), "Did you mean 'delete'?"),
+    (("put", "s", "k", "1"), "No such command 'put'. Did you mean 'set'?"),  # etcdctl
+    (("del", "s", "k"), "Did you mean 'delete'?"),  # redis-cli
+    (("GET", "s", "k"), "Did you mean 'get'?"),
+    (("frobnicate",), "No such command 'frobnicate'.\n"),
+    (("keys", "s", "--limt", "3"), "No such option '--limt'. Did you mean '--limit'?"),
+    (("--jsn", "scopes"), "Did you mean '--json'?"),
+    # get, set and incr take unknown options as arguments (a value of -1): still caught.
+    (("get", "s", "k", "--rwa"), "No such option '--rwa'. Did you mean '--raw'?"),
+    (("set", "s", "k", "1", "--tll", "5"), "'--ttl'?"),  # and '--table'
+    (("set", "s", "k", "1", "--raw"), "No such option '--raw'."),
+]
+
+
+def test_a_misspelled_command_or_option_gets_a_suggestion(db_path: Any, tmp_path: Path) -> None:
+    reactor.open(db_path).close()
+    for done, (args, message) in zip(
+        _run_all(db_path, [args for args, _ in MISTAKES], tmp_path), MISTAKES, strict=True
+    ):
+        assert done.returncode == 2, (args, done.stderr)
+        assert message in done.stderr, (args, done.stderr)
+        assert "Traceback" not in done.stderr
+        assert done.stdout == ""
+    with reactor.open(db_path) as state:
+        assert state.scopes() == []  # nothing ran
+
+
+def test_shell_completion(tmp_path: Path) -> None:
+    script = shutil.which("reactor", path=str(Path(sys.executable).parent))
+    assert script is not None
+    env = {**CLI_ENV, "_REACTOR_COMPLETE": "bash_source"}
+    source = subprocess.run(
+        [script], capture_output=True, text=True, env=env, timeout=60, check=True, cwd=tmp_path
+    ).stdout
+    assert "_reactor_completion() {" in source
+    assert "complete -o nosort -F _reactor_completion reactor" in source
+    env = {**CLI_ENV, "_REACTOR_COMPLETE": "bash_complete", "COMP_CWORD": "1"}
+    for words, expected in [("reactor ke", "plain,keys"), ("reactor keys s --li", "plain,--limit")]:
+        env["COMP_WORDS"], env["COMP_CWORD"] = words, str(len(words.split()) - 1)
+        done = subprocess.run(
+            [script], capture_output=True, text=True, env=env, timeout=60, check=True, cwd=tmp_path
+        )
+        assert done.stdout.split() == [expected], words
+    bash = shutil.which("bash")
+    if bash is not None:  # what the docs tell users to put in ~/.bashrc works
+        line = f'eval "$(_REACTOR_COMPLETE=bash_source {script})"; complete -p reactor'
+        done = subprocess.run(
+            [bash, "-c", line], capture_output=True, text=True, env=CLI_ENV, timeout=60, check=False
+        )
+        assert done.stdout.strip() == "complete -o nosort -F _reactor_completion reactor", done
+
+
 # -- export and import -----------------------------------------------------------
 VALUES: dict[str, dict[str, Any]] = {
     "orders": {"o-1": {"total": 120, "lines": [{"sku": "a", "qty": 1.0}]}, "o-2": None},

@@ -17,6 +17,7 @@ import pytest
 
 import reactor
 from reactor._combine import Combiner
+from reactor._engine import engine_of
 from reactor._sqlite import SQLiteStore
 from reactor._store import WriteTxn
 from reactor.errors import BusyError, StorageError, TypeMismatchError
@@ -31,9 +32,11 @@ class Counted:
         self.records: list[list[Any]] = []
         real = self.store._write_once
 
-        def counting(work: Any, now: float, on_commit: Any = None) -> Any:
+        def counting(
+            work: Any, now: float, on_commit: Any = None, scopes: Any = None, reads: Any = ()
+        ) -> Any:
             self.transactions += 1
-            return real(work, now, on_commit)
+            return real(work, now, on_commit, scopes, reads)
 
         self.store._combiner = Combiner(counting, timeout)
 
@@ -170,7 +173,9 @@ def test_a_failed_commit_fails_every_piece_with_its_own_error(
     ]
     wait_until(lambda: counted.queued() == 3)
 
-    def broken(work: Any, now: float, on_commit: Any = None) -> Any:
+    def broken(
+        work: Any, now: float, on_commit: Any = None, scopes: Any = None, reads: Any = ()
+    ) -> Any:
         raise StorageError("injected: the disk is full")
 
     counted.store._combiner._write_once = broken  # for the next transaction: the three
@@ -223,13 +228,15 @@ def test_threads_writing_to_their_own_scopes_share_commits_and_keep_order(
     open_state: Callable[..., reactor.State],
 ) -> None:
     state = open_state()
-    store = state._engine_or_raise().store
+    store = engine_of(state).store
     transactions = [0]
     real = store._write_once
 
-    def counting(work: Any, now: float, on_commit: Any = None) -> Any:
+    def counting(
+        work: Any, now: float, on_commit: Any = None, scopes: Any = None, reads: Any = ()
+    ) -> Any:
         transactions[0] += 1
-        return real(work, now, on_commit)
+        return real(work, now, on_commit, scopes, reads)
 
     # PostgreSQL's store combines; SQLite's does not (not worth it there): give it one.
     store._combiner = Combiner(counting, 30.0)

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 import reactor
+from reactor._engine import engine_of
 
 Opener = Callable[..., reactor.State]
 
@@ -138,7 +139,7 @@ def test_readers_see_writes_acknowledged_before_they_began(open_state: Opener) -
 
 def test_operation_timeout_withdraws_a_queued_write(open_state: Opener, db_path: Path) -> None:
     state = open_state(timeout=0.2)
-    engine = state._engine_or_raise()
+    engine = engine_of(state)
     scope = state.scope("slow")
     running = engine.mailbox("slow")._running  # type: ignore[attr-defined]
     # As if a batch were running: the write queues for the actor, which cannot start.
@@ -152,7 +153,7 @@ def test_operation_timeout_withdraws_a_queued_write(open_state: Opener, db_path:
 def test_a_writer_held_too_long_is_a_busy_error(open_state: Opener) -> None:
     state = open_state(timeout=0.2)
     scope = state.scope("s")
-    gate = state._engine_or_raise().store._gate  # type: ignore[attr-defined]
+    gate = engine_of(state).store._gate  # type: ignore[attr-defined]
     with gate, pytest.raises(reactor.BusyError):
         scope.set("a", 1)
     assert scope.get("a") is None

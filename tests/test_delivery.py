@@ -21,6 +21,7 @@ import pytest
 
 import reactor
 from reactor import _engine
+from reactor._engine import engine_of
 from reactor.errors import StorageError
 from tests.conftest import wait_for
 
@@ -37,10 +38,6 @@ def child(db: Any, code: str, *args: str, timeout: float = 120) -> str:
     )
     assert done.returncode == 0, done.stderr
     return done.stdout
-
-
-def engine_of(state: reactor.State) -> _engine.Engine:
-    return state._engine_or_raise()
 
 
 class HeldFollower:
@@ -182,7 +179,7 @@ def test_a_watch_overtaken_by_compaction_raises_instead_of_skipping(
     last = _fill(state, 3000)
     watch = state.watch(since=engine_of(state).store.compacted())
     first = next(watch)  # the replay has begun: a page is read
-    engine_of(state).compact()  # keeps only the newest 100
+    engine_of(state).sweeper.compact()  # keeps only the newest 100
     revisions = [first.revision]
     with pytest.raises(reactor.RevisionCompactedError):
         for event in watch:
@@ -207,7 +204,7 @@ def test_a_subscription_overtaken_by_compaction_stops_and_says_so(
 
     before = state.stats()["events"]["failed"]
     sub = state.subscribe(slow, since=0)
-    engine_of(state).compact()
+    engine_of(state).sweeper.compact()
     gate.set()
     wait_for(lambda: sub.closed, timeout=10)
     assert isinstance(sub.error, reactor.RevisionCompactedError)
@@ -221,7 +218,7 @@ def test_changes_without_since_returns_what_the_log_retains(
 ) -> None:
     state = open_state(log_retention=100)
     last = _fill(state, 1000)
-    engine_of(state).compact()
+    engine_of(state).sweeper.compact()
     retained = state.changes()
     assert [event.revision for event in retained] == list(range(last - 99, last + 1))
     assert [event.revision for event in state.changes(limit=3)] == [
@@ -238,7 +235,7 @@ def test_a_durable_name_cannot_start_behind_compaction(
 ) -> None:
     state = open_state(log_retention=100)
     _fill(state, 1000)
-    engine_of(state).compact()
+    engine_of(state).sweeper.compact()
     with pytest.raises(reactor.RevisionCompactedError):
         state.subscribe(lambda _event: None, since=5, durable="late")
     assert "late" not in state.stats()["durable_subscribers"]

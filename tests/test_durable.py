@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 import reactor
+from reactor._engine import engine_of
 from tests.conftest import wait_for
 
 from .conftest import raw_query
@@ -198,7 +199,7 @@ def test_a_known_name_ignores_since_even_after_compaction(db_path: Path) -> None
     with reactor.open(db_path, log_retention=2) as state:
         for i in range(5, 15):
             state.scope("s").set("k", i)
-        state._engine_or_raise().compact()  # up to billing's position, not further
+        engine_of(state).sweeper.compact()  # up to billing's position, not further
         with pytest.raises(reactor.RevisionCompactedError):
             state.changes(since=0)
         resumed: list[int] = []
@@ -236,3 +237,35 @@ def test_a_callback_that_meets_a_closed_engine_is_not_recorded_as_failed(db_path
         seen: list[int] = []
         again.subscribe(lambda e: seen.append(e.revision), scope="s", durable="ledger-keeper")
         wait_for(lambda: seen == [1])
+
+
+def test_the_counts_of_a_durable_name_go_on_across_restarts(db_path: Path) -> None:
+    """``delivered`` and ``failed`` count over the name's whole life: a restart (here,
+    closing the engine and opening it again) takes them up where they were stored."""
+
+    def bill(event: reactor.ChangeEvent) -> None:
+        if event.key.startswith("bad"):
+            raise ValueError("cannot bill this")
+
+    def run(good: int, bad: int) -> dict[str, int]:
+        with reactor.open(db_path) as state:
+            state.subscribe(bill, durable="billing", max_retries=0)
+            scope = state.scope("s")
+            for i in range(good):
+                scope.increment(f"good-{i}")
+            for i in range(bad):
+                scope.increment(f"bad-{i}")
+            revision = state.stats()["revision"]
+
+            def caught_up() -> dict[str, int] | None:
+                found: dict[str, int] = state.stats()["durable_subscribers"]["billing"]
+                return found if found["position"] == revision else None
+
+            return wait_for(caught_up)
+
+    first = run(good=3, bad=1)
+    assert (first["delivered"], first["failed"]) == (3, 1)
+    second = run(good=2, bad=2)
+    assert (second["delivered"], second["failed"]) == (3 + 2, 1 + 2)
+    stored = raw_query(db_path, "SELECT delivered, failed FROM reactor_subscribers")
+    assert [tuple(row) for row in stored] == [(5, 3)]

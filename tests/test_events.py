@@ -14,6 +14,7 @@ import pytest
 
 import reactor
 from reactor import signals
+from reactor._engine import engine_of
 from tests.conftest import FakeClock, wait_for
 
 Opener = Callable[..., reactor.State]
@@ -344,7 +345,7 @@ def test_compacted_revisions_raise(open_state: Opener) -> None:
     scope = state.scope("s")
     for i in range(20):
         scope.set("k", i)
-    state._engine_or_raise().compact()
+    engine_of(state).sweeper.compact()
     assert [e.revision for e in state.changes(since=15)] == [16, 17, 18, 19, 20]
     for call in (
         lambda: state.changes(since=14),

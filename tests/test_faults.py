@@ -17,6 +17,7 @@ import pytest
 
 import reactor
 from reactor import ops
+from reactor._engine import engine_of
 
 from .conftest import FakeClock, raw_query, wait_for
 
@@ -144,7 +145,7 @@ def faulty(
     open_state: Callable[..., reactor.State], clock: FakeClock
 ) -> Iterator[tuple[reactor.State, Callable[[int | None], None]]]:
     state = open_state(clock=clock)
-    store = state._engine_or_raise().store
+    store = engine_of(state).store
     real = store._writer  # type: ignore[attr-defined]
     error = _driver_error(store)
 

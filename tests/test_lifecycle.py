@@ -24,7 +24,8 @@ from typing import Any
 import pytest
 
 import reactor
-from reactor import _engine
+from reactor import _engine, _registry
+from reactor._engine import engine_of
 
 ROOT = Path(__file__).resolve().parent.parent
 JOIN = 20.0  # seconds any thread of a test may take to finish: far beyond need
@@ -101,7 +102,7 @@ def test_open_after_the_engine_is_marked_closed_but_not_yet_forgotten(
 ) -> None:
     """Between an engine marking itself closed and leaving the registry, an open()
     found it there and raised ClosedError (before the fix)."""
-    real_forget = _engine._forget
+    real_forget = _registry._forget
     forgetting = threading.Event()
 
     def held_up_forget(engine: _engine.Engine) -> None:
@@ -109,7 +110,7 @@ def test_open_after_the_engine_is_marked_closed_but_not_yet_forgotten(
         time.sleep(0.2)
         real_forget(engine)
 
-    monkeypatch.setattr(_engine, "_forget", held_up_forget)
+    monkeypatch.setattr(_registry, "_forget", held_up_forget)
     first = reactor.open(target)
     closer = threading.Thread(target=first.close, name="closer")
     closer.start()
@@ -125,7 +126,7 @@ def test_open_after_the_engine_is_marked_closed_but_not_yet_forgotten(
 def test_open_after_a_direct_close_of_the_engine_starts_a_new_one(target: Any) -> None:
     """An engine closed as a whole (as at interpreter exit) is not joined by open()."""
     first = reactor.open(target)
-    first._engine_or_raise().close()
+    engine_of(first).close()
     second = reactor.open(target)
     try:
         _works(second)
@@ -180,9 +181,9 @@ def _storm(target: Any, *, rounds: int, workers: int) -> None:
     _join_all(threads, JOIN + rounds * 0.25)  # a round may start an engine: ~30 ms
     assert failures == []
     assert _reactor_threads() - before == set()
-    assert not _engine._registry
-    assert not _engine._closing
-    assert not _engine._opening
+    assert not _registry._engines
+    assert not _registry._closing
+    assert not _registry._opening
 
 
 @pytest.mark.usefixtures("preemptive")

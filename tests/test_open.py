@@ -12,6 +12,7 @@ import pytest
 
 import reactor
 from reactor import _schema
+from reactor._engine import engine_of
 
 from .conftest import raw_query
 
@@ -158,7 +159,7 @@ def test_durability_sets_wal_and_synchronous(
     open_state: Opener, durability: str, synchronous: int
 ) -> None:
     state = open_state(durability=durability)
-    store = state._engine_or_raise().store
+    store = engine_of(state).store
     with store._reading() as conn:  # type: ignore[attr-defined]
         assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
         assert conn.execute("PRAGMA synchronous").fetchone()[0] == synchronous

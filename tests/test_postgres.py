@@ -3,6 +3,8 @@ connections. Needs ``REACTOR_TEST_POSTGRES_URL``; skips without it (in either pa
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -13,7 +15,8 @@ import pytest
 import sqlalchemy as sa
 
 import reactor
-from reactor import _engine, _schema
+from reactor import _exchange, _registry, _schema
+from reactor._engine import engine_of
 
 from .conftest import PostgresSchemas, postgres_url, raw_query, wait_for
 
@@ -22,7 +25,7 @@ from .conftest import PostgresSchemas, postgres_url, raw_query, wait_for
 def schemas() -> Iterator[PostgresSchemas]:
     made = PostgresSchemas(postgres_url())
     yield made
-    for engine in list(_engine._live_engines):
+    for engine in list(_registry._live_engines):
         engine.close()
     made.drop_all()
 
@@ -35,7 +38,7 @@ def admin() -> Iterator[psycopg.Connection[Any]]:
 
 
 def _store(state: reactor.State) -> Any:
-    return state._engine_or_raise().store
+    return engine_of(state).store
 
 
 def _backend_pid(conn: Any) -> int:
@@ -95,11 +98,132 @@ def test_a_writer_waits_for_another_holder_of_the_write_lock_then_busy_error(
     assert log == [("k", "1"), ("k", "3")]
 
 
+def test_a_scope_held_by_another_process_holds_up_only_that_scope(
+    schemas: PostgresSchemas, admin: psycopg.Connection[Any]
+) -> None:
+    """Writes take their scope's lock as they begin: another process writing scope "a"
+    keeps this one's writes to "a" waiting (then BusyError, nothing applied), while its
+    writes to "b" go on at once."""
+    url = schemas.create()
+    with reactor.open(url, timeout=1) as state:
+        a, b = state.scope("a"), state.scope("b")
+        a.set("k", 1)
+        key = _store(state)._scope_keys("a")
+        admin.execute("SELECT pg_advisory_lock(%s)", (key,))  # as another process's writer
+        try:
+            started = time.monotonic()
+            assert b.set("k", 1).new_value == 1
+            assert b.increment("n") == 1
+            assert time.monotonic() - started < 0.9  # not held up
+            with pytest.raises(reactor.BusyError):
+                a.set("k", 2)
+            assert time.monotonic() - started >= 0.9
+        finally:
+            admin.execute("SELECT pg_advisory_unlock(%s)", (key,))
+        assert a.get("k") == 1  # nothing applied
+        assert a.set("k", 3).old_value == 1
+    log = raw_query(url, "SELECT scope, key, new_value, revision FROM reactor_changes")
+    assert sorted(log, key=lambda row: row[3]) == [
+        ("a", "k", "1", 1),
+        ("b", "k", "1", 2),
+        ("b", "n", "1", 3),
+        ("a", "k", "3", 4),
+    ]
+
+
+def test_a_commit_waits_for_the_order_lock_and_applies_nothing_without_it(
+    schemas: PostgresSchemas, admin: psycopg.Connection[Any]
+) -> None:
+    """The order lock is taken at commit: while another process holds it, a write gets
+    its scope, reads, and then waits to commit; past the timeout, nothing is applied,
+    no revision is used up, and no event is delivered."""
+    url = schemas.create()
+    with reactor.open(url, timeout=1) as state:
+        scope = state.scope("s")
+        heard: list[int] = []
+        state.subscribe(lambda event: heard.append(event.revision))
+        scope.set("k", 1)
+        wait_for(lambda: heard == [1])
+        admin.execute("SELECT pg_advisory_lock(%s)", (_store(state)._lock_key,))
+        try:
+            with pytest.raises(reactor.BusyError):
+                scope.increment("n")
+        finally:
+            admin.execute("SELECT pg_advisory_unlock(%s)", (_store(state)._lock_key,))
+        assert scope.get("n") is None
+        assert scope.set("k", 2).old_value == 1
+        wait_for(lambda: heard == [1, 2])  # revision 2 went to the next change
+        assert state.stats()["revision"] == 2
+
+
+def test_an_import_takes_the_locks_of_the_scopes_it_writes(
+    schemas: PostgresSchemas, admin: psycopg.Connection[Any]
+) -> None:
+    """An import writes many scopes in one transaction: it waits for another process's
+    write to a scope it imports into (or that write's reads would go stale), then
+    applies nothing if it cannot have it in time."""
+    url = schemas.create()
+    lines = ['{"scope": "a", "key": "k", "value": 1}', '{"scope": "b", "key": "k", "value": 2}']
+    with reactor.open(url, timeout=1) as state:
+        key = _store(state)._scope_keys("b")
+        admin.execute("SELECT pg_advisory_lock(%s)", (key,))
+        try:
+            with pytest.raises(reactor.BusyError):
+                _exchange.load(state, lines)
+        finally:
+            admin.execute("SELECT pg_advisory_unlock(%s)", (key,))
+        assert state.scopes() == []
+        assert _exchange.load(state, lines) == 2
+        assert state.scope("b").get("k") == 2
+
+
+def test_processes_writing_many_scopes_in_any_order_never_deadlock(
+    schemas: PostgresSchemas,
+) -> None:
+    """Threads of two processes write overlapping sets of scopes, in opposite orders,
+    so that each process's batches (group commit) hold several scopes at once: the
+    scope locks are taken in one order, so no write fails with a deadlock, and every
+    increment counts (no update is lost across processes)."""
+    url = schemas.create()
+    script = f"""
+import sys, threading, reactor
+state = reactor.open({url!r}, timeout=30)
+order = [f"s{{n}}" for n in range(6)]
+if sys.argv[1] == "1":
+    order.reverse()
+errors = []
+def run(offset):
+    for i in range(120):
+        name = order[(i + offset) % len(order)]
+        try:
+            state.scope(name).increment("n")
+        except Exception as exc:
+            errors.append(repr(exc))
+threads = [threading.Thread(target=run, args=(t,)) for t in range(4)]
+for t in threads: t.start()
+for t in threads: t.join(120)
+state.close()
+print(len(errors), errors[:3])
+"""
+    children = [
+        subprocess.Popen([sys.executable, "-c", script, str(n)], stdout=subprocess.PIPE, text=True)
+        for n in (0, 1)
+    ]
+    outputs = [child.communicate(timeout=150)[0] for child in children]
+    assert [child.returncode for child in children] == [0, 0], outputs
+    assert all(out.startswith("0 ") for out in outputs), outputs
+    with reactor.open(url) as state:
+        total = sum(state.scope(f"s{n}").get("n", 0) for n in range(6))
+        assert total == 2 * 4 * 120
+        revisions = [row[0] for row in raw_query(url, "SELECT revision FROM reactor_changes")]
+        assert sorted(revisions) == list(range(1, 2 * 4 * 120 + 1))
+
+
 def test_notifications_carry_only_the_revision(
     schemas: PostgresSchemas, admin: psycopg.Connection[Any]
 ) -> None:
     with reactor.open(schemas.create()) as state:
-        admin.execute(f"LISTEN {_store(state)._channel}")
+        admin.execute(f"LISTEN {_store(state).channel}")
         state.scope("s").set("k", {"big": "x" * 100_000})
         state.scope("s").set_many({"a": 1, "b": 2})
         payloads = [note.payload for note in admin.notifies(timeout=2, stop_after=2)]
@@ -110,7 +234,7 @@ def test_a_failed_write_sends_no_notification(
     schemas: PostgresSchemas, admin: psycopg.Connection[Any]
 ) -> None:
     with reactor.open(schemas.create()) as state:
-        admin.execute(f"LISTEN {_store(state)._channel}")
+        admin.execute(f"LISTEN {_store(state).channel}")
         scope = state.scope("s")
         scope.set("text", "not a number")
         with pytest.raises(reactor.TypeMismatchError):
@@ -125,7 +249,7 @@ def test_a_listener_that_loses_its_connection_catches_up(
     url = schemas.create()
     with reactor.open(url) as watcher_state, reactor.open(url + "&application_name=w") as writer:
         # Two engines on one database in this process, as two processes would be.
-        assert watcher_state._engine_or_raise() is not writer._engine_or_raise()
+        assert engine_of(watcher_state) is not engine_of(writer)
         seen: list[int] = []
         watcher_state.subscribe(lambda event: seen.append(event.new_value))
         scope = writer.scope("s")

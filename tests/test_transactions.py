@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 import reactor
+from reactor._engine import engine_of
 
 from .conftest import raw_query
 
@@ -305,5 +306,5 @@ def test_a_conflict_is_seen_even_when_the_log_was_compacted_meanwhile(db_path: P
             clock.advance(120)
             # All but the newest record (another scope's) is gone: the log cannot tell
             # what happened to "s", and the commit must assume the worst.
-            assert state._engine_or_raise().compact() == 2
+            assert engine_of(state).sweeper.compact() == 2
         assert scope.get("n") == 100

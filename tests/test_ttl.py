@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 import reactor
+from reactor._engine import engine_of
 from tests.conftest import FakeClock, wait_for
 
 from .conftest import raw_query
@@ -166,7 +167,7 @@ def test_the_change_log_is_compacted_by_count(
     scope = state.scope("s")
     for i in range(25):
         scope.set("k", i)
-    assert state._engine_or_raise().compact() == 15
+    assert engine_of(state).sweeper.compact() == 15
     revisions = [
         r for (r,) in raw_query(db_path, "SELECT revision FROM reactor_changes ORDER BY revision")
     ]
@@ -200,7 +201,7 @@ def test_compaction_by_age_keeps_the_log_contiguous(
     clock.advance(100)
     scope.set("c", 1)  # revision 3, at t + 70
     clock.advance(5)  # revision 1 is 75 s old, revision 2 105 s old, revision 3 5 s old
-    state._engine_or_raise().compact()
+    engine_of(state).sweeper.compact()
     assert [e.revision for e in state.changes(since=2)] == [3]
     with pytest.raises(reactor.RevisionCompactedError):
         state.changes(since=1)  # no hole: what remains starts right after the cut
@@ -214,7 +215,7 @@ def test_revisions_are_never_reused_after_compaction(
     for i in range(3):
         scope.set("k", i)
     clock.advance(120)  # every record is too old now...
-    state._engine_or_raise().compact()
+    engine_of(state).sweeper.compact()
     assert [e.revision for e in state.changes(since=2)] == [3]  # ...but the newest stays
     scope.set("k", "after")
     assert [e.revision for e in state.changes(since=2)] == [3, 4]

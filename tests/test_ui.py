@@ -17,11 +17,13 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import jsonpatch
 import pytest
 
 import reactor
 from reactor._ui import server
-from reactor._ui.guard import allowed_hosts, is_loopback
+from reactor._ui.changes import MAX_DIFF_CHARS, MAX_DIFF_OPS, diff
+from reactor._ui.guard import allowed_hosts, host_refusal, is_loopback
 from tests._ui_support import (
     HEADERS,
     TIMEOUT,
@@ -221,6 +223,7 @@ def test_set_update_and_delete_with_write(client: Client, seeded: Any) -> None:
         "old_value": {"total": 120, "status": "new"},
         "new_value": {"total": 125, "status": "new", "n": 1},
         "errors": [],
+        "applied": "all",
     }
     patch = [{"op": "replace", "path": "/status", "value": "paid"}]
     assert post("/api/update", {"scope": "orders", "key": "o-2", "ops": patch})["errors"] == []
@@ -259,7 +262,45 @@ def test_ops_that_do_not_apply_are_reported(client: Client, seeded: Any) -> None
     result = answer.json()
     assert [error["code"] for error in result["errors"]] == ["type_mismatch"]
     assert result["new_value"] == result["old_value"]
+    assert result["applied"] == "none"  # the page shows it as a failure
     assert _everything(seeded) == before  # atomic: none applied
+
+
+@pytest.mark.parametrize(
+    ("ops", "atomic", "applied"),
+    [
+        ([{"type": "increment", "path": "total"}], None, "all"),
+        ([{"type": "increment", "path": "status"}], None, "none"),  # the only op failed
+        (
+            [{"type": "increment", "path": "total"}, {"type": "increment", "path": "status"}],
+            None,
+            "some",
+        ),
+        (
+            [{"type": "increment", "path": "total"}, {"type": "increment", "path": "status"}],
+            True,
+            "none",
+        ),
+        (
+            [{"op": "replace", "path": "/total", "value": 1}, {"op": "remove", "path": "/x"}],
+            None,
+            "none",
+        ),
+    ],
+)
+def test_an_update_says_whether_it_applied_all_some_or_none(
+    client: Client, seeded: Any, ops: list[dict[str, Any]], atomic: bool | None, applied: str
+) -> None:
+    ui = client(write=True)
+    body = {"scope": "orders", "key": "o-1", "ops": ops, "atomic": atomic}
+    answer = ui.post("/api/update", content=json.dumps(body), headers=HEADERS)
+    assert answer.status_code == 200, answer.text
+    result = answer.json()
+    assert result["applied"] == applied
+    assert (result["errors"] == []) == (applied == "all")
+    with reactor.open(seeded) as state:
+        total = state.scope("orders").get("o-1")["total"]
+    assert total == (120 if applied == "none" else 121)
 
 
 MIXED_STYLES = [{"op": "remove", "path": "/total"}, {"type": "remove", "path": "status"}]
@@ -389,6 +430,242 @@ def test_the_host_names_allowed(client: Client, seeded: Any) -> None:
     assert ui.get("/", headers={"Host": "evil.example"}).status_code == 400
 
 
+def test_a_refused_host_name_is_told_how_to_allow_it(client: Client, seeded: Any) -> None:
+    ui = client()
+    for host in ("dash.example:8765", "dash.example", "DASH.example"):
+        answer = ui.get("/", headers={"Host": host})
+        assert answer.status_code == 400, host
+        assert answer.text.startswith("Invalid host header")
+        assert "reactor ui --allow-host dash.example" in answer.text
+        assert answer.headers["content-type"].startswith("text/plain")
+    assert "--allow-host 192.168.1.5" in ui.get("/", headers={"Host": "192.168.1.5:80"}).text
+    assert "--allow-host [fe80::1]" in ui.get("/", headers={"Host": "[fe80::1]:80"}).text
+    # A name not plainly a host name is not repeated back.
+    odd = ui.get("/", headers={"Host": "<b>x</b>"})
+    assert odd.status_code == 400
+    assert "<b>" not in odd.text
+    assert "--allow-host NAME" in odd.text
+    assert host_refusal("") == "Invalid host header: the request names no host"
+    # The hint does not widen what is allowed: the page is still refused.
+    assert ui.get("/api/scopes", headers={"Host": "dash.example"}).status_code == 400
+
+
+# -- a key's history, the locks held, the subscribers' lag -------------------------------
+def test_a_keys_history_newest_first_with_what_changed(client: Client, db_path: Any) -> None:
+    with reactor.open(db_path) as state:
+        orders = state.scope("orders")
+        orders.set("o-1", {"total": 120, "status": "new"})  # 1
+        orders.set("o-2", 5)  # 2: another key
+        state.scope("other").set("o-1", 7)  # 3: another scope
+        orders.update("o-1", [{"type": "set", "path": "total", "value": 1.0}])  # 4
+        orders.set("o-1", {"total": 1.0, "status": "paid", "n": 2**60 + 1})  # 5
+        orders.delete("o-1")  # 6
+        orders.set("o-1", None)  # 7: null is a value
+    ui = client()
+
+    def history(**params: str) -> Any:
+        answer = ui.get("/api/history", params={"scope": "orders", "key": "o-1", **params})
+        assert answer.status_code == 200, answer.text
+        return answer.json()
+
+    found = history()
+    assert (found["scope"], found["key"], found["compacted"]) == ("orders", "o-1", 0)
+    changes = found["changes"]
+    assert [(c["revision"], c["type"]) for c in changes] == [
+        (7, "created"),
+        (6, "deleted"),
+        (5, "updated"),
+        (4, "updated"),
+        (1, "created"),
+    ]
+    assert (changes[0]["old_text"], changes[0]["new_text"]) == (None, "null")
+    assert changes[1]["old_text"] == '{"total":1.0,"status":"paid","n":1152921504606846977}'
+    assert changes[1]["new_text"] is None
+    assert changes[1]["diff"] is None
+    # An update shows its patch, with the values as JSON text (1.0 stays 1.0).
+    assert changes[3]["diff"] == {
+        "ops": [{"op": "replace", "path": "/total", "old": "120", "value": "1.0"}],
+        "more": 0,
+    }
+    assert changes[3]["ops"] == [{"type": "set", "path": "total", "value": 1.0}]
+    assert sorted(changes[2]["diff"]["ops"], key=lambda op: op["path"]) == [
+        {"op": "add", "path": "/n", "value": "1152921504606846977"},  # not rounded
+        {"op": "replace", "path": "/status", "old": '"new"', "value": '"paid"'},
+    ]
+    assert changes[4]["timestamp"].endswith("+00:00")
+    assert [c["revision"] for c in history(limit="2")["changes"]] == [7, 6]
+    assert history(key="o-9")["changes"] == []
+    for params, error in [
+        ({"limit": "0"}, "InvalidRequest"),
+        ({"limit": "501"}, "InvalidRequest"),
+        ({"limit": "x"}, "InvalidRequest"),
+        ({"key": ""}, "InvalidKeyError"),
+    ]:
+        answer = ui.get("/api/history", params={"scope": "orders", "key": "o-1", **params})
+        assert answer.status_code == 400, params
+        assert answer.json()["error"] == error
+    assert ui.get("/api/history", params={"scope": "orders"}).status_code == 400
+
+
+def test_a_keys_history_says_where_the_log_was_compacted(client: Client, db_path: Any) -> None:
+    write_elsewhere(
+        db_path,
+        """
+        from reactor._engine import engine_of
+
+        for n in range(6):
+            state.scope("s").set("k", n)
+        assert engine_of(state).sweeper.compact() > 0
+        """,
+        options="log_retention=2",
+    )
+    found = client().get("/api/history", params={"scope": "s", "key": "k"}).json()
+    assert found["compacted"] >= 1
+    assert all(c["revision"] > found["compacted"] for c in found["changes"])
+    assert found["changes"][0]["revision"] == 6
+
+
+def test_the_locks_held(client: Client, db_path: Any) -> None:
+    with reactor.open(db_path) as state:
+        state.scope("s").set("k", 1)
+        ui = client()
+        assert ui.get("/api/locks").json() == {"locks": [], "held": 0}
+        deploy = state.lock("deploy", ttl=60)
+        deploy.acquire()
+        with state.lock("backup", ttl=30):
+            answer = ui.get("/api/locks").json()
+        assert answer["held"] == 2
+        assert [lock["name"] for lock in answer["locks"]] == ["backup", "deploy"]
+        backup, held = answer["locks"]
+        assert held["token"] == deploy.token == 1
+        assert isinstance(held["holder"], str)
+        assert held["holder"]
+        assert held["holder"] != backup["holder"]
+        assert 50 < held["expires_in"] <= 60
+        assert 20 < backup["expires_in"] <= 30
+        # Released, a lock is no longer listed; taken again, its token is the next one.
+        assert [lock["name"] for lock in ui.get("/api/locks").json()["locks"]] == ["deploy"]
+        deploy.release()
+        assert ui.get("/api/locks").json() == {"locks": [], "held": 0}
+        with state.lock("deploy", ttl=60):
+            assert ui.get("/api/locks").json()["locks"][0]["token"] == 2
+
+
+def test_the_durable_subscribers_lag(client: Client, db_path: Any) -> None:
+    write_elsewhere(
+        db_path,
+        """
+        import threading
+
+        for n in range(3):
+            state.scope("s").set(f"k{n}", n)
+        seen, got = threading.Event(), []
+
+        def deliver(event):
+            got.append(event.revision)
+            if len(got) == 3:
+                seen.set()
+
+        subscription = state.subscribe(deliver, durable="mailer", since=0)
+        assert seen.wait(30)
+        subscription.close()
+        for n in range(4):
+            state.scope("s").set(f"k{n}", n + 10)
+        """,
+    )
+    stats = client().get("/api/stats").json()
+    assert stats["revision"] == 7
+    assert stats["durable_subscribers"] == {
+        "mailer": {"position": 3, "lag": 4, "delivered": 3, "failed": 0}
+    }
+
+
+# -- what a change shows ----------------------------------------------------------
+def test_the_diff_of_an_update_is_a_json_patch_with_values_as_text() -> None:
+    assert diff({"n": 1}, {"n": 2}) == {
+        "ops": [{"op": "replace", "path": "/n", "old": "1", "value": "2"}],
+        "more": 0,
+    }
+    # JSON's types, not Python's ==: 1, 1.0 and true differ.
+    assert diff({"n": 1}, {"n": 1.0})["ops"] == [
+        {"op": "replace", "path": "/n", "old": "1", "value": "1.0"}
+    ]
+    assert diff([1], [True])["ops"] == [
+        {"op": "replace", "path": "/0", "old": "1", "value": "true"}
+    ]
+    assert diff(1, "x")["ops"] == [{"op": "replace", "path": "", "old": "1", "value": '"x"'}]
+    assert diff({"a": 1, "b": 2}, {"b": 2, "a": 1}) == {"ops": [], "more": 0}  # keys reordered
+    assert diff({"é": "ü"}, {"é": "ö"})["ops"][0]["value"] == '"ö"'
+    # Each op's old value is read where it applies, after the ops before it.
+    patch = diff({"a": [1, 2, 3, 4]}, {"a": [4]})["ops"]
+    document = [1, 2, 3, 4]
+    for op in patch:
+        index = int(op["path"].rpartition("/")[2])
+        assert json.loads(op["old"]) == document[index]
+        if op["op"] == "remove":
+            del document[index]
+        else:
+            document[index] = json.loads(op["value"])
+    assert document == [4]
+    many = diff({f"k{n}": n for n in range(80)}, {f"k{n}": n + 1 for n in range(80)})
+    assert (len(many["ops"]), many["more"]) == (MAX_DIFF_OPS, 80 - MAX_DIFF_OPS)
+    # Neither value is changed; a value nested as deep as reactor allows still diffs.
+    old, new = {"a": [1, {"b": 2}]}, {"a": [{"b": 3}, 1], "c": {"d": [4]}}
+    diff(old, new)
+    assert (old, new) == ({"a": [1, {"b": 2}]}, {"a": [{"b": 3}, 1], "c": {"d": [4]}})
+    deep_old: Any = 1
+    deep_new: Any = 2
+    for _ in range(249):
+        deep_old, deep_new = {"a": deep_old}, {"a": deep_new}
+    (op,) = diff(deep_old, deep_new)["ops"]
+    assert (op["old"], op["value"]) == ("1", "2")
+
+
+def test_a_patch_that_does_not_give_the_new_value_is_not_shown(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """What the page shows must be what happened: a patch from jsonpatch that does not
+    lead to the new value (not expected) gives way to a replace of the whole value."""
+    wrong = jsonpatch.JsonPatch([{"op": "add", "path": "/x", "value": 1}])
+    monkeypatch.setattr(jsonpatch, "make_patch", lambda *_: wrong)
+    assert diff({"n": 1}, {"n": 2}) == {
+        "ops": [{"op": "replace", "path": "", "old": '{"n":1}', "value": '{"n":2}'}],
+        "more": 0,
+    }
+    broken = jsonpatch.JsonPatch([{"op": "remove", "path": "/nothing"}])
+    monkeypatch.setattr(jsonpatch, "make_patch", lambda *_: broken)
+    assert diff([1], [2])["ops"] == [{"op": "replace", "path": "", "old": "[1]", "value": "[2]"}]
+
+
+def test_the_feed_shows_an_updates_patch_and_values_as_text(db_path: Any) -> None:
+    with dashboard_thread(db_path) as url, feed(url) as events:
+        assert next(events).event == "ready"
+        write_elsewhere(
+            db_path,
+            """
+            orders = state.scope("orders")
+            orders.set("o-1", {"total": 1.0, "id": 2**60 + 1})
+            orders.update("o-1", [{"type": "increment", "path": "total"}])
+            orders.set("big", "x" * 200_000)
+            orders.set("big", "y" * 200_000)
+            orders.delete("o-1")
+            """,
+        )
+        created, updated, _, big, deleted = (event.json() for event in take(events, 5))
+    assert created["old_text"] is None
+    assert created["new_text"] == '{"total":1.0,"id":1152921504606846977}'
+    assert created["diff"] is None
+    assert updated["diff"] == {
+        "ops": [{"op": "replace", "path": "/total", "old": "1.0", "value": "2.0"}],
+        "more": 0,
+    }
+    assert updated["old_value"] == {"total": 1.0, "id": 2**60 + 1}  # as_dict()'s fields stay
+    assert len(big["old_text"]) + len(big["new_text"]) > MAX_DIFF_CHARS
+    assert big["diff"] is None  # too large to diff for every follower: the page shows values
+    assert (deleted["type"], deleted["new_text"]) == ("deleted", None)
+    assert deleted["old_text"] == '{"total":2.0,"id":1152921504606846977}'
+
+
 # -- the change feed, under uvicorn ----------------------------------------------------
 def test_the_feed_shows_writes_from_another_process(db_path: Any) -> None:
     with dashboard_thread(db_path) as url, feed(url) as events:
@@ -480,9 +757,11 @@ def test_the_feed_from_a_revision_the_log_no_longer_holds(db_path: Any) -> None:
     write_elsewhere(
         db_path,
         """
+        from reactor._engine import engine_of
+
         for n in range(6):
             state.scope('s').set('k', n)
-        assert state._engine_or_raise().compact() > 0
+        assert engine_of(state).sweeper.compact() > 0
         """,
         options="log_retention=2",
     )
@@ -577,6 +856,31 @@ def test_reactor_ui_warns_when_listening_beyond_loopback(db_path: Any, tmp_path:
     assert "Warning: listening on 0.0.0.0" in told
     assert "and change it" in told
     assert "(read-write; Ctrl-C to stop)" in told
+    assert "add --allow-host NAME" in told
+    assert socket.gethostname() in told  # among the names it answers to
+
+
+def test_reactor_ui_logs_a_refused_host_name_with_the_fix(db_path: Any, tmp_path: Path) -> None:
+    with reactor.open(db_path) as state:
+        state.scope("s").set("k", 1)
+    process, url, _ = start_cli(db_path, cwd=tmp_path)
+    try:
+        for _ in range(3):
+            refused = httpx.get(url, headers={"Host": "dash.example:8765"}, timeout=10)
+            assert refused.status_code == 400
+            assert "--allow-host dash.example" in refused.text
+    finally:
+        _, err = stop_cli(process)
+    assert process.returncode == 0, err
+    assert err.count("refused a request") == 1, err  # once per name
+    assert "reactor ui --allow-host dash.example" in err
+    process, url, _ = start_cli(db_path, "--allow-host", "dash.example", cwd=tmp_path)
+    try:
+        allowed = httpx.get(url, headers={"Host": "dash.example:8765"}, timeout=10)
+        assert allowed.status_code == 200
+    finally:
+        _, err = stop_cli(process)
+    assert err == ""
 
 
 def test_reactor_ui_errors_are_one_line(db_path: Any, tmp_path: Path) -> None:
@@ -615,7 +919,7 @@ def test_reactor_ui_without_the_ui_extra(tmp_path: Path) -> None:
         env=CLI_ENV,
     )
     assert done.returncode == 1
-    assert done.stderr == "Error: reactor ui needs: pip install 'reactor[ui]'\n"
+    assert done.stderr == "Error: reactor ui needs: pip install 'reactor-state[ui]'\n"
 
 
 def test_sigterm_ends_reactor_ui_cleanly_too(db_path: Any, tmp_path: Path) -> None:

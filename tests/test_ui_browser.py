@@ -128,12 +128,44 @@ def _show(driver: Any, scope: str, key: str, value_holds: str) -> None:
     _until(driver, "value", value_holds)
 
 
-def _submit(driver: Any, field: str, text: str, button: str, says: str) -> None:
+def _submit(
+    driver: Any, field: str, text: str, button: str, says: str, kind: str | None = None
+) -> None:
     """Fill ``field`` with ``text``, press ``button``, and wait for the message to say
-    ``says``."""
+    ``says`` (shown as ``kind``: "ok", "warn" or "error", if given)."""
     _type(driver, field, text)
     _click(driver, button)
     _until(driver, "message", says)
+    if kind is not None:
+        assert _class(driver, "message") == kind
+
+
+def _class(driver: Any, element_id: str) -> str:
+    from selenium.webdriver.common.by import By
+
+    found: str = driver.find_element(By.ID, element_id).get_attribute("class") or ""
+    return found
+
+
+def _visible(driver: Any, element_id: str) -> bool:
+    from selenium.webdriver.common.by import By
+
+    shown: bool = driver.find_element(By.ID, element_id).is_displayed()
+    return shown
+
+
+def _in_order(*parts: str) -> Callable[[str], bool]:
+    """A test of a text: it holds each of ``parts``, in this order."""
+
+    def test(text: str) -> bool:
+        at = 0
+        for part in parts:
+            at = text.find(part, at)
+            if at < 0:
+                return False
+        return True
+
+    return test
 
 
 def test_the_page_follows_another_process_and_edits_a_value(
@@ -166,11 +198,31 @@ def test_the_page_follows_another_process_and_edits_a_value(
             assert state.scope("orders").get("o-42") == {"total": 100.0, "status": "paid"}
             assert isinstance(state.scope("orders").get("o-42")["total"], float)
         _until(browser, "value", '"total": 100.0')
-        _until(browser, "feed", "updated")
+        # The feed shows what changed, and a float as a float.
+        _until(browser, "feed", "replace /total 99 → 100.0")
+        _until(browser, "feed", 'add /status "paid"')
 
         # Update ops from the page.
         increment = '{"type": "increment", "path": "total", "by": 5}'
-        _submit(browser, "edit-ops", increment, "#do-update", "updated")
+        _submit(browser, "edit-ops", increment, "#do-update", "updated", "ok")
+        with reactor.open(db_path) as state:
+            assert state.scope("orders").get("o-42") == {"total": 105.0, "status": "paid"}
+
+        # The key's history, newest first: each change with what it did.
+        _until(
+            browser,
+            "history",
+            _in_order("#4", "replace /total 100.0 → 105.0", "#3", "#2", "created"),
+        )
+        assert "orders / o-42" in _text(browser, "history-where")
+
+        # An all-or-nothing update that fails is a failure, with its errors.
+        failing = (
+            '[{"type": "set", "path": "status", "value": "x"}, '
+            '{"type": "increment", "path": "status"}]'
+        )
+        _submit(browser, "edit-ops", failing, "#do-update", "not updated", "error")
+        assert "type_mismatch" in _text(browser, "message")
         with reactor.open(db_path) as state:
             assert state.scope("orders").get("o-42") == {"total": 105.0, "status": "paid"}
 
@@ -183,14 +235,95 @@ def test_the_page_follows_another_process_and_edits_a_value(
         with reactor.open(db_path) as state:
             assert state.scope("orders").get("o-42") == {"total": 105.0, "status": "paid"}
 
+        # Without all or nothing, the ops that apply do: a warning, not a success.
+        _click(browser, "#edit-atomic")
+        _submit(browser, "edit-ops", failing, "#do-update", "updated in part", "warn")
+        assert "type_mismatch" in _text(browser, "message")
+        with reactor.open(db_path) as state:
+            assert state.scope("orders").get("o-42") == {"total": 105.0, "status": "x"}
         browser.save_screenshot(str(_artifacts() / "dashboard-edit.png"))
+
+        # Delete asks first: Cancel deletes nothing.
+        assert not _visible(browser, "delete-confirm")
+        _click(browser, "#do-delete")
+        _until(browser, "delete-question", "Delete o-42 from orders?")
+        assert _visible(browser, "delete-confirm")
+        with reactor.open(db_path) as state:
+            assert state.scope("orders").exists("o-42")  # not yet
+        _click(browser, "#delete-no")
+        _until(browser, "message", "not deleted")
+        assert not _visible(browser, "delete-confirm")
+        with reactor.open(db_path) as state:
+            assert state.scope("orders").exists("o-42")
+        # Yes deletes the key named when asked.
+        _click(browser, "#do-delete")
+        _until(browser, "delete-question", "o-42")
+        _click(browser, "#delete-yes")
+        _until(browser, "message", lambda text: text == "deleted")
+        assert _class(browser, "message") == "ok"
+        with reactor.open(db_path) as state:
+            assert not state.scope("orders").exists("o-42")
+        _until(browser, "feed", 'was {"total":105.0,"status":"x"}')
+        _until(browser, "history", _in_order("#6", "deleted", "#5", "updated"))
+    finally:
+        _, err = stop_cli(process)
+    assert process.returncode == 0, err
+
+
+# Run in another process: a durable subscriber that reads the first two changes and
+# stops, and a lock taken and never released (its lease outlives the process).
+MAILER_AND_LOCK = """
+import threading
+
+read = threading.Event()
+seen = []
+
+def deliver(event):
+    seen.append(event.revision)
+    if len(seen) == 2:
+        read.set()
+
+subscription = state.subscribe(deliver, durable="mailer", since=0)
+assert read.wait(30)
+subscription.close()
+state.lock("nightly-report", ttl=600).acquire()
+"""
+
+
+def test_the_page_shows_the_locks_held_and_the_subscribers_lag(
+    browser: Any, db_path: Any, tmp_path: Path
+) -> None:
+    with reactor.open(db_path) as state:
+        state.scope("orders").set("o-1", 1)
+        state.scope("orders").set("o-2", 2)
+    process, url, _ = start_cli(db_path, cwd=tmp_path)
+    try:
+        browser.get(url)
+        _until(browser, "connection", "live")
+        _until(browser, "locks-empty", "No lock held.")
+        _until(browser, "subscribers-empty", "No durable subscriber.")
+        write_elsewhere(db_path, MAILER_AND_LOCK)
+        write_elsewhere(db_path, 'for n in range(3): state.scope("orders").set("o-1", n + 5)')
+        # name, position, lag (the revision, 5, minus the position), delivered, failed
+        _until(browser, "subscribers", lambda text: "mailer #2 3 2 0" in " ".join(text.split()))
+        assert not _visible(browser, "subscribers-empty")
+        # name, holder, token, time left
+        lock = _until(browser, "locks", "nightly-report")
+        row = lock.splitlines()[-1].split()
+        assert row[0] == "nightly-report"
+        assert row[2] == "1"
+        assert 590 < float(row[3]) <= 600
+        assert row[4] == "s"
+        assert not _visible(browser, "locks-empty")
+        _until(browser, "stats", lambda text: "locks held 1" in " ".join(text.split()))
     finally:
         _, err = stop_cli(process)
     assert process.returncode == 0, err
 
 
 def test_a_screenshot_with_realistic_data(browser: Any, db_path: Any, tmp_path: Path) -> None:
-    """The documentation's picture: orders, a counter, a cached rate, a live feed."""
+    """The documentation's picture: orders, a counter, a cached rate and its history, a
+    durable subscriber behind, a lock held, a live feed."""
     with reactor.open(db_path) as state:
         orders = state.scope("orders")
         for n, (total, status) in enumerate([(120, "paid"), (80, "new"), (310, "shipped")]):
@@ -202,6 +335,7 @@ def test_a_screenshot_with_realistic_data(browser: Any, db_path: Any, tmp_path: 
         cache.set("gbp-usd", {"rate": 1.2715, "source": "ecb", "at": "2026-11-23T11:58Z"}, ttl=3600)
         cache.set("session:7f3a", {"user": "c-8", "cart": ["sku-1", "sku-9"]}, ttl=900)
         state.scope("jobs").set("nightly-report", {"state": "queued", "attempts": 0})
+    write_elsewhere(db_path, MAILER_AND_LOCK)
     process, url, _ = start_cli(db_path, cwd=tmp_path)
     try:
         browser.get(url)
@@ -217,6 +351,9 @@ def test_a_screenshot_with_realistic_data(browser: Any, db_path: Any, tmp_path: 
                 {"type": "set", "path": "state", "value": "running"},
                 {"type": "increment", "path": "attempts"},
             ])
+            state.scope("cache").update(
+                "eur-usd", [{"type": "set", "path": "rate", "value": 1.0851}]
+            )
             orders.delete("o-1003")
             """,
         )
@@ -224,10 +361,13 @@ def test_a_screenshot_with_realistic_data(browser: Any, db_path: Any, tmp_path: 
         _show(browser, "orders", "o-1002", '"status": "paid"')
         _until(browser, "keys", "o-1004")
         _until(browser, "value-ttl", "no expiry")
-        _show(browser, "cache", "eur-usd", "1.0842")
+        _show(browser, "cache", "eur-usd", "1.0851")
         _until(browser, "value-ttl", "expires in")
+        _until(browser, "history", "replace /rate 1.0842 → 1.0851")
+        _until(browser, "subscribers", "mailer")
+        _until(browser, "locks", "nightly-report")
         _until(browser, "stats", "revision")
-        browser.set_window_size(1400, 800)  # the panels, without the empty page below
+        browser.set_window_size(1400, 1120)  # the panels, without the empty page below
         picture = _artifacts() / "dashboard.png"
         browser.save_screenshot(str(picture))
         if os.environ.get("REACTOR_DOCS_SCREENSHOT") == "1":

@@ -3,7 +3,7 @@
 ``run(options)`` measures and returns every figure as a dict: reactor against its
 peers (``figures``, ``targets``, ``events``), then how its writes scale with writers
 (``scaling``, see ``writers``); ``report`` turns that into tables or JSON. The peers
-are optional dependencies (``pip install reactor[bench]``): one that is missing is
+are optional dependencies (``pip install reactor-state[bench]``): one that is missing is
 skipped with a note.
 """
 

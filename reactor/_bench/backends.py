@@ -189,7 +189,7 @@ def connect_backend(name: str, url: str | None = None) -> Backend:
         import psycopg  # noqa: F401 - only to say it is missing
     except ImportError:
         raise BackendUnavailable(
-            "--backend postgresql needs psycopg 3: pip install 'reactor[postgresql]'"
+            "--backend postgresql needs psycopg 3: pip install 'reactor-state[postgresql]'"
         ) from None
     return PostgresBackend(url or default_postgres_url())
 

@@ -601,7 +601,7 @@ def available() -> tuple[list[str], dict[str, str]]:
             try:
                 __import__(module)
             except ImportError:
-                skipped[name] = f"{module} is not installed (pip install reactor[bench])"
+                skipped[name] = f"{module} is not installed (pip install reactor-state[bench])"
                 continue
         if name == "redis":
             reason = _redis_answers()

@@ -6,12 +6,18 @@ GET  /api/info            {"database", "write", "version"}
 GET  /api/scopes          {"scopes": {name: key count}}
 GET  /api/keys?scope=S&pattern=GLOB           {"scope", "pattern", "keys": [...]}
 GET  /api/value?scope=S&key=K                 {"scope", "key", "value", "text", "ttl"}
-GET  /api/stats           state.stats()
+GET  /api/history?scope=S&key=K&limit=N     {"scope", "key", "changes": [...], "compacted"}
+GET  /api/locks           {"locks": [{"name", "holder", "token", "expires_in"}], "held"}
+GET  /api/stats           state.stats() (durable subscribers' lag included)
 GET  /api/events?scope=GLOB&key=GLOB&since=R  the change feed, as Server-Sent Events
 POST /api/set     {"scope", "key", "value", "ttl"?, "keep_ttl"?}  {"old_value", "new_value"}
-POST /api/update  {"scope", "key", "ops", "atomic"?}   {"old_value", "new_value", "errors"}
+POST /api/update  {"scope", "key", "ops", "atomic"?}
+                  {"old_value", "new_value", "errors", "applied": "all" | "some" | "none"}
 POST /api/delete  {"scope", "key"}                     {"deleted", "old_value"}
 ```
+
+A change (in the feed and in a key's history) is ``changes.change_view``: the event's
+fields, its values as JSON text, and an update's JSON Patch.
 
 A refused or failed request answers ``{"error": NAME, "message": TEXT}``: 400 with the
 name of reactor's error for bad input (nothing is written), 403 for a write the server
@@ -25,29 +31,38 @@ import os
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
-from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
 from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from reactor._engine import engine_of
+from reactor._events import ChangeEvent
 from reactor._exchange import parse_json
+from reactor._keys import check_key
+from reactor._ops import op_style
+from reactor._store import ChangeRecord, Store
 from reactor._version import __version__
 from reactor.aio import AsyncState
 from reactor.aio import open as open_async
 from reactor.errors import ConflictError, ReactorError, RevisionCompactedError
 
+from .changes import change_view
 from .feed import DEFAULT_PING, events
-from .guard import LOOPBACK_NAMES, write_refusal
+from .guard import LOOPBACK_NAMES, HostGuard, write_refusal
 
 __all__ = ["Problem", "create_app"]
 
 STATIC: Final = Path(__file__).resolve().parent / "static"
+HISTORY_LIMIT: Final = 50  # changes of a key shown by default
+HISTORY_MAX: Final = 500
+LOCKS_MAX: Final = 200  # locks listed, at most (``held`` counts them all)
 _ABSENT: Final = object()
+T = TypeVar("T")
 # The page loads nothing from elsewhere, and no other site may frame it.
 _PAGE_HEADERS: Final = {
     "Content-Security-Policy": (
@@ -114,6 +129,8 @@ def create_app(
             Route("/api/scopes", _scopes),
             Route("/api/keys", _keys),
             Route("/api/value", _value),
+            Route("/api/history", _history),
+            Route("/api/locks", _locks),
             Route("/api/stats", _stats),
             Route("/api/events", events),
             Route("/api/set", guarded(_set), methods=["POST"]),
@@ -121,7 +138,7 @@ def create_app(
             Route("/api/delete", guarded(_delete), methods=["POST"]),
             Mount("/static", StaticFiles(directory=STATIC), name="static"),
         ],
-        middleware=[Middleware(TrustedHostMiddleware, allowed_hosts=hosts or [*LOOPBACK_NAMES])],
+        middleware=[Middleware(HostGuard, allowed_hosts=hosts or [*LOOPBACK_NAMES])],
         exception_handlers={Problem: _problem, ReactorError: _reactor_error},
         lifespan=lifespan,
     )
@@ -222,6 +239,54 @@ async def _value(request: Request) -> Response:
     )
 
 
+async def _store_read(request: Request, read: Callable[[Store, float], T]) -> T:
+    """``read(store, now)``, for what no public verb reads, in a worker thread of the
+    app's handle."""
+    handle = state_of(request)
+    engine = engine_of(await handle._sync())
+    return await handle._run(read, engine.store, engine.now())
+
+
+async def _history(request: Request) -> Response:
+    scope = check_key(_param(request, "scope"), "scope name")
+    key = check_key(_param(request, "key"))
+    given = _param(request, "limit", str(HISTORY_LIMIT))
+    if not (given.isascii() and given.isdigit() and 1 <= int(given) <= HISTORY_MAX):
+        raise Problem(400, "InvalidRequest", f"limit must be 1 to {HISTORY_MAX}, not {given!r}")
+
+    def read(store: Store, _now: float) -> tuple[list[ChangeRecord], int]:
+        return store.history(scope, key, int(given)), store.compacted()
+
+    records, compacted = await _store_read(request, read)
+    return JSONResponse(
+        {
+            "scope": scope,
+            "key": key,
+            "changes": [change_view(ChangeEvent(record)) for record in records],
+            # Changes up to this revision may be gone from the log (compacted).
+            "compacted": compacted,
+        }
+    )
+
+
+async def _locks(request: Request) -> Response:
+    def read(store: Store, now: float) -> tuple[list[dict[str, Any]], int]:
+        held = store.held_locks(now, LOCKS_MAX)
+        listed = [
+            {
+                "name": name,
+                "holder": row.owner,
+                "token": row.token,
+                "expires_in": round(max(0.0, (row.expires_at or now) - now), 3),
+            }
+            for name, row in held
+        ]
+        return listed, len(held) if len(held) < LOCKS_MAX else store.locks_held(now)
+
+    listed, count = await _store_read(request, read)
+    return JSONResponse({"locks": listed, "held": count})
+
+
 async def _stats(request: Request) -> Response:
     return JSONResponse(await state_of(request).stats())
 
@@ -247,8 +312,19 @@ async def _update(request: Request) -> Response:
     if atomic is not None and type(atomic) is not bool:
         raise Problem(400, "InvalidRequest", f"atomic must be true, false or null, not {atomic!r}")
     result = await scope.update(data["key"], ops, atomic=atomic)
+    # What was written: all the ops, some (update ops without atomic skip those that do
+    # not apply), or none (an all-or-nothing update with an error, or no op applied).
+    applied = "all"
+    if result.errors:
+        all_or_nothing = atomic is True or op_style(ops) == "patch"
+        applied = "none" if all_or_nothing or len(result.errors) >= len(ops) else "some"
     return JSONResponse(
-        {"old_value": result.old_value, "new_value": result.new_value, "errors": result.errors}
+        {
+            "old_value": result.old_value,
+            "new_value": result.new_value,
+            "errors": result.errors,
+            "applied": applied,
+        }
     )
 
 

@@ -1,7 +1,8 @@
 """The change feed as Server-Sent Events: ``GET /api/events?scope=GLOB&key=GLOB``.
 
 Each change is an event ``change`` whose ``id`` is its revision and whose data is
-``ChangeEvent.as_dict()``. A stream opens with an event ``ready`` whose ``id`` is the
+``ChangeEvent.as_dict()`` with the values as JSON text and an update's JSON Patch
+(``changes.change_view``). A stream opens with an event ``ready`` whose ``id`` is the
 revision it follows from, so that a browser that loses the connection before any
 change still knows where it was.
 
@@ -34,6 +35,8 @@ from reactor._events import ChangeEvent
 from reactor._subscriptions import Subscription
 from reactor.aio import AsyncState
 from reactor.errors import InvalidArgumentError, RevisionCompactedError
+
+from .changes import change_view
 
 __all__ = ["DEFAULT_PING", "events"]
 
@@ -119,7 +122,7 @@ class _Follower:
         """The ``ready`` event, then one event per change, until the stream ends."""
         yield ready
         while (item := await self._queue.get()) is not _END:
-            data = json.dumps(item.as_dict(), ensure_ascii=False)
+            data = json.dumps(change_view(item), ensure_ascii=False)
             yield ServerSentEvent(data, event="change", id=str(item.revision))
 
 

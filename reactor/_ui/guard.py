@@ -3,7 +3,9 @@
 Reads are open to whatever can connect; the server binds a loopback address unless told
 otherwise. The ``Host`` header must name the server by a name it answers to (Starlette's
 ``TrustedHostMiddleware``), which defeats DNS rebinding: a page on another site whose
-name was re-pointed at 127.0.0.1 sends its own name as the host, and is refused.
+name was re-pointed at 127.0.0.1 sends its own name as the host, and is refused. The
+refusal says how to allow a name (``--allow-host``), and so does the server's log, once
+per name.
 
 A write is refused unless the server was started with ``--write``, and unless the
 request carries ``Content-Type: application/json`` and ``X-Reactor-UI: 1``. A page on
@@ -14,17 +16,36 @@ grants, and a plain HTML form can send neither: a cross-site request cannot writ
 from __future__ import annotations
 
 import ipaddress
+import logging
+import re
 import socket
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Final
 
+from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
+from starlette.responses import PlainTextResponse
+from starlette.types import ASGIApp, Receive, Scope, Send
 
-__all__ = ["HEADER", "LOOPBACK_NAMES", "allowed_hosts", "is_loopback", "write_refusal"]
+__all__ = [
+    "HEADER",
+    "LOOPBACK_NAMES",
+    "HostGuard",
+    "allowed_hosts",
+    "host_refusal",
+    "is_loopback",
+    "write_refusal",
+]
+
+# uvicorn's logger for what is not an access: where the server's own messages go.
+logger = logging.getLogger("uvicorn.error")
 
 HEADER: Final = "X-Reactor-UI"
 LOOPBACK_NAMES: Final = ("127.0.0.1", "localhost", "::1", "[::1]")
 _WILDCARDS: Final = ("", "0.0.0.0", "::")  # noqa: S104 - names, not a bind
+# A name safe to repeat in a refusal and a log line (anything else is shown as NAME).
+_PLAIN_NAME: Final = re.compile(r"[a-z0-9][a-z0-9.-]{0,252}|\[[0-9a-f:.]{2,45}\]")
+_LOGGED_MAX: Final = 64  # refused names logged, at most: a flood of names logs no more
 
 
 def is_loopback(host: str) -> bool:
@@ -64,3 +85,58 @@ def write_refusal(request: Request, writable: bool) -> str | None:
     if origin is not None and origin.partition("://")[2] != request.headers.get("host"):
         return f"a write from another origin ({origin}) is refused"
     return None
+
+
+def host_refusal(name: str) -> str:
+    """What a request whose ``Host`` header carries ``name`` (a name the server does
+    not answer to) is told: how to allow it."""
+    if not name:
+        return "Invalid host header: the request names no host"
+    shown = name if _PLAIN_NAME.fullmatch(name) else "NAME"
+    return (
+        f"Invalid host header: this dashboard does not answer to the name {shown!r}. "
+        f"To reach it by that name, start it with: reactor ui --allow-host {shown}"
+    )
+
+
+class HostGuard(TrustedHostMiddleware):
+    """Starlette's ``TrustedHostMiddleware``, whose refusal says how to allow a name.
+
+    The name is read here only to explain a refusal: a request this check lets through
+    still goes through Starlette's, which decides.
+    """
+
+    def __init__(self, app: ASGIApp, allowed_hosts: Sequence[str]) -> None:
+        super().__init__(app, allowed_hosts=allowed_hosts, www_redirect=False)
+        self._logged: set[str] = set()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and not self.allow_any:
+            name = _host_name(scope)
+            if not any(
+                name == pattern or (pattern.startswith("*.") and name.endswith(pattern[1:]))
+                for pattern in self.allowed_hosts
+            ):
+                message = host_refusal(name)
+                if len(self._logged) < _LOGGED_MAX and name not in self._logged:
+                    self._logged.add(name)
+                    logger.warning("refused a request (400): %s", message)
+                response = PlainTextResponse(
+                    message, status_code=400, headers={"X-Content-Type-Options": "nosniff"}
+                )
+                await response(scope, receive, send)
+                return
+        await super().__call__(scope, receive, send)
+
+
+def _host_name(scope: Scope) -> str:
+    """The name in the request's ``Host`` header, without its port, in lower case."""
+    host = ""
+    for header, value in scope["headers"]:
+        if header == b"host":
+            host = value.decode("latin-1").strip().lower()
+            break
+    if host.startswith("["):
+        return host.partition("]")[0] + "]"
+    name, colon, port = host.rpartition(":")
+    return name if colon and port.isdigit() else host

@@ -1,8 +1,11 @@
 // reactor ui: the page. Plain JS, no dependencies; every text from the database goes
-// into the page through textContent, never as HTML.
+// into the page through textContent, never as HTML. Values are shown from the JSON text
+// the server writes (``text``, ``old_text``, ``new_text``, a patch's ``value``), never
+// re-encoded here: JSON.parse turns 1.0 into 1 and rounds integers beyond 2**53.
 "use strict";
 
 const FEED_ROWS = 200; // rows kept in the change feed
+const HISTORY_ROWS = 50; // changes of a key shown, newest first
 const REFRESH_MS = 5000; // scopes and stats are also refreshed this often
 const $ = (id) => document.getElementById(id);
 
@@ -15,6 +18,8 @@ const view = {
   lastRevision: null, // the last revision the feed delivered
   refreshTimer: null,
   pending: { keys: false, value: false }, // what the next refresh must reload
+  deleting: null, // {scope, key} while the page asks whether to delete it
+  lockDeadlines: [], // [cell, when the lease ends (ms since epoch)] of the locks shown
 };
 
 // -- the API ---------------------------------------------------------------------
@@ -48,10 +53,21 @@ function show(text, kind) {
   message.className = kind || "";
 }
 
-function compact(value) {
-  if (value === undefined || value === null) return "∅";
-  const text = JSON.stringify(value);
-  return text.length > 80 ? text.slice(0, 77) + "…" : text;
+// JSON text (as the server wrote it), cut short for a table cell.
+function clip(text, length = 80) {
+  if (text === undefined || text === null) return "∅";
+  return text.length > length ? text.slice(0, length - 3) + "…" : text;
+}
+
+function cell(text) {
+  const td = document.createElement("td");
+  td.textContent = text;
+  return td;
+}
+
+function rows(table, list, empty) {
+  table.tBodies[0].replaceChildren(...list);
+  if (empty) $(empty).hidden = list.length > 0;
 }
 
 function item(text, count, selected, onClick) {
@@ -125,8 +141,10 @@ async function loadKeys() {
 
 function pickKey(key) {
   view.key = key;
+  cancelDelete();
   loadKeys();
   loadValue(true);
+  loadHistory();
 }
 
 async function loadValue(fillEditor) {
@@ -201,6 +219,96 @@ async function loadStats() {
     }),
   );
   $("stats-json").textContent = JSON.stringify(stats, null, 2);
+  showSubscribers(stats);
+}
+
+// Each durable subscriber: where it is in the log, and how far behind the database.
+function showSubscribers(stats) {
+  const subscribers = Object.entries(stats.durable_subscribers || {});
+  subscribers.sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
+  const list = subscribers.map(([name, figures]) => {
+    const row = document.createElement("tr");
+    row.className = figures.lag > 0 ? "behind" : "";
+    row.append(
+      cell(name),
+      cell("#" + figures.position),
+      cell(String(figures.lag)),
+      cell(String(figures.delivered)),
+      cell(String(figures.failed)),
+    );
+    if (figures.failed > 0) row.cells[4].className = "bad";
+    return row;
+  });
+  rows($("subscribers"), list, "subscribers-empty");
+}
+
+async function loadLocks() {
+  const result = await getJSON("locks");
+  if (!result.ok) return;
+  const now = Date.now();
+  view.lockDeadlines = [];
+  const list = result.body.locks.map((lock) => {
+    const row = document.createElement("tr");
+    const left = cell("");
+    row.append(cell(lock.name), cell(clip(lock.holder, 14)), cell(String(lock.token)), left);
+    row.cells[1].title = lock.holder;
+    view.lockDeadlines.push([left, now + lock.expires_in * 1000]);
+    return row;
+  });
+  rows($("locks"), list, "locks-empty");
+  if (result.body.held > list.length) {
+    $("locks-empty").hidden = false;
+    $("locks-empty").textContent = "and " + (result.body.held - list.length) + " more";
+  } else {
+    $("locks-empty").textContent = "No lock held.";
+  }
+  showLocksLeft();
+}
+
+function showLocksLeft() {
+  const now = Date.now();
+  for (const [left, deadline] of view.lockDeadlines) {
+    left.textContent = deadline > now ? ((deadline - now) / 1000).toFixed(1) + " s" : "expired";
+  }
+}
+
+// -- a key's history ---------------------------------------------------------------
+async function loadHistory() {
+  if (view.scope === null || view.key === null) return;
+  const where = { scope: view.scope, key: view.key };
+  const result = await getJSON("history", { ...where, limit: HISTORY_ROWS });
+  if (view.scope !== where.scope || view.key !== where.key) return; // picked another since
+  $("history-panel").hidden = false;
+  $("history-where").textContent = where.scope + " / " + where.key;
+  if (!result.ok) {
+    rows($("history"), []);
+    $("history-note").textContent = errorText(result);
+    return;
+  }
+  const changes = result.body.changes;
+  rows(
+    $("history"),
+    changes.map((event) => changeRow(event, [formatTime(event.timestamp)])),
+  );
+  const compacted = result.body.compacted;
+  const oldest = changes.length ? changes[changes.length - 1].revision : null;
+  if (changes.length >= HISTORY_ROWS) {
+    $("history-note").textContent = "The last " + changes.length + " changes.";
+  } else if (compacted > 0 && (oldest === null || oldest > compacted + 1)) {
+    $("history-note").textContent =
+      "The change log before #" + (compacted + 1) + " is compacted: older changes are not shown.";
+  } else {
+    $("history-note").textContent = changes.length ? "" : "No change in the log.";
+  }
+}
+
+function formatTime(iso) {
+  const at = new Date(iso);
+  const two = (n) => String(n).padStart(2, "0");
+  return (
+    at.getFullYear() + "-" + two(at.getMonth() + 1) + "-" + two(at.getDate()) + " " +
+    two(at.getHours()) + ":" + two(at.getMinutes()) + ":" + two(at.getSeconds())
+  );
 }
 
 // -- the change feed -------------------------------------------------------------
@@ -247,25 +355,52 @@ function setConnection(state, text) {
 }
 
 function addRow(event) {
+  const body = $("feed").tBodies[0];
+  body.prepend(changeRow(event, [event.scope, event.key]));
+  while (body.rows.length > FEED_ROWS) body.deleteRow(-1);
+}
+
+// A change as a table row: its revision, type, the ``middle`` cells, and what changed.
+function changeRow(event, middle) {
   const row = document.createElement("tr");
   row.className = "event " + event.type;
   row.dataset.revision = String(event.revision);
-  const cells = [
-    "#" + event.revision,
-    event.type,
-    event.scope,
-    event.key,
-    compact(event.old_value) + " → " + compact(event.new_value),
-  ];
-  for (const text of cells) {
-    const cell = document.createElement("td");
-    cell.textContent = text;
-    row.append(cell);
+  row.append(cell("#" + event.revision), cell(event.type), ...middle.map(cell));
+  const what = document.createElement("td");
+  what.className = "change";
+  for (const line of changeLines(event)) {
+    const div = document.createElement("div");
+    div.textContent = line;
+    what.append(div);
   }
-  row.cells[4].title = JSON.stringify(event.old_value) + " → " + JSON.stringify(event.new_value);
-  const body = $("feed").tBodies[0];
-  body.prepend(row);
-  while (body.rows.length > FEED_ROWS) body.deleteRow(-1);
+  what.title = (event.old_text ?? "∅") + " → " + (event.new_text ?? "∅");
+  row.append(what);
+  return row;
+}
+
+// What a change did, in lines: the value a key got or lost, or an update's patch
+// (``replace /total 99 → 100.0``).
+function changeLines(event) {
+  if (event.type === "created") return [clip(event.new_text)];
+  if (event.type === "deleted" || event.type === "expired") return ["was " + clip(event.old_text)];
+  if (!event.diff) return [clip(event.old_text, 60) + " → " + clip(event.new_text, 60)];
+  if (event.diff.ops.length === 0) return ["the same values, keys in another order"];
+  const lines = event.diff.ops.slice(0, 8).map((op) => {
+    const path = op.path === "" ? "(whole value)" : op.path;
+    switch (op.op) {
+      case "replace":
+        return "replace " + path + " " + clip(op.old, 40) + " → " + clip(op.value, 40);
+      case "add":
+        return "add " + path + " " + clip(op.value, 60);
+      case "remove":
+        return "remove " + path + " (was " + clip(op.old, 60) + ")";
+      default: // move, copy
+        return op.op + " " + op.from + " → " + path;
+    }
+  });
+  const more = event.diff.ops.length - lines.length + event.diff.more;
+  if (more > 0) lines.push("… and " + more + " more");
+  return lines;
 }
 
 // A change may concern what is on show: refresh it a little later, once for a burst.
@@ -278,16 +413,22 @@ function changed(event) {
     view.pending = { keys: false, value: false };
     loadScopes();
     loadStats();
+    loadLocks();
     if (pending.keys) loadKeys();
-    if (pending.value) loadValue(false);
+    if (pending.value) {
+      loadValue(false);
+      loadHistory();
+    }
   }, 150);
 }
 
 // -- writes ----------------------------------------------------------------------
 function target() {
-  const scope = $("edit-scope").value;
-  const key = $("edit-key").value;
-  return '"scope":' + JSON.stringify(scope) + ',"key":' + JSON.stringify(key);
+  return { scope: $("edit-scope").value, key: $("edit-key").value };
+}
+
+function targetJSON(where) {
+  return '"scope":' + JSON.stringify(where.scope) + ',"key":' + JSON.stringify(where.key);
 }
 
 function checkedJSON(text, what) {
@@ -300,19 +441,23 @@ function checkedJSON(text, what) {
   }
 }
 
-async function afterWrite(result, done) {
+// ``done`` says what the write did: a text, or [text, kind] (kind "ok" by default).
+async function afterWrite(result, where, done) {
   if (!result.ok) {
     show(errorText(result), "error");
     return;
   }
-  show(done(result.body), "ok");
-  view.scope = $("edit-scope").value;
-  view.key = $("edit-key").value;
+  const said = done(result.body);
+  const [text, kind] = Array.isArray(said) ? said : [said, "ok"];
+  show(text, kind);
+  view.scope = where.scope;
+  view.key = where.key;
   $("keys-scope").textContent = view.scope;
-  await Promise.all([loadScopes(), loadKeys(), loadValue(false), loadStats()]);
+  await Promise.all([loadScopes(), loadKeys(), loadValue(false), loadStats(), loadHistory()]);
 }
 
 async function doSet() {
+  cancelDelete();
   const text = $("edit-value").value.trim();
   if (!checkedJSON(text, "the value")) return;
   const ttl = $("edit-ttl").value.trim();
@@ -320,26 +465,60 @@ async function doSet() {
   if (ttl) options = ',"ttl":' + Number(ttl);
   else if ($("edit-keep-ttl").checked) options = ',"keep_ttl":true';
   // The value text goes in as the user typed it (checked above to be one JSON value).
-  const body = "{" + target() + ',"value":' + text + options + "}";
-  await afterWrite(await post("set", body), () => "saved");
+  const where = target();
+  const body = "{" + targetJSON(where) + ',"value":' + text + options + "}";
+  await afterWrite(await post("set", body), where, () => "saved");
 }
 
 async function doUpdate() {
+  cancelDelete();
   let text = $("edit-ops").value.trim();
   if (!checkedJSON(text, "the ops")) return;
   if (!text.startsWith("[")) text = "[" + text + "]"; // one op alone
   const atomic = $("edit-atomic").checked;
-  const body = "{" + target() + ',"ops":' + text + ',"atomic":' + atomic + "}";
-  await afterWrite(await post("update", body), (data) =>
-    data.errors.length === 0
-      ? "updated"
-      : data.errors.length + " op(s) did not apply: " + data.errors.map((e) => e.message).join("; "),
+  const where = target();
+  const body = "{" + targetJSON(where) + ',"ops":' + text + ',"atomic":' + atomic + "}";
+  await afterWrite(await post("update", body), where, updateOutcome);
+}
+
+// An update with errors is a failure: nothing written ("none"), or only some ops.
+function updateOutcome(data) {
+  if (data.errors.length === 0) return "updated";
+  const errors = data.errors.map(
+    (error) => "op " + error.index + " (" + error.code + "): " + error.message,
   );
+  if (data.applied === "none") {
+    return [["not updated: nothing was written", ...errors].join("\n"), "error"];
+  }
+  const count = data.errors.length + " op(s) did not apply, the others did";
+  return [["updated in part: " + count, ...errors].join("\n"), "warn"];
+}
+
+// Delete asks first: the key named now is the one deleted on "Yes, delete".
+function askDelete() {
+  const where = target();
+  if (!where.scope || !where.key) {
+    show("to delete, name a scope and a key", "error");
+    return;
+  }
+  view.deleting = where;
+  $("delete-question").textContent = "Delete " + where.key + " from " + where.scope + "?";
+  $("delete-confirm").hidden = false;
+  show("", "");
+  $("delete-no").focus();
+}
+
+function cancelDelete() {
+  view.deleting = null;
+  $("delete-confirm").hidden = true;
 }
 
 async function doDelete() {
-  await afterWrite(await post("delete", "{" + target() + "}"), (data) =>
-    data.deleted ? "deleted" : "there was no such key",
+  const where = view.deleting;
+  cancelDelete();
+  if (where === null) return;
+  await afterWrite(await post("delete", "{" + targetJSON(where) + "}"), where, (data) =>
+    data.deleted ? "deleted" : ["there was no such key", "warn"],
   );
 }
 
@@ -352,15 +531,28 @@ function start() {
   });
   $("do-set").addEventListener("click", doSet);
   $("do-update").addEventListener("click", doUpdate);
-  $("do-delete").addEventListener("click", doDelete);
+  $("do-delete").addEventListener("click", askDelete);
+  $("delete-yes").addEventListener("click", doDelete);
+  $("delete-no").addEventListener("click", () => {
+    cancelDelete();
+    show("not deleted", "");
+  });
+  $("delete-confirm").addEventListener("keydown", (event) => {
+    if (event.key === "Escape") $("delete-no").click();
+  });
   loadInfo();
   loadScopes();
   loadStats();
+  loadLocks();
   follow(true);
-  setInterval(showTTL, 1000);
+  setInterval(() => {
+    showTTL();
+    showLocksLeft();
+  }, 1000);
   setInterval(() => {
     loadScopes();
     loadStats();
+    loadLocks();
   }, REFRESH_MS);
 }
 

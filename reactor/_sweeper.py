@@ -1,0 +1,136 @@
+"""``Sweeper``: an engine's background thread. It expires the keys whose deadline has
+passed, checkpoints the database, and compacts the change log to its retention."""
+
+from __future__ import annotations
+
+import functools
+import logging
+import threading
+import time
+from concurrent.futures import Future
+from typing import TYPE_CHECKING, Any, Final
+
+from ._store import WriteTxn
+from ._writes import expire_keys
+from .errors import ClosedError
+
+if TYPE_CHECKING:
+    from ._engine import Engine
+
+__all__ = ["Sweeper"]
+
+logger = logging.getLogger("reactor")
+
+SWEEP_INTERVAL: Final = 0.25  # seconds between sweeps: expiry events within a second
+SWEEP_BATCH: Final = 5000  # keys found due per look; a scope's share goes in one write
+COMPACT_INTERVAL: Final = 2.0  # seconds between compactions of the change log
+
+
+class Sweeper:
+    """The expiry and upkeep of one engine, on a thread of its own.
+
+    Expiry goes through the scope actors like any write, so that it is ordered with
+    them and publishes ``expired`` events. The engine starts it (not when read-only:
+    everything it does writes) and closes it.
+    """
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+        self._lock = threading.Lock()
+        self._sweeping: dict[str, Future[Any]] = {}  # scope -> its expiry request
+        self._again = threading.Event()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(
+            target=self._loop, name=f"reactor-sweeper[{engine.key}]", daemon=True
+        )
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def close(self, timeout: float) -> None:
+        """Stop the thread; wait for it (up to ``timeout``) unless called from it."""
+        self._stop.set()
+        self._again.set()
+        # Never started on a read-only engine: nothing to wait for.
+        if self._thread.ident is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout)
+
+    def _loop(self) -> None:
+        checkpointed = compacted = time.monotonic()
+        failures = 0
+        while not self._stop.is_set():
+            self._again.wait(SWEEP_INTERVAL)
+            self._again.clear()
+            if self._stop.is_set():
+                return
+            try:
+                self.sweep()
+                now = time.monotonic()
+                if now - checkpointed >= SWEEP_INTERVAL:
+                    checkpointed = now
+                    self._engine.store.checkpoint()
+                if now - compacted >= COMPACT_INTERVAL:
+                    compacted = now
+                    self.compact()
+                failures = 0
+            except ClosedError:
+                return
+            except Exception:
+                failures += 1
+                if failures == 1 or failures % 240 == 0:  # once, then about once a minute
+                    logger.exception(
+                        "the background sweeper failed (%d times in a row); it will try again",
+                        failures,
+                    )
+                self._stop.wait(SWEEP_INTERVAL)
+
+    def compact(self) -> int:
+        """Drop the change-log records beyond the retention policy; return how many."""
+        engine = self._engine
+        keep, seconds = engine.options.log_retention, engine.options.log_retention_seconds
+
+        def work(txn: WriteTxn) -> int:
+            # Never the newest record: the next revision follows it (see _schema.changes).
+            upto = None if keep is None else txn.statements.current_revision() - keep
+            before = None if seconds is None else txn.now - seconds
+            if upto is not None and upto <= 0:
+                upto = None
+            return txn.statements.compact(upto, before) if upto or before else 0
+
+        removed, _ = engine.store.write(work, engine.now())
+        if removed:
+            logger.debug("compacted %d change-log records of %s", removed, engine.key)
+        return removed
+
+    def sweep(self) -> None:
+        """Send the actors the keys whose deadline has passed: one request per scope,
+        and none for a scope whose previous request is still in flight (held up by a
+        transaction, say), so that other scopes' keys still expire on time.
+
+        Raises:
+            ClosedError: the engine is closed.
+        """
+        engine = self._engine
+        with self._lock:
+            busy = list(self._sweeping)
+        due = engine.store.expired(engine.now(), SWEEP_BATCH, skip=busy)
+        more = len(due) == SWEEP_BATCH  # more may be due: look again once these are done
+        by_scope: dict[str, list[str]] = {}
+        for scope, key in due:
+            by_scope.setdefault(scope, []).append(key)
+        for scope, keys in by_scope.items():
+            future = engine.mailbox(scope).submit(expire_keys(scope, keys), scope)
+            with self._lock:
+                self._sweeping[scope] = future
+            future.add_done_callback(functools.partial(self._swept, scope, more=more))
+
+    def _swept(self, scope: str, future: Future[Any], *, more: bool) -> None:
+        with self._lock:
+            if self._sweeping.get(scope) is future:
+                del self._sweeping[scope]
+        if future.cancelled() or future.exception() is not None:
+            if not future.cancelled():
+                logger.warning("expiring keys of %r failed: %s", scope, future.exception())
+            return
+        if more:
+            self._again.set()  # no need to wait for the next round

@@ -1,0 +1,266 @@
+"""The public API as users type it, checked by mypy (``python3 dev.py test`` runs
+``mypy reactor tests/typing_examples.py``), never run: pytest does not collect this
+file, and its functions are only defined.
+
+``assert_type`` pins what each call returns. Each line marked ``# type: ignore[code]``
+must fail type checking with that code: mypy strict warns about an ignore that
+silences nothing, so a typo the types stopped catching fails the check.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, assert_type
+
+import reactor
+import reactor.aio
+from reactor import ops
+
+
+def opening() -> None:
+    state = reactor.open(
+        "state.db",
+        durability="full",
+        max_value_bytes=1 << 20,
+        max_depth=32,
+        max_actors=16,
+        log_retention=10_000,
+        log_retention_seconds=3600.0,
+        timeout=5,
+    )
+    assert_type(state, reactor.State)
+    durability: reactor.Durability = "memory"
+    with reactor.open(":memory:", durability=durability) as memory:
+        assert_type(memory, reactor.State)
+        assert_type(memory.location, str)
+        assert_type(memory.closed, bool)
+        assert_type(memory.scopes(), list[str])
+        assert_type(memory.stats(), dict[str, Any])
+    state.close()
+    with reactor.open("state.db", readonly=True) as reader:
+        assert_type(reader, reactor.State)
+        try:
+            reader.scope("orders").set("o-1", 1)
+        except reactor.ReadOnlyError as exc:
+            assert_type(exc, reactor.ReadOnlyError)
+    assert issubclass(reactor.ReadOnlyError, reactor.StorageError)
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def time(self) -> float:
+        return self.now
+
+
+def clock_is_a_protocol() -> None:
+    clock: reactor.Clock = FakeClock()
+    reactor.open(":memory:", clock=clock).close()
+
+
+def scope_verbs(state: reactor.State) -> None:
+    orders = state.scope("orders")
+    assert_type(orders, reactor.Scope)
+    assert_type(orders.name, str)
+    # reads
+    assert_type(orders.get("o-1"), Any)
+    assert_type(orders.get("o-1", default={}), Any)
+    assert_type(orders.get_many(["o-1", "o-2"]), dict[str, Any])
+    assert_type(orders.exists("o-1"), bool)
+    assert_type(orders.list(), dict[str, Any])
+    assert_type(orders.keys("o-*"), list[str])
+    assert_type(orders.ttl("o-1"), float)
+    assert_type(orders.length("queue"), int)
+    snapshot = orders.snapshot()
+    assert_type(snapshot, reactor.Snapshot)
+    assert_type(snapshot.values, dict[str, Any])
+    assert_type(snapshot.revision, int)
+    # writes
+    change = orders.set("o-1", {"total": 120}, ttl=30, keep_ttl=False)
+    assert_type(change, reactor.Change)
+    assert_type(change.old_value, Any)
+    assert_type(orders.set_many({"a": 1, "b": 2}, ttl=1.5), dict[str, reactor.Change])
+    assert_type(orders.delete("b"), Any)
+    assert_type(orders.clear("o-*"), int)
+    assert_type(orders.expire("a", 60), bool)
+    assert_type(orders.expire("a", None), bool)
+    assert_type(orders.increment("hits"), int | float)
+    assert_type(orders.increment("price", 0.5, default=10), int | float)
+    assert_type(orders.decrement("hits", by=2), int | float)
+    assert_type(orders.append("log", "started"), int)
+    assert_type(orders.compare_and_swap("leader", reactor.MISSING, "node-1"), bool)
+    assert_type(orders.compare_and_swap("leader", "node-1", reactor.MISSING), bool)
+    assert_type(orders.push("queue", "j1", "j2"), int)
+    assert_type(orders.pop("queue", front=True), Any)
+    result = orders.update("o-1", [ops.set("status", "paid"), ops.increment("attempts")])
+    assert_type(result, reactor.UpdateResult)
+    assert_type(result.errors, list[dict[str, Any]])
+    patch = [{"op": "replace", "path": "/status", "value": "shipped"}]
+    assert_type(orders.update("o-1", patch, atomic=None), reactor.UpdateResult)
+    assert_type(reactor.MISSING, Literal[reactor.Missing.MISSING])
+
+
+def transactions_and_locks(state: reactor.State) -> None:
+    orders = state.scope("orders")
+    with orders.transaction() as tx:
+        assert_type(tx, reactor.Transaction)
+        assert_type(tx.get("stock"), Any)
+        assert_type(tx.set("stock", 3), reactor.Change)
+        assert_type(tx.snapshot(), reactor.Snapshot)
+    with state.lock("deploy", ttl=30, timeout=60) as lock:
+        assert_type(lock, reactor.Lock)
+        assert_type(lock.token, int | None)
+        lock.extend(30)
+        assert_type(lock.held(), bool)
+    assert_type(state.lock("deploy", 30).acquire(blocking=False), bool)
+
+
+def restock(handle: reactor.ScopeVerbs) -> int | float:
+    """A helper that writes through a scope or a transaction alike."""
+    return handle.increment("stock", 10)
+
+
+def scope_verbs_type(state: reactor.State) -> None:
+    orders = state.scope("orders")
+    restock(orders)
+    with orders.transaction() as tx:
+        restock(tx)
+
+
+def on_change(event: reactor.ChangeEvent) -> None:
+    assert_type(event.scope, str)
+    assert_type(event.key, str)
+    assert_type(event.type, reactor.EventType)
+    assert_type(event.revision, int)
+    assert_type(event.new_value, Any)
+    assert_type(event.ops, list[dict[str, Any]] | None)
+    assert_type(event.as_dict(), dict[str, Any])
+    if event.type == "expired":
+        pass
+
+
+def events(state: reactor.State) -> None:
+    wanted: set[reactor.EventType] = {"created", "updated"}
+    subscription = state.subscribe(
+        on_change,
+        scope="orders",
+        key="o-*",
+        events=wanted,
+        where=lambda event: event.new_value is not None,
+        since=0,
+        durable="billing",
+        max_retries=5,
+        buffer_size=1000,
+    )
+    assert_type(subscription, reactor.Subscription)
+    assert_type(subscription.closed, bool)
+    subscription.close(timeout=1.0)
+    state.subscribe(on_change, events="deleted").close()
+    state.subscribe(on_change, events=["created", "expired"]).close()
+
+    @state.on("orders", events={"deleted", "expired"})
+    def on_gone(event: reactor.ChangeEvent) -> None: ...
+
+    assert_type(state.changes(since=0, scope="orders", limit=10), list[reactor.ChangeEvent])
+    with state.watch(since=0, scope="orders") as watch:
+        assert_type(watch, reactor.Watch)
+        for event in watch:
+            assert_type(event, reactor.ChangeEvent)
+
+    def on_signal(sender: str, event: reactor.ChangeEvent) -> None: ...
+
+    reactor.signals.changed.connect(on_signal, weak=False)
+
+
+def errors(state: reactor.State) -> None:
+    try:
+        state.scope("orders").increment("count")
+    except reactor.TypeMismatchError as exc:
+        assert_type(exc, reactor.TypeMismatchError)
+    except TimeoutError:  # OperationTimeout, BusyError, LockTimeout
+        pass
+    except reactor.ReactorError as exc:
+        assert_type(exc, reactor.ReactorError)
+    assert issubclass(reactor.errors.InvalidKeyError, ValueError)
+
+
+async def asyncio_handles() -> None:
+    async with reactor.aio.open("state.db", readonly=True) as reader:
+        assert_type(await reader.scope("orders").get("o-1"), Any)
+    async with reactor.aio.open("state.db", durability="normal", timeout=5) as state:
+        assert_type(state, reactor.aio.AsyncState)
+        assert_type(state.closed, bool)
+        orders = state.scope("orders")
+        assert_type(orders, reactor.aio.AsyncScope)
+        assert_type(await orders.get("o-1"), Any)
+        assert_type(await orders.get_many(["o-1"]), dict[str, Any])
+        assert_type(await orders.exists("o-1"), bool)
+        assert_type(await orders.list(), dict[str, Any])
+        assert_type(await orders.keys(), list[str])
+        assert_type(await orders.ttl("o-1"), float)
+        assert_type(await orders.length("queue"), int)
+        assert_type(await orders.snapshot(), reactor.Snapshot)
+        assert_type(await orders.set("o-1", {"total": 120}), reactor.Change)
+        assert_type(await orders.set_many({"a": 1}), dict[str, reactor.Change])
+        assert_type(await orders.delete("a"), Any)
+        assert_type(await orders.clear(), int)
+        assert_type(await orders.expire("o-1", 10), bool)
+        assert_type(await orders.increment("hits"), int | float)
+        assert_type(await orders.decrement("hits"), int | float)
+        assert_type(await orders.append("log", "x"), int)
+        assert_type(await orders.compare_and_swap("k", reactor.MISSING, 1), bool)
+        assert_type(await orders.push("queue", 1), int)
+        assert_type(await orders.pop("queue"), Any)
+        assert_type(await orders.update("o-1", [ops.remove("tmp")]), reactor.UpdateResult)
+        async with orders.transaction() as tx:
+            assert_type(tx, reactor.aio.AsyncTransaction)
+            assert_type(await tx.set("stock", 3), reactor.Change)
+            assert_type(await tx.increment("sold"), int | float)
+            assert_type(await tx.keys("s*"), list[str])
+            assert_type(await tx.snapshot(), reactor.Snapshot)
+            await tx.sett("stock", 3)  # type: ignore[attr-defined]
+        async with state.lock("deploy", ttl=30, timeout=60) as lock:
+            assert_type(lock, reactor.aio.AsyncLock)
+            assert_type(lock.token, int | None)
+            assert_type(await lock.held(), bool)
+        assert_type(await state.scopes(), list[str])
+        assert_type(await state.stats(), dict[str, Any])
+        assert_type(await state.changes(since=0), list[reactor.ChangeEvent])
+
+        async def on_order(event: reactor.ChangeEvent) -> None: ...
+
+        subscription = await state.subscribe(on_order, "orders", events={"created"})
+        assert_type(subscription, reactor.Subscription)
+        state.on("orders", events="updated")(on_order)
+        async with state.watch(since=0, scope="orders") as watch:
+            assert_type(watch, reactor.aio.AsyncWatch)
+            async for event in watch:
+                assert_type(event, reactor.ChangeEvent)
+
+
+def rejected(state: reactor.State, scope: reactor.Scope) -> None:
+    """Misspelled options and wrong types: each line must fail type checking."""
+    reactor.open(durability="fulll")  # type: ignore[arg-type]
+    reactor.open(durabilty="full")  # type: ignore[call-arg]
+    reactor.open(timeout="30")  # type: ignore[arg-type]
+    reactor.open(readonly="yes")  # type: ignore[arg-type]
+    reactor.open(read_only=True)  # type: ignore[call-arg]
+    reactor.aio.open(durability="fulll")  # type: ignore[arg-type]
+    reactor.aio.open(durabilty="full")  # type: ignore[call-arg]
+    state.subscribe(on_change, events={"craeted"})  # type: ignore[arg-type]
+    state.subscribe(on_change, events="craeted")  # type: ignore[arg-type]
+    state.subscribe(on_change, evnets="created")  # type: ignore[call-arg]
+    state.on(events=["deleted", "expird"])  # type: ignore[list-item]
+    scope.set("k", 1, ttl="30")  # type: ignore[arg-type]
+    scope.increment("k", by="1")  # type: ignore[arg-type]
+    scope.get_many("k", "j")  # type: ignore[call-arg]
+    durability: str = "full"
+    reactor.open(durability=durability)  # type: ignore[arg-type]
+    kinds: list[reactor.EventType] = ["created", "delted"]  # type: ignore[list-item]
+    state.subscribe(on_change, events=kinds)
+
+
+async def rejected_async(state: reactor.aio.AsyncState) -> None:
+    await state.subscribe(on_change, events={"craeted"})  # type: ignore[arg-type]
+    state.on(events="craeted")  # type: ignore[arg-type]
+    await state.scope("s").set("k", 1, ttl="30")  # type: ignore[arg-type]
