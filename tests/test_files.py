@@ -566,7 +566,7 @@ def test_connections_switching_a_new_file_to_wal_together_all_succeed(tmp_path: 
                 start.wait(timeout=10)
                 use_wal(conn, 5.0)
                 assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-            except BaseException as exc:  # noqa: BLE001 - collected for the assertion
+            except BaseException as exc:  # collected for the assertion
                 failures.append(exc)
             finally:
                 conn.close()
