@@ -21,7 +21,7 @@ from ._events import ChangeEvent, EventType
 from ._locks import Lock
 from ._open import open  # noqa: A004 - reactor.open, as the spec names it
 from ._options import Durability
-from ._results import Change, Snapshot, UpdateResult
+from ._results import Change, Entry, Snapshot, UpdateResult
 from ._scope import Scope
 from ._state import State
 from ._subscriptions import Subscription, Watch
@@ -56,6 +56,7 @@ for _public in (
     Change,
     ChangeEvent,
     Clock,
+    Entry,
     Lock,
     Missing,
     Scope,
@@ -114,6 +115,7 @@ __all__ = [
     "ClosedError",
     "ConflictError",
     "Durability",
+    "Entry",
     "EventType",
     "InvalidArgumentError",
     "InvalidKeyError",

@@ -49,6 +49,17 @@ class ChangeEvent:
         return self._record.revision
 
     @property
+    def version(self) -> int | None:
+        """The key's version after the change (1 when created, +1 at each change; 0
+        when deleted or expired); None for a change recorded before versions were."""
+        return self._record.version
+
+    @property
+    def timer(self) -> str | None:
+        """The id of the timer whose write this is (``Scope.schedule``), or None."""
+        return self._record.timer
+
+    @property
     def timestamp(self) -> dt.datetime:
         """When the change was committed (UTC, from the engine's clock)."""
         return dt.datetime.fromtimestamp(self._record.timestamp, dt.UTC)
@@ -82,6 +93,8 @@ class ChangeEvent:
             "new_value": self.new_value,
             "ops": self.ops,
             "timestamp": self.timestamp.isoformat(),
+            "version": self.version,
+            "timer": self.timer,
         }
 
     def __eq__(self, other: object) -> bool:

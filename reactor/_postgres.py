@@ -44,7 +44,7 @@ from sqlalchemy.pool import NullPool
 from ._combine import Combiner
 from ._schema import META_TABLE, SCHEMA_VERSION, check_version, migrate
 from ._sql import ITEMS, REVISION, SQLStatements, SQLStore
-from ._store import ChangeRecord, Row
+from ._store import ChangeRecord, Key, Row, Upsert
 from .errors import (
     BusyError,
     ClosedError,
@@ -74,28 +74,34 @@ _FLUSH: Final = """
 WITH b AS (SELECT COALESCE(MAX(revision), 0) AS base FROM reactor_changes),
 logged AS (
     INSERT INTO reactor_changes
-        (revision, scope, key, type, old_value, new_value, ops, timestamp)
-    SELECT b.base + v.n, v.scope, v.key, v.type, v.old_value, v.new_value, v.ops, v.ts
+        (revision, scope, key, type, old_value, new_value, ops, timestamp, version, timer)
+    SELECT b.base + v.n, v.scope, v.key, v.type, v.old_value, v.new_value, v.ops, v.ts,
+           v.version, v.timer
     FROM b, unnest(%s::text[], %s::text[], %s::text[], %s::text[], %s::text[],
-                   %s::text[], %s::float8[]) WITH ORDINALITY
-        AS v(scope, key, type, old_value, new_value, ops, ts, n)
+                   %s::text[], %s::float8[], %s::bigint[], %s::text[]) WITH ORDINALITY
+        AS v(scope, key, type, old_value, new_value, ops, ts, version, timer, n)
 ),
 gone AS (
     DELETE FROM reactor_kv AS k USING unnest(%s::text[], %s::text[]) AS d(scope, key)
     WHERE k.scope = d.scope AND k.key = d.key
 ),
 kept AS (
-    INSERT INTO reactor_kv (scope, key, value, expires_at, revision)
+    INSERT INTO reactor_kv (scope, key, value, expires_at, revision, created_revision, version)
     SELECT u.scope, u.key, u.value, u.expires_at,
-           CASE WHEN u.revision < 0 THEN b.base - u.revision ELSE u.revision END
-    FROM b, unnest(%s::text[], %s::text[], %s::text[], %s::float8[], %s::bigint[])
-        AS u(scope, key, value, expires_at, revision)
+           CASE WHEN u.revision < 0 THEN b.base - u.revision ELSE u.revision END,
+           CASE WHEN u.created < 0 THEN b.base - u.created ELSE u.created END,
+           u.version
+    FROM b, unnest(%s::text[], %s::text[], %s::text[], %s::float8[], %s::bigint[],
+                   %s::bigint[], %s::bigint[])
+        AS u(scope, key, value, expires_at, revision, created, version)
     ON CONFLICT (scope, key) DO UPDATE SET value = excluded.value,
-        expires_at = excluded.expires_at, revision = excluded.revision
+        expires_at = excluded.expires_at, revision = excluded.revision,
+        created_revision = excluded.created_revision, version = excluded.version
 )
 """
 READ_AHEAD: Final = (
-    "SELECT key, value, expires_at, revision FROM reactor_kv WHERE scope = %s AND key = ANY(%s)"
+    "SELECT key, value, expires_at, revision, created_revision, version FROM reactor_kv "
+    "WHERE scope = %s AND key = ANY(%s)"
 )
 CHANGES: Final = _FLUSH + "SELECT b.base, pg_notify(%s, (b.base + %s)::text) FROM b"
 # Rows only (a deadline changed, no record): no revision, no notification, no lock.
@@ -104,7 +110,7 @@ SIZE: Final = (
     "SELECT COALESCE(SUM(pg_total_relation_size(c.oid)), 0) FROM pg_class c "
     "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = current_schema() "
     "AND c.relkind = 'r' AND c.relname IN ('reactor_meta', 'reactor_kv', 'reactor_changes', "
-    "'reactor_locks', 'reactor_subscribers', 'reactor_failures')"
+    "'reactor_locks', 'reactor_subscribers', 'reactor_failures', 'reactor_timers')"
 )
 MIGRATION_LOCK: Final = int.from_bytes(b"reactor", "big")  # one advisory lock key
 SYNCHRONOUS_COMMIT: Final = {"normal": "on", "full": "on", "memory": "off"}
@@ -208,8 +214,8 @@ class _Statements(SQLStatements):
     def write_changes(
         self,
         records: list[ChangeRecord],
-        upserts: list[tuple[str, str, str, float | None, int]],
-        deletes: list[tuple[str, str]],
+        upserts: list[Upsert],
+        deletes: list[Key],
     ) -> None:
         """Hold back, for the commit, one statement (``CHANGES``) that numbers the
         records after the last committed revision and writes them with the rows."""
@@ -223,6 +229,8 @@ class _Statements(SQLStatements):
             [r.new_value for r in records],
             [r.ops for r in records],
             [r.timestamp for r in records],
+            [r.version for r in records],
+            [r.timer for r in records],
             [scope for scope, _ in deletes],
             [key for _, key in deletes],
             [row[0] for row in upserts],
@@ -230,6 +238,8 @@ class _Statements(SQLStatements):
             [row[2] for row in upserts],
             [row[3] for row in upserts],
             [row[4] for row in upserts],
+            [row[5] for row in upserts],
+            [row[6] for row in upserts],
             self._store.channel,
             len(records),
         )
@@ -555,8 +565,8 @@ class PostgresStore(SQLStore):
                     ]
                 ahead: dict[tuple[str, str], Row | None] = dict.fromkeys(reads)
                 for scope, cursor in cursors:
-                    for key, value, expires_at, revision in cursor.fetchall():
-                        ahead[(scope, key)] = Row(value, expires_at, revision)
+                    for key, *row in cursor.fetchall():
+                        ahead[(scope, key)] = Row(*row)
                 return _Statements(conn, self, ahead)
             except psycopg.OperationalError as exc:
                 self.abandon(conn)

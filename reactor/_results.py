@@ -7,7 +7,7 @@ No ``from __future__ import annotations``: the fields' annotations stay objects,
 
 from typing import Any, NamedTuple
 
-__all__ = ["Change", "Snapshot", "UpdateResult"]
+__all__ = ["Change", "Entry", "Snapshot", "UpdateResult"]
 
 
 class Change(NamedTuple):
@@ -39,3 +39,18 @@ class Snapshot(NamedTuple):
     """Every live key and its value, sorted by key."""
     revision: int
     """The database revision the values are current at."""
+
+
+class Entry(NamedTuple):
+    """A live key's value with its versions (``Scope.entry``)."""
+
+    value: Any
+    """The value (a fresh copy)."""
+    revision: int
+    """The revision of the key's last change: what ``if_revision=`` compares with."""
+    created_revision: int
+    """The revision that created the key (since it last did not exist)."""
+    version: int
+    """1 at creation, +1 at each change since."""
+    expires_at: float | None
+    """When the key expires (epoch seconds), or None."""

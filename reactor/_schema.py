@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
 __all__ = ["META_TABLE", "SCHEMA_VERSION", "Tables", "check_version", "migrate", "tables"]
 
-SCHEMA_VERSION: Final = 4
+SCHEMA_VERSION: Final = 5
 META_TABLE: Final = "reactor_meta"  # every version has it, with its "schema_version"
 
 
@@ -60,6 +60,8 @@ class Tables:
             sa.Column("value", sa.Text, nullable=False),
             sa.Column("expires_at", sa.Float, nullable=True),  # epoch seconds; NULL: no expiry
             sa.Column("revision", sa.BigInteger, nullable=False),  # revision of the last change
+            sa.Column("created_revision", sa.BigInteger, nullable=False),  # of its creation
+            sa.Column("version", sa.BigInteger, nullable=False),  # 1 at creation, +1 a change
             sqlite_with_rowid=False,
         )
         self.kv_expiry = sa.Index(
@@ -92,6 +94,9 @@ class Tables:
             sa.Column("new_value", sa.Text, nullable=True),
             sa.Column("ops", sa.Text, nullable=True),
             sa.Column("timestamp", sa.Float, nullable=False),
+            # The key's version after the change (0: the key is gone); NULL before v5.
+            sa.Column("version", sa.BigInteger, nullable=True),
+            sa.Column("timer", sa.String(64), nullable=True),  # the timer that made it
         )
 
         # Lock leases. A released lock keeps its row: the next token follows the last one.
@@ -107,6 +112,28 @@ class Tables:
         self.changes_by_scope = sa.Index(
             "reactor_changes_scope", changes.c.scope, changes.c.revision
         )
+
+        # A key's history (history(), get(at_revision=)) and the changes of some keys
+        # since a revision (if_revision= on a write of several keys).
+        self.changes_by_key = sa.Index(
+            "reactor_changes_key", changes.c.scope, changes.c.key, changes.c.revision
+        )
+
+        # Timers: scheduled writes (value, or ops), due at an absolute time; ``every``
+        # seconds apart when recurring. The sweeper of any process fires those due.
+        self.timers = timers = sa.Table(
+            "reactor_timers",
+            metadata,
+            sa.Column("id", sa.String(64), primary_key=True),
+            sa.Column("scope", _name(), nullable=False),
+            sa.Column("key", _name(), nullable=False),
+            sa.Column("due", sa.Float, nullable=False),
+            sa.Column("every", sa.Float, nullable=True),
+            sa.Column("value", sa.Text, nullable=True),  # JSON text to set, or
+            sa.Column("ops", sa.Text, nullable=True),  # update ops to apply
+            sa.Column("created_at", sa.Float, nullable=False),
+        )
+        self.timers_due = sa.Index("reactor_timers_due", timers.c.due, timers.c.id)
 
         # Durable subscribers: where each is in the change log, and what it did.
         self.subscribers = sa.Table(
@@ -142,7 +169,16 @@ def tables() -> Tables:
         return _built
 
 
-_TABLES: Final = ("metadata", "meta", "kv", "changes", "locks", "subscribers", "failures")
+_TABLES: Final = (
+    "metadata",
+    "meta",
+    "kv",
+    "changes",
+    "locks",
+    "subscribers",
+    "failures",
+    "timers",
+)
 
 
 def __getattr__(name: str) -> Any:
@@ -152,13 +188,57 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
+def _kv_v1(metadata: sa.MetaData) -> sa.Table:
+    """reactor_kv as versions 1 to 4 had it (version 5 adds its columns)."""
+    import sqlalchemy as sa
+
+    return sa.Table(
+        "reactor_kv",
+        metadata,
+        sa.Column("scope", _name(), primary_key=True),
+        sa.Column("key", _name(), primary_key=True),
+        sa.Column("value", sa.Text, nullable=False),
+        sa.Column("expires_at", sa.Float, nullable=True),
+        sa.Column("revision", sa.BigInteger, nullable=False),
+        sqlite_with_rowid=False,
+    )
+
+
+def _changes_v2(metadata: sa.MetaData) -> sa.Table:
+    """reactor_changes as versions 2 to 4 had it (version 5 adds its columns)."""
+    import sqlalchemy as sa
+
+    return sa.Table(
+        "reactor_changes",
+        metadata,
+        sa.Column(
+            "revision",
+            sa.BigInteger().with_variant(sa.Integer(), "sqlite"),
+            primary_key=True,
+            autoincrement=False,
+        ),
+        sa.Column("scope", _name(), nullable=False),
+        sa.Column("key", _name(), nullable=False),
+        sa.Column("type", sa.String(16), nullable=False),
+        sa.Column("old_value", sa.Text, nullable=True),
+        sa.Column("new_value", sa.Text, nullable=True),
+        sa.Column("ops", sa.Text, nullable=True),
+        sa.Column("timestamp", sa.Float, nullable=False),
+    )
+
+
 def _to_v1(conn: sa.Connection, t: Tables) -> None:
+    import sqlalchemy as sa
+
     t.meta.create(conn)
-    t.kv.create(conn)
+    _kv_v1(sa.MetaData()).create(conn)
+    t.kv_expiry.create(conn)
 
 
-def _to_v2(conn: sa.Connection, t: Tables) -> None:
-    t.changes.create(conn)  # with its index of version 3, hence checkfirst below
+def _to_v2(conn: sa.Connection, t: Tables) -> None:  # noqa: ARG001 - every step takes both
+    import sqlalchemy as sa
+
+    _changes_v2(sa.MetaData()).create(conn)
 
 
 def _to_v3(conn: sa.Connection, t: Tables) -> None:
@@ -173,11 +253,27 @@ def _to_v4(conn: sa.Connection, t: Tables) -> None:
     conn.execute(t.meta.insert().values(name="compacted", value=0))
 
 
+def _to_v5(conn: sa.Connection, t: Tables) -> None:
+    # A key written before version 5: its history is unknown, so it counts from its last
+    # change (created then, version 1); the records before carry no version (NULL).
+    for statement in (
+        "ALTER TABLE reactor_kv ADD COLUMN created_revision BIGINT NOT NULL DEFAULT 0",
+        "ALTER TABLE reactor_kv ADD COLUMN version BIGINT NOT NULL DEFAULT 1",
+        "UPDATE reactor_kv SET created_revision = revision",
+        "ALTER TABLE reactor_changes ADD COLUMN version BIGINT",
+        "ALTER TABLE reactor_changes ADD COLUMN timer VARCHAR(64)",
+    ):
+        conn.exec_driver_sql(statement)
+    t.changes_by_key.create(conn)
+    t.timers.create(conn)
+
+
 MIGRATIONS: Final[dict[int, Callable[[sa.Connection, Tables], None]]] = {
     1: _to_v1,
     2: _to_v2,
     3: _to_v3,
     4: _to_v4,
+    5: _to_v5,
 }
 
 

@@ -13,6 +13,7 @@ from . import _writes
 from ._engine import engine_of
 from ._keys import Pattern, check_key
 from ._results import Snapshot
+from ._store import Row
 from ._transaction import Transaction, in_transaction
 from ._values import decode
 from ._verbs import ScopeVerbs, verb
@@ -84,6 +85,10 @@ class Scope(ScopeVerbs):
     def _keys(self, pattern: Pattern) -> builtins.list[str]:
         engine = self._engine
         return engine.store.keys(self.name, pattern, engine.now())
+
+    def _row(self, key: str) -> Row | None:
+        engine = self._engine
+        return engine.store.get_row(self.name, key, engine.now())
 
     def _now(self) -> float:
         return self._engine.now()

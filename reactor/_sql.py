@@ -15,8 +15,14 @@ from typing import Any, Final, TypeVar
 
 from ._combine import Combiner
 from ._keys import Pattern
-from ._store import ChangeRecord, LockRow, Row, WriteTxn
-from .errors import BusyError, ClosedError, ReactorError
+from ._store import ChangeRecord, Key, LockRow, Row, Upsert, WriteTxn
+from .errors import (
+    BusyError,
+    ClosedError,
+    InvalidArgumentError,
+    ReactorError,
+    RevisionCompactedError,
+)
 
 __all__ = ["SQLStatements", "SQLStore", "TransactionReader"]
 
@@ -37,12 +43,16 @@ COUNTS: Final = f"SELECT scope, COUNT(*) FROM reactor_kv WHERE {_LIVE} GROUP BY 
 EXPIRED: Final = (
     "SELECT scope, key FROM reactor_kv WHERE expires_at IS NOT NULL AND expires_at <= ?"
 )
-ROW: Final = "SELECT value, expires_at, revision FROM reactor_kv WHERE scope = ? AND key = ?"
-ROWS: Final = "SELECT key, value, expires_at, revision FROM reactor_kv WHERE scope = ?"
+ROW_COLUMNS: Final = "value, expires_at, revision, created_revision, version"
+ROW: Final = f"SELECT {ROW_COLUMNS} FROM reactor_kv WHERE scope = ? AND key = ?"
+LIVE_ROW: Final = f"{ROW} AND {_LIVE}"
+ROWS: Final = f"SELECT key, {ROW_COLUMNS} FROM reactor_kv WHERE scope = ?"
 UPSERT: Final = (
-    "INSERT INTO reactor_kv (scope, key, value, expires_at, revision) VALUES (?, ?, ?, ?, ?) "
+    "INSERT INTO reactor_kv (scope, key, value, expires_at, revision, created_revision, "
+    "version) VALUES (?, ?, ?, ?, ?, ?, ?) "
     "ON CONFLICT (scope, key) DO UPDATE SET value = excluded.value, "
-    "expires_at = excluded.expires_at, revision = excluded.revision"
+    "expires_at = excluded.expires_at, revision = excluded.revision, "
+    "created_revision = excluded.created_revision, version = excluded.version"
 )
 DELETE: Final = "DELETE FROM reactor_kv WHERE scope = ? AND key = ?"
 REVISION: Final = "SELECT COALESCE(MAX(revision), 0) FROM reactor_changes"
@@ -59,8 +69,11 @@ COMPACT_BEFORE: Final = (
 COMPACTED: Final = "SELECT value FROM reactor_meta WHERE name = 'compacted'"
 LAST_REMOVED: Final = "SELECT COALESCE(MIN(revision), ?) - 1 FROM reactor_changes"
 SLOWEST: Final = "SELECT MIN(position) FROM reactor_subscribers"
+RECORD_COLUMNS: Final = (
+    "scope, key, type, old_value, new_value, ops, revision, timestamp, version, timer"
+)
 LOG_AFTER: Final = (
-    "SELECT scope, key, type, old_value, new_value, ops, revision, timestamp "
+    f"SELECT {RECORD_COLUMNS} "
     "FROM reactor_changes WHERE revision > ? AND revision <= ? ORDER BY revision LIMIT ?"
 )
 POSITION: Final = "SELECT position FROM reactor_subscribers WHERE name = ?"
@@ -86,11 +99,32 @@ HELD_LOCKS: Final = (
     "SELECT name, owner, token, expires_at FROM reactor_locks "
     "WHERE owner IS NOT NULL AND expires_at > ? ORDER BY name LIMIT ?"
 )
-# No index on (scope, key): this walks reactor_changes_scope (scope, revision) backwards
-# and stops at the limit, so a key rarely changed in a busy scope costs a longer walk.
+# On the index reactor_changes_key (scope, key, revision): a key's records, in order.
 HISTORY: Final = (
-    "SELECT scope, key, type, old_value, new_value, ops, revision, timestamp "
+    f"SELECT {RECORD_COLUMNS} "
     "FROM reactor_changes WHERE scope = ? AND key = ? ORDER BY revision DESC LIMIT ?"
+)
+KEY_HISTORY: Final = (
+    f"SELECT {RECORD_COLUMNS} "
+    "FROM reactor_changes WHERE scope = ? AND key = ? AND revision > ? ORDER BY revision LIMIT ?"
+)
+# The value of a key at revision R, in one statement (one snapshot): the old value of
+# its first change after R if there is one, else its row now; and the time of R, since
+# a deadline passed by then made the key absent although no record says so yet.
+VALUE_AT: Final = (
+    "SELECT 0, type, old_value, NULL FROM (SELECT type, old_value FROM reactor_changes "
+    "WHERE scope = ? AND key = ? AND revision > ? ORDER BY revision LIMIT 1) AS first_after "
+    "UNION ALL SELECT 1, NULL, value, expires_at FROM reactor_kv WHERE scope = ? AND key = ? "
+    "UNION ALL SELECT 2, NULL, NULL, timestamp FROM reactor_changes WHERE revision = ? "
+    "UNION ALL SELECT 3, NULL, NULL, value FROM reactor_meta WHERE name = 'compacted' "
+    "UNION ALL SELECT 4, NULL, NULL, MAX(revision) FROM reactor_changes"
+)
+SCOPE_CHANGED_KEYS: Final = (
+    "SELECT DISTINCT key FROM reactor_changes WHERE scope = ? AND revision > ?"
+)
+# Whether any of some keys changed after a revision (if_revision on a write of several).
+KEYS_CHANGED_SINCE: Final = (
+    "SELECT 1 FROM reactor_changes WHERE scope = ? AND key IN ({}) AND revision > ? LIMIT 1"
 )
 IN_CHUNK: Final = 500  # keys per IN (...) list, well under every driver's variable limit
 
@@ -118,6 +152,9 @@ class _RowReads:
     def _all(self, sql: str, params: tuple[Any, ...]) -> list[Any]:
         raise NotImplementedError
 
+    def compacted(self) -> int:
+        raise NotImplementedError
+
     def fetch_row(self, scope: str, key: str) -> Row | None:
         found = self._all(ROW, (scope, key))
         return Row(*found[0]) if found else None
@@ -126,10 +163,26 @@ class _RowReads:
         self, scope: str, bounds: tuple[str, str | None] | None
     ) -> list[tuple[str, Row]]:
         sql, params = ranged(ROWS, scope, bounds)
-        return [
-            (key, Row(value, expires_at, revision))
-            for key, value, expires_at, revision in self._all(sql, params)
-        ]
+        return [(key, Row(*row)) for key, *row in self._all(sql, params)]
+
+    def keys_changed_since(self, scope: str, keys: list[str], revision: int) -> bool:
+        """Whether any of ``keys`` has a change after ``revision`` (or the log, compacted
+        past it, can no longer tell)."""
+        unique = list(dict.fromkeys(keys))
+        for start in range(0, len(unique), IN_CHUNK):
+            chunk = unique[start : start + IN_CHUNK]
+            sql = KEYS_CHANGED_SINCE.format(", ".join("?" * len(chunk)))
+            if self._all(sql, (scope, *chunk, revision)):
+                return True
+        return self.compacted() > revision
+
+    def keys_matching_changed_since(self, scope: str, pattern: Pattern, revision: int) -> bool:
+        """Whether a key of ``scope`` matching ``pattern`` has a change after
+        ``revision`` (or the log, compacted past it, can no longer tell)."""
+        sql, params = ranged(SCOPE_CHANGED_KEYS, scope, pattern.bounds(), revision)
+        if any(pattern.matches(key) for (key,) in self._all(sql, params)):
+            return True
+        return self.compacted() > revision
 
     def fetch_lock(self, name: str) -> LockRow | None:
         found = self._all(LOCK, (name,))
@@ -141,8 +194,8 @@ class _RowReads:
         for start in range(0, len(unique), IN_CHUNK):
             chunk = unique[start : start + IN_CHUNK]
             sql = f"{ROWS} AND key IN ({', '.join('?' * len(chunk))})"
-            for key, value, expires_at, revision in self._all(sql, (scope, *chunk)):
-                found[key] = Row(value, expires_at, revision)
+            for key, *row in self._all(sql, (scope, *chunk)):
+                found[key] = Row(*row)
         return found
 
     def read_ahead(self, keys: Collection[tuple[str, str]]) -> dict[tuple[str, str], Row | None]:
@@ -187,18 +240,23 @@ class SQLStatements(_RowReads):
         raise NotImplementedError
 
     def write_changes(
-        self,
-        records: list[ChangeRecord],
-        upserts: list[tuple[str, str, str, float | None, int]],
-        deletes: list[tuple[str, str]],
+        self, records: list[ChangeRecord], upserts: list[Upsert], deletes: list[Key]
     ) -> None:
         offset = self.append_log(records) - 1 if records else 0
         for record in records:
             record.revision = offset - record.revision
-        if offset:
+        if records:
             upserts = [
-                (scope, key, value, expires_at, offset - revision if revision < 0 else revision)
-                for scope, key, value, expires_at, revision in upserts
+                (
+                    scope,
+                    key,
+                    value,
+                    expires_at,
+                    offset - revision if revision < 0 else revision,
+                    offset - created if created < 0 else created,
+                    version,
+                )
+                for scope, key, value, expires_at, revision, created, version in upserts
             ]
         self.write_rows(upserts, deletes)
 
@@ -210,9 +268,7 @@ class SQLStatements(_RowReads):
         """Roll the transaction back, after any failure (it must not raise)."""
         raise NotImplementedError
 
-    def write_rows(
-        self, upserts: list[tuple[str, str, str, float | None, int]], deletes: list[tuple[str, str]]
-    ) -> None:
+    def write_rows(self, upserts: list[Upsert], deletes: list[Key]) -> None:
         if len(deletes) == 1:  # execute(), not executemany(): a few microseconds less
             self._run(DELETE, deletes[0])
         elif deletes:
@@ -450,6 +506,51 @@ class SQLStore:
     def get_entry(self, scope: str, key: str, now: float) -> tuple[str, float | None] | None:
         found = self._query(GET_ENTRY, (scope, key, now))
         return (found[0][0], found[0][1]) if found else None
+
+    def get_row(self, scope: str, key: str, now: float) -> Row | None:
+        """The row of live ``key``, with its revisions and version, or None."""
+        found = self._query(LIVE_ROW, (scope, key, now))
+        return Row(*found[0]) if found else None
+
+    def value_at(self, scope: str, key: str, revision: int) -> str | None:
+        """The JSON text ``key`` held at ``revision`` (None: absent then), read in one
+        statement.
+
+        Raises:
+            InvalidArgumentError: ``revision`` is after the last one committed.
+            RevisionCompactedError: the change log no longer covers ``revision``.
+        """
+        parts: dict[int, tuple[Any, Any, Any]] = {}
+        for part, kind, text, number in self._query(
+            VALUE_AT, (scope, key, revision, scope, key, revision)
+        ):
+            parts[int(part)] = (kind, text, number)
+        last = int(parts[4][2] or 0) if 4 in parts else 0
+        compacted = int(parts[3][2]) if 3 in parts else 0
+        if revision > last:
+            raise InvalidArgumentError(
+                f"revision {revision} is after the last one committed ({last})"
+            )
+        if revision < compacted:
+            raise RevisionCompactedError(
+                f"the change log holds the changes after revision {compacted}, so it can "
+                f"no longer tell what {key!r} held at revision {revision}"
+            )
+        if 0 in parts:  # the first change after the revision says what was before it
+            before = parts[0][1]
+            return None if before is None else str(before)
+        if 1 not in parts:
+            return None
+        _, text, expires_at = parts[1]
+        at = parts[2][2] if 2 in parts else None  # when the revision committed, if kept
+        if expires_at is not None and at is not None and float(expires_at) <= float(at):
+            return None  # past its deadline already then (its expiry not yet recorded)
+        return str(text)
+
+    def key_history(self, scope: str, key: str, since: int, limit: int) -> list[ChangeRecord]:
+        """Up to ``limit`` change-log records of one key after revision ``since``,
+        oldest first."""
+        return [ChangeRecord(*row) for row in self._query(KEY_HISTORY, (scope, key, since, limit))]
 
     def get_many(self, scope: str, keys: Iterable[str], now: float) -> dict[str, str]:
         wanted = list(dict.fromkeys(keys))

@@ -64,8 +64,8 @@ logger = logging.getLogger("reactor")
 T = TypeVar("T")
 
 LOG: Final = (
-    "INSERT INTO reactor_changes (scope, key, type, old_value, new_value, ops, timestamp) "
-    "VALUES (?, ?, ?, ?, ?, ?, ?)"
+    "INSERT INTO reactor_changes (scope, key, type, old_value, new_value, ops, timestamp, "
+    "version, timer) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 _AUTOCHECKPOINT_PAGES: Final = 10_000
 
@@ -113,14 +113,35 @@ class _Statements(SQLStatements):
             if len(records) == 1:  # execute(), not executemany(): a few microseconds less
                 r = records[0]
                 cursor = self._conn.execute(
-                    LOG, (r.scope, r.key, r.type, r.old_value, r.new_value, r.ops, r.timestamp)
+                    LOG,
+                    (
+                        r.scope,
+                        r.key,
+                        r.type,
+                        r.old_value,
+                        r.new_value,
+                        r.ops,
+                        r.timestamp,
+                        r.version,
+                        r.timer,
+                    ),
                 )
                 assert cursor.lastrowid is not None
                 return cursor.lastrowid
             self._conn.executemany(
                 LOG,
                 [
-                    (r.scope, r.key, r.type, r.old_value, r.new_value, r.ops, r.timestamp)
+                    (
+                        r.scope,
+                        r.key,
+                        r.type,
+                        r.old_value,
+                        r.new_value,
+                        r.ops,
+                        r.timestamp,
+                        r.version,
+                        r.timer,
+                    )
                     for r in records
                 ],
             )

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable, Collection, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Final, Generic, Protocol, TypeVar
 
 from ._keys import Pattern
@@ -19,6 +19,8 @@ __all__ = ["ChangeRecord", "LockRow", "Row", "Store", "Work", "WriteTxn"]
 
 T = TypeVar("T")
 Key = tuple[str, str]
+# A row to write: scope, key, JSON text, deadline, revision, created revision, version.
+Upsert = tuple[str, str, str, float | None, int, int, int]
 
 
 class _Absent(enum.Enum):
@@ -32,11 +34,14 @@ _ABSENT: Final = _Absent.ABSENT
 
 @dataclass(slots=True)
 class Row:
-    """A stored key: its JSON text, absolute deadline and the revision of its last change."""
+    """A stored key: its JSON text, absolute deadline, the revision of its last change
+    and of its creation, and its version (1 at creation, +1 per change)."""
 
     value: str
     expires_at: float | None
     revision: int
+    created_revision: int
+    version: int
 
     def live(self, now: float) -> bool:
         return self.expires_at is None or self.expires_at > now
@@ -54,6 +59,8 @@ class ChangeRecord:
     ops: str | None
     revision: int
     timestamp: float
+    version: int | None = None  # the key's version after the change; 0: gone
+    timer: str | None = None  # the id of the timer whose write it is
 
 
 class Statements(Protocol):
@@ -72,20 +79,21 @@ class Statements(Protocol):
         ...
 
     def write_changes(
-        self,
-        records: list[ChangeRecord],
-        upserts: list[tuple[str, str, str, float | None, int]],
-        deletes: list[tuple[str, str]],
+        self, records: list[ChangeRecord], upserts: list[Upsert], deletes: list[Key]
     ) -> None:
         """Append ``records`` to the change log and write the rows; give each record
         its revision (``-n``, the n-th change of the transaction, becomes the n-th
         revision after the last committed), now or at the latest by the commit. A row's
-        revision below zero is such a provisional one."""
+        revision (or created revision) below zero is such a provisional one."""
         ...
 
     def current_revision(self) -> int: ...
 
     def changed_since(self, scope: str, revision: int) -> bool: ...
+
+    def keys_changed_since(self, scope: str, keys: list[str], revision: int) -> bool: ...
+
+    def keys_matching_changed_since(self, scope: str, pattern: Pattern, revision: int) -> bool: ...
 
     def compact(self, upto_revision: int | None, before: float | None) -> int: ...
 
@@ -128,11 +136,21 @@ class WriteTxn:
     ``-n`` for the n-th change of the transaction, and so does the row it staged.
     """
 
-    __slots__ = ("_changes", "_count", "_fetched", "_staged", "_undo", "now", "statements")
+    __slots__ = (
+        "_changes",
+        "_count",
+        "_fetched",
+        "_staged",
+        "_undo",
+        "now",
+        "statements",
+        "timer",
+    )
 
     def __init__(self, statements: Statements, now: float) -> None:
         self.now = now
         self.statements = statements
+        self.timer: str | None = None  # the timer firing now: its id goes on the records
         self._count = 0
         self._fetched: dict[Key, Row | None] = {}  # rows read ahead by prefetch()
         self._staged: dict[Key, Row | None] = {}
@@ -204,25 +222,43 @@ class WriteTxn:
             if old is None:
                 return
             self._stage((scope, key), None)
-            self._record(scope, key, change_type or "deleted", old.value, None, ops)
+            self._record(scope, key, change_type or "deleted", old.value, None, ops, 0)
             return
         if old is not None and old.value == value:
             if old.expires_at != expires_at:
-                self._stage((scope, key), Row(value, expires_at, old.revision))
+                self._stage((scope, key), replace(old, expires_at=expires_at))
             return
-        kind = change_type or ("created" if old is None else "updated")
-        provisional = self._record(scope, key, kind, old.value if old else None, value, ops)
-        self._stage((scope, key), Row(value, expires_at, provisional))
+        if old is None:
+            provisional = self._record(scope, key, change_type or "created", None, value, ops, 1)
+            self._stage((scope, key), Row(value, expires_at, provisional, provisional, 1))
+            return
+        version = old.version + 1
+        provisional = self._record(
+            scope, key, change_type or "updated", old.value, value, ops, version
+        )
+        staged = Row(value, expires_at, provisional, old.created_revision, version)
+        self._stage((scope, key), staged)
 
     def _stage(self, key: Key, row: Row | None) -> None:
         self._undo.append((key, self._staged.get(key, _ABSENT)))
         self._staged[key] = row
 
     def _record(
-        self, scope: str, key: str, kind: str, old: str | None, new: str | None, ops: str | None
+        self,
+        scope: str,
+        key: str,
+        kind: str,
+        old: str | None,
+        new: str | None,
+        ops: str | None,
+        version: int,
     ) -> int:
         self._count += 1
-        self._changes.append(ChangeRecord(scope, key, kind, old, new, ops, -self._count, self.now))
+        self._changes.append(
+            ChangeRecord(
+                scope, key, kind, old, new, ops, -self._count, self.now, version, self.timer
+            )
+        )
         return -self._count
 
     # -- undo and flush ------------------------------------------------------------
@@ -244,7 +280,7 @@ class WriteTxn:
         """Write what is staged; return the change records (with their revisions once
         the transaction commits: ``Statements.write_changes``)."""
         upserts = [
-            (scope, key, row.value, row.expires_at, row.revision)
+            (scope, key, row.value, row.expires_at, row.revision, row.created_revision, row.version)
             for (scope, key), row in self._staged.items()
             if row is not None
         ]
@@ -277,8 +313,15 @@ class WriteTxn:
                 expires_at = staged.expires_at
                 if expires_at is not None and read_deadlines.get(key) != expires_at:
                     expires_at += later
-                revision = staged.revision - shift if staged.revision < 0 else staged.revision
-                staged = Row(staged.value, expires_at, revision)  # noqa: PLW2901
+                staged = Row(  # noqa: PLW2901 - the body's row, as this transaction stages it
+                    staged.value,
+                    expires_at,
+                    staged.revision - shift if staged.revision < 0 else staged.revision,
+                    staged.created_revision - shift
+                    if staged.created_revision < 0
+                    else staged.created_revision,
+                    staged.version,
+                )
             self._stage(key, staged)
 
 
@@ -308,6 +351,12 @@ class Store(Protocol):
     def get_entry(self, scope: str, key: str, now: float) -> tuple[str, float | None] | None: ...
 
     def get_many(self, scope: str, keys: Iterable[str], now: float) -> dict[str, str]: ...
+
+    def get_row(self, scope: str, key: str, now: float) -> Row | None: ...
+
+    def value_at(self, scope: str, key: str, revision: int) -> str | None: ...
+
+    def key_history(self, scope: str, key: str, since: int, limit: int) -> list[ChangeRecord]: ...
 
     def items(self, scope: str, pattern: Pattern, now: float) -> list[tuple[str, str]]: ...
 

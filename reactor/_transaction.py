@@ -193,6 +193,9 @@ class Transaction(ScopeVerbs):
         # Through _run: a read that finds a row past its deadline stages its expiry.
         return self._run(lambda txn: txn.live_row(self.name, key))
 
+    def _row(self, key: str) -> Row | None:
+        return self._live(key)
+
     def _text(self, key: str) -> str | None:
         row = self._live(key)
         return None if row is None else row.value

@@ -20,11 +20,13 @@ from time import perf_counter
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
 from . import _writes
+from ._events import ChangeEvent
 from ._keys import Pattern, check_key, compile_pattern
-from ._results import Change, UpdateResult
+from ._results import Change, Entry, UpdateResult
+from ._store import Row
 from ._values import decode
-from ._writes import Work, check_ttl
-from .errors import InvalidArgumentError, TypeMismatchError
+from ._writes import Work, check_revision, check_ttl
+from .errors import InvalidArgumentError, RevisionCompactedError, TypeMismatchError
 
 if TYPE_CHECKING:
     from ._engine import Engine
@@ -99,15 +101,83 @@ class ScopeVerbs:
         """The live keys matching ``pattern``, sorted."""
         return [key for key, _ in self._items(pattern)]
 
+    def _row(self, key: str) -> Row | None:
+        """The row of live ``key`` (its revisions and version), or None."""
+        raise NotImplementedError
+
     def _now(self) -> float:
         raise NotImplementedError
 
     # -- reads ---------------------------------------------------------------------
     @verb("get")
-    def get(self, key: str, default: Any = None) -> Any:
-        """The value of ``key`` (a fresh copy), or ``default`` if it is absent."""
-        text = self._text(check_key(key))
+    def get(self, key: str, default: Any = None, *, at_revision: int | None = None) -> Any:
+        """The value of ``key`` (a fresh copy), or ``default`` if it is absent.
+
+        ``at_revision=R``: the value it had at revision ``R`` (``default`` if absent
+        then), from the change log (in a transaction: as committed, not as the body
+        changed it).
+
+        Raises:
+            InvalidArgumentError: ``at_revision`` is not a revision, or is after the last.
+            RevisionCompactedError: the change log no longer covers ``at_revision``.
+        """
+        checked = check_key(key)
+        if at_revision is None:
+            text = self._text(checked)
+        else:
+            revision = check_revision(at_revision, "at_revision")
+            text = self._engine.store.value_at(self.name, checked, revision)
         return default if text is None else decode(text)
+
+    @verb("entry")
+    def entry(self, key: str) -> Entry | None:
+        """The value of live ``key`` with its ``revision`` (of its last change),
+        ``created_revision``, ``version`` (1 at creation, +1 per change) and
+        ``expires_at`` (epoch seconds, or None); None when it is absent.
+
+        In a transaction, a key the body changed shows ``revision`` below zero until
+        the commit gives it one.
+        """
+        row = self._row(check_key(key))
+        if row is None:
+            return None
+        return Entry(
+            decode(row.value), row.revision, row.created_revision, row.version, row.expires_at
+        )
+
+    @verb("history")
+    def history(
+        self, key: str, since: int | None = None, limit: int | None = None
+    ) -> builtins.list[ChangeEvent]:
+        """The change log's events of ``key`` after revision ``since`` (every one it
+        retains when None), oldest first; at most ``limit`` of them. In a transaction:
+        those committed, not the body's own.
+
+        Raises:
+            InvalidArgumentError: ``since`` or ``limit`` is not an int >= 0.
+            RevisionCompactedError: the change log no longer holds what follows ``since``
+                (also when compaction overtakes the read).
+        """
+        checked = check_key(key)
+        store = self._engine.store
+        position = 0 if since is None else check_revision(since, "since")
+        if limit is not None and (type(limit) is not int or limit < 0):
+            raise InvalidArgumentError(f"limit must be an int >= 0, not {limit!r}")
+        found: builtins.list[ChangeEvent] = []
+        while limit is None or len(found) < limit:
+            page = 1000 if limit is None else min(1000, limit - len(found))
+            records = store.key_history(self.name, checked, position, page)
+            found.extend(ChangeEvent(record) for record in records)
+            if len(records) < page:
+                break
+            position = records[-1].revision
+        if since is not None:
+            compacted = store.compacted()  # read after: a compaction meanwhile shows
+            if since < compacted:
+                raise RevisionCompactedError(
+                    f"the change log holds the events after revision {compacted}, not after {since}"
+                )
+        return found
 
     @verb("get_many")
     def get_many(self, keys: Iterable[str]) -> dict[str, Any]:
@@ -162,97 +232,152 @@ class ScopeVerbs:
 
     # -- writes --------------------------------------------------------------------
     @verb("set")
-    def set(self, key: str, value: Any, ttl: float | None = None, keep_ttl: bool = False) -> Change:
+    def set(
+        self,
+        key: str,
+        value: Any,
+        ttl: float | None = None,
+        keep_ttl: bool = False,
+        *,
+        if_revision: int | None = None,
+    ) -> Change:
         """Store ``value`` at ``key``; return the old and new value.
 
         Without ``ttl`` the key has no expiry, unless ``keep_ttl`` keeps the one it had.
 
+        ``if_revision=R`` (on every write verb): write only if the key is at revision
+        ``R`` (``entry(key).revision``; 0: only if it does not exist).
+
         Raises:
             InvalidArgumentError: ``ttl`` is not a number > 0, or ``keep_ttl`` not a bool.
+            ConflictError: ``if_revision`` does not match; nothing is written.
         """
         options = self._engine.options
-        return self._run(_writes.set_value(options, self.name, key, value, ttl, keep_ttl))
+        return self._run(
+            _writes.set_value(options, self.name, key, value, ttl, keep_ttl, if_revision)
+        )
 
     @verb("set_many")
-    def set_many(self, mapping: Mapping[str, Any], ttl: float | None = None) -> dict[str, Change]:
-        """Store every key-value of ``mapping`` in one write: all or nothing."""
-        work = _writes.set_many(self._engine.options, self.name, mapping, ttl)
+    def set_many(
+        self,
+        mapping: Mapping[str, Any],
+        ttl: float | None = None,
+        *,
+        if_revision: int | None = None,
+    ) -> dict[str, Change]:
+        """Store every key-value of ``mapping`` in one write: all or nothing.
+
+        ``if_revision=R``: only if none of the keys changed after revision ``R`` (a
+        snapshot's, say; 0: only if none of them exists), else ``ConflictError``.
+        """
+        work = _writes.set_many(self._engine.options, self.name, mapping, ttl, if_revision)
         return {} if work is None else self._run(work)
 
     @verb("delete")
-    def delete(self, key: str) -> Any:
+    def delete(self, key: str, *, if_revision: int | None = None) -> Any:
         """Remove ``key``; return its old value, or None if it was absent."""
-        return self._run(_writes.delete(self.name, key))
+        return self._run(_writes.delete(self.name, key, if_revision))
 
     @verb("clear")
-    def clear(self, pattern: str = "*") -> int:
-        """Remove every key matching the glob ``pattern``; return how many."""
-        return self._run(_writes.clear(self.name, pattern))
+    def clear(self, pattern: str = "*", *, if_revision: int | None = None) -> int:
+        """Remove every key matching the glob ``pattern``; return how many.
+
+        ``if_revision=R``: only if no key matching it changed after revision ``R``.
+        """
+        return self._run(_writes.clear(self.name, pattern, if_revision))
 
     @verb("expire")
-    def expire(self, key: str, seconds: float | None) -> bool:
+    def expire(self, key: str, seconds: float | None, *, if_revision: int | None = None) -> bool:
         """Give ``key`` a new expiry; return whether it existed.
 
         ``None`` removes the expiry; ``seconds <= 0`` expires the key now.
         """
-        return self._run(_writes.expire(self.name, key, seconds))
+        return self._run(_writes.expire(self.name, key, seconds, if_revision))
 
     @verb("increment")
-    def increment(self, key: str, by: int | float = 1, default: int | float = 0) -> int | float:
+    def increment(
+        self,
+        key: str,
+        by: int | float = 1,
+        default: int | float = 0,
+        *,
+        if_revision: int | None = None,
+    ) -> int | float:
         """Add ``by`` to the number at ``key`` (``default`` when absent); return the result.
 
         Raises:
             TypeMismatchError: the value, ``by`` or ``default`` is not a number.
         """
-        return self._run(_writes.increment(self._engine.options, self.name, key, by, default))
+        options = self._engine.options
+        return self._run(_writes.increment(options, self.name, key, by, default, if_revision))
 
     @verb("decrement")
-    def decrement(self, key: str, by: int | float = 1, default: int | float = 0) -> int | float:
+    def decrement(
+        self,
+        key: str,
+        by: int | float = 1,
+        default: int | float = 0,
+        *,
+        if_revision: int | None = None,
+    ) -> int | float:
         """Subtract ``by`` from the number at ``key``; return the result."""
         options = self._engine.options
-        return self._run(_writes.increment(options, self.name, key, by, default, down=True))
+        return self._run(
+            _writes.increment(options, self.name, key, by, default, if_revision, down=True)
+        )
 
     @verb("append")
-    def append(self, key: str, text: str) -> int:
+    def append(self, key: str, text: str, *, if_revision: int | None = None) -> int:
         """Append ``text`` to the string at ``key`` (``""`` when absent); return its length.
 
         Raises:
             TypeMismatchError: the value or ``text`` is not a string.
         """
-        return self._run(_writes.append_text(self._engine.options, self.name, key, text))
+        options = self._engine.options
+        return self._run(_writes.append_text(options, self.name, key, text, if_revision))
 
     @verb("compare_and_swap")
-    def compare_and_swap(self, key: str, expected: Any, new: Any) -> bool:
+    def compare_and_swap(
+        self, key: str, expected: Any, new: Any, *, if_revision: int | None = None
+    ) -> bool:
         """Set ``key`` to ``new`` only if it holds ``expected``; return whether it did.
 
         Equality is JSON's (``1 == 1.0``, ``True != 1``). ``expected=MISSING`` means the
         key must not exist; ``new=MISSING`` deletes it. The expiry is kept.
         """
         options = self._engine.options
-        return self._run(_writes.compare_and_swap(options, self.name, key, expected, new))
+        return self._run(
+            _writes.compare_and_swap(options, self.name, key, expected, new, if_revision)
+        )
 
     @verb("push")
-    def push(self, key: str, *items: Any) -> int:
+    def push(self, key: str, *items: Any, if_revision: int | None = None) -> int:
         """Append ``items`` to the list at ``key`` (``[]`` when absent); return its length.
 
         Raises:
             TypeMismatchError: the value is not a list.
         """
-        return self._run(_writes.push(self._engine.options, self.name, key, items))
+        options = self._engine.options
+        return self._run(_writes.push(options, self.name, key, items, if_revision))
 
     @verb("pop")
-    def pop(self, key: str, front: bool = False) -> Any:
+    def pop(self, key: str, front: bool = False, *, if_revision: int | None = None) -> Any:
         """Remove and return the last item of the list at ``key`` (the first with
         ``front=True``); None when the list is empty or absent.
 
         Raises:
             TypeMismatchError: the value is not a list.
         """
-        return self._run(_writes.pop(self.name, key, front))
+        return self._run(_writes.pop(self.name, key, front, if_revision))
 
     @verb("update")
     def update(
-        self, key: str, ops: builtins.list[dict[str, Any]], atomic: bool | None = None
+        self,
+        key: str,
+        ops: builtins.list[dict[str, Any]],
+        atomic: bool | None = None,
+        *,
+        if_revision: int | None = None,
     ) -> UpdateResult:
         """Apply ``ops`` to the value at ``key`` in one write (SPEC §4).
 
@@ -266,4 +391,5 @@ class ScopeVerbs:
             InvalidArgumentError: ``atomic`` is not None or a bool, or is False with a
                 JSON Patch.
         """
-        return self._run(_writes.update(self._engine.options, self.name, key, ops, atomic))
+        options = self._engine.options
+        return self._run(_writes.update(options, self.name, key, ops, atomic, if_revision))

@@ -21,7 +21,7 @@ from ._ops import apply_patch, apply_update_ops, op_style
 from ._results import Change, UpdateResult
 from ._store import Row, Work, WriteTxn
 from ._values import MISSING, Missing, decode, encode, encode_built, encode_trusted, json_equal
-from .errors import InvalidArgumentError, TypeMismatchError
+from .errors import ConflictError, InvalidArgumentError, TypeMismatchError
 
 if TYPE_CHECKING:
     from ._options import Options
@@ -29,6 +29,8 @@ if TYPE_CHECKING:
 __all__ = [
     "Work",
     "append_text",
+    "check_if_revision",
+    "check_revision",
     "check_ttl",
     "clear",
     "compare_and_swap",
@@ -72,6 +74,69 @@ def check_ttl(ttl: object, name: str = "ttl") -> float | None:
     return seconds
 
 
+def check_revision(revision: object, name: str) -> int:
+    """``revision`` as a revision.
+
+    Raises:
+        InvalidArgumentError: not an int from 0 to 2**63 - 1.
+    """
+    if type(revision) is not int or not 0 <= revision < 2**63:
+        raise InvalidArgumentError(
+            f"{name} must be a revision (an int from 0 to 2**63 - 1), not {revision!r}"
+        )
+    return revision
+
+
+def check_if_revision(if_revision: object) -> int | None:
+    """``if_revision`` as a revision (0: the key must not exist), or None.
+
+    Raises:
+        InvalidArgumentError: not None nor an int >= 0.
+    """
+    return None if if_revision is None else check_revision(if_revision, "if_revision")
+
+
+def _require(scope: str, key: str, old: Row | None, expected: int | None) -> None:
+    """Raise unless the key is at revision ``expected`` (0: absent; None: no condition).
+
+    Raises:
+        ConflictError: it is not; nothing is written.
+    """
+    if expected is None:
+        return
+    actual = 0 if old is None else old.revision
+    if actual != expected:
+        now = "absent" if old is None else f"at revision {actual}"
+        if actual < 0:
+            now = "changed by this transaction"
+        raise ConflictError(
+            f"{key!r} of scope {scope!r} is {now}, not at revision {expected}; nothing was written"
+        )
+
+
+def _require_unchanged(
+    scope: str, rows: dict[str, Row | None], changed: bool, expected: int | None
+) -> None:
+    """Raise unless none of the keys of ``rows`` (their live rows) changed after revision
+    ``expected`` (``changed``: the change log says one did); with 0, unless none exists.
+
+    Raises:
+        ConflictError: one did; nothing is written.
+    """
+    if expected is None:
+        return
+    if expected == 0:
+        moved = [key for key, row in rows.items() if row is not None]
+    else:
+        moved = [
+            key for key, row in rows.items() if row is not None and not 0 < row.revision <= expected
+        ]
+    if moved or (expected and changed):
+        what = "exists" if expected == 0 else f"changed after revision {expected}"
+        which = f"{moved[0]!r}" if moved else "one of the keys"
+        raise ConflictError(f"{which} of scope {scope!r} {what}; nothing was written")
+
+
 def _finite(value: object) -> float | None:
     """``value`` as a float if it is an int or float that is finite as a float."""
     if type(value) is not int and type(value) is not float:
@@ -106,9 +171,16 @@ def _deadline(txn: WriteTxn, old: Row | None, ttl: float | None, keep_ttl: bool)
 
 
 def set_value(
-    options: Options, scope: str, key: str, value: Any, ttl: object, keep_ttl: object
+    options: Options,
+    scope: str,
+    key: str,
+    value: Any,
+    ttl: object,
+    keep_ttl: object,
+    if_revision: object = None,
 ) -> Work[Change]:
     check_key(key)
+    expected = check_if_revision(if_revision)
     if keep_ttl is not False and keep_ttl is not True:
         raise InvalidArgumentError(f"keep_ttl is True or False, not {keep_ttl!r}")
     text = _encoder(options)(value)
@@ -116,6 +188,7 @@ def set_value(
 
     def work(txn: WriteTxn) -> Change:
         old = txn.live_row(scope, key)
+        _require(scope, key, old, expected)
         txn.write(scope, key, old, text, _deadline(txn, old, seconds, keep_ttl))
         return Change(decode(old.value) if old else None, decode(text))
 
@@ -123,9 +196,14 @@ def set_value(
 
 
 def set_many(
-    options: Options, scope: str, mapping: Mapping[str, Any], ttl: object
+    options: Options,
+    scope: str,
+    mapping: Mapping[str, Any],
+    ttl: object,
+    if_revision: object = None,
 ) -> Work[dict[str, Change]] | None:
     """None when ``mapping`` is empty: nothing to write."""
+    expected = check_if_revision(if_revision)
     if not isinstance(mapping, Mapping):
         raise InvalidArgumentError(f"set_many takes a mapping, not {type(mapping).__name__}")
     encoded = _encoder(options)
@@ -135,9 +213,15 @@ def set_many(
         return None
 
     def work(txn: WriteTxn) -> dict[str, Change]:
+        rows = {key: txn.live_row(scope, key) for key in texts}
+        if expected is not None:
+            changed = bool(expected) and txn.statements.keys_changed_since(
+                scope, list(texts), expected
+            )
+            _require_unchanged(scope, rows, changed, expected)
         changes: dict[str, Change] = {}
         for key, text in texts.items():
-            old = txn.live_row(scope, key)
+            old = rows[key]
             txn.write(scope, key, old, text, _deadline(txn, old, seconds, False))
             changes[key] = Change(decode(old.value) if old else None, decode(text))
         return changes
@@ -145,11 +229,13 @@ def set_many(
     return _touching(work, scope, *texts)
 
 
-def delete(scope: str, key: str) -> Work[Any]:
+def delete(scope: str, key: str, if_revision: object = None) -> Work[Any]:
     check_key(key)
+    expected = check_if_revision(if_revision)
 
     def work(txn: WriteTxn) -> Any:
         old = txn.live_row(scope, key)
+        _require(scope, key, old, expected)
         if old is None:
             return None
         txn.write(scope, key, old, None, None)
@@ -158,11 +244,17 @@ def delete(scope: str, key: str) -> Work[Any]:
     return _touching(work, scope, key)
 
 
-def clear(scope: str, pattern: str) -> Work[int]:
+def clear(scope: str, pattern: str, if_revision: object = None) -> Work[int]:
     compiled: Pattern = compile_pattern(pattern)
+    expected = check_if_revision(if_revision)
 
     def work(txn: WriteTxn) -> int:
         rows = txn.live_rows(scope, compiled)
+        if expected is not None:
+            changed = bool(expected) and bool(
+                txn.statements.keys_matching_changed_since(scope, compiled, expected)
+            )
+            _require_unchanged(scope, dict(rows), changed, expected)
         for key, row in rows:
             txn.write(scope, key, row, None, None)
         return len(rows)
@@ -170,14 +262,16 @@ def clear(scope: str, pattern: str) -> Work[int]:
     return Work(work)
 
 
-def expire(scope: str, key: str, seconds: object) -> Work[bool]:
+def expire(scope: str, key: str, seconds: object, if_revision: object = None) -> Work[bool]:
     check_key(key)
+    expected = check_if_revision(if_revision)
     after = None if seconds is None else _finite(seconds)
     if seconds is not None and after is None:
         raise InvalidArgumentError(f"seconds must be a finite number or None, not {seconds!r}")
 
     def work(txn: WriteTxn) -> bool:
         old = txn.live_row(scope, key)
+        _require(scope, key, old, expected)
         if old is None:
             return False
         if after is not None and after <= 0:
@@ -207,10 +301,18 @@ def _number(value: Any, what: str) -> int | float:
 
 
 def increment(
-    options: Options, scope: str, key: str, by: object, default: object, *, down: bool = False
+    options: Options,
+    scope: str,
+    key: str,
+    by: object,
+    default: object,
+    if_revision: object = None,
+    *,
+    down: bool = False,
 ) -> Work[int | float]:
     """``increment`` (or, ``down``, ``decrement``) by ``by`` from ``default``."""
     check_key(key)
+    expected = check_if_revision(if_revision)
     step, start = _argument(by, "by"), _argument(default, "default")
     if down:
         step = -step
@@ -218,6 +320,7 @@ def increment(
 
     def work(txn: WriteTxn) -> int | float:
         old = txn.live_row(scope, key)
+        _require(scope, key, old, expected)
         current = start if old is None else _number(decode(old.value), f"the value of {key!r}")
         result = current + step
         txn.write(scope, key, old, encoded(result), old.expires_at if old else None)
@@ -226,8 +329,11 @@ def increment(
     return _touching(work, scope, key)
 
 
-def append_text(options: Options, scope: str, key: str, text: object) -> Work[int]:
+def append_text(
+    options: Options, scope: str, key: str, text: object, if_revision: object = None
+) -> Work[int]:
     check_key(key)
+    expected = check_if_revision(if_revision)
     if type(text) is not str:
         raise TypeMismatchError(f"append takes a str, not {type(text).__name__}")
     suffix: str = text
@@ -235,6 +341,7 @@ def append_text(options: Options, scope: str, key: str, text: object) -> Work[in
 
     def work(txn: WriteTxn) -> int:
         old = txn.live_row(scope, key)
+        _require(scope, key, old, expected)
         current = "" if old is None else decode(old.value)
         if type(current) is not str:
             raise TypeMismatchError(
@@ -256,13 +363,17 @@ def _list(row: Row | None, key: str, verb: str) -> list[Any]:
     return current
 
 
-def push(options: Options, scope: str, key: str, items: tuple[Any, ...]) -> Work[int]:
+def push(
+    options: Options, scope: str, key: str, items: tuple[Any, ...], if_revision: object = None
+) -> Work[int]:
     check_key(key)
+    expected = check_if_revision(if_revision)
     encoded = _encoder(options)
     items_text = encoded(list(items))
 
     def work(txn: WriteTxn) -> int:
         old = txn.live_row(scope, key)
+        _require(scope, key, old, expected)
         current = _list(old, key, "push")
         added = decode(items_text)
         if not added:
@@ -274,12 +385,14 @@ def push(options: Options, scope: str, key: str, items: tuple[Any, ...]) -> Work
     return _touching(work, scope, key)
 
 
-def pop(scope: str, key: str, front: object) -> Work[Any]:
+def pop(scope: str, key: str, front: object, if_revision: object = None) -> Work[Any]:
     check_key(key)
+    expected = check_if_revision(if_revision)
     first = bool(front)
 
     def work(txn: WriteTxn) -> Any:
         old = txn.live_row(scope, key)
+        _require(scope, key, old, expected)
         current = _list(old, key, "pop")
         if old is None or not current:
             return None
@@ -292,8 +405,11 @@ def pop(scope: str, key: str, front: object) -> Work[Any]:
     return _touching(work, scope, key)
 
 
-def compare_and_swap(options: Options, scope: str, key: str, expected: Any, new: Any) -> Work[bool]:
+def compare_and_swap(
+    options: Options, scope: str, key: str, expected: Any, new: Any, if_revision: object = None
+) -> Work[bool]:
     check_key(key)
+    revision = check_if_revision(if_revision)
     encoded = _encoder(options)
     if expected is not MISSING:
         encoded(expected)  # a value that could never be stored is refused, not compared
@@ -301,6 +417,7 @@ def compare_and_swap(options: Options, scope: str, key: str, expected: Any, new:
 
     def work(txn: WriteTxn) -> bool:
         old = txn.live_row(scope, key)
+        _require(scope, key, old, revision)
         if expected is MISSING:
             matches = old is None
         else:
@@ -317,7 +434,7 @@ def compare_and_swap(options: Options, scope: str, key: str, expected: Any, new:
 
 
 def update(
-    options: Options, scope: str, key: str, ops: object, atomic: object
+    options: Options, scope: str, key: str, ops: object, atomic: object, if_revision: object = None
 ) -> Work[UpdateResult]:
     """Apply update ops or a JSON Patch to the value at ``key`` (SPEC §4).
 
@@ -328,6 +445,7 @@ def update(
             JSON Patch.
     """
     check_key(key)
+    expected = check_if_revision(if_revision)
     if atomic is not None and type(atomic) is not bool:
         raise InvalidArgumentError(f"atomic is None, True or False, not {atomic!r}")
     patch = op_style(ops) == "patch"
@@ -340,6 +458,7 @@ def update(
 
     def work(txn: WriteTxn) -> UpdateResult:
         old = txn.live_row(scope, key)
+        _require(scope, key, old, expected)
         op_list = decode(ops_text)
         doc = None if old is None else decode(old.value)
         if patch:

@@ -53,7 +53,7 @@ from ._events import ChangeEvent
 from ._keys import check_key
 from ._open import open as open_sync
 from ._options import Durability
-from ._results import Change, Snapshot, UpdateResult
+from ._results import Change, Entry, Snapshot, UpdateResult
 from ._scope import Scope
 from ._state import Events, State, Where
 from ._subscriptions import _PAGE, DEFAULT_BUFFER, Subscription, Watch
@@ -501,9 +501,19 @@ class AsyncScope:
         return await self._handle._run(read, scope)
 
     # -- reads ---------------------------------------------------------------------
-    async def get(self, key: str, default: Any = None) -> Any:
-        """``Scope.get``: the value of ``key``, or ``default`` if it is absent."""
-        return await self._read(lambda scope: scope.get(key, default))
+    async def get(self, key: str, default: Any = None, *, at_revision: int | None = None) -> Any:
+        """``Scope.get``: the value of ``key`` (at ``at_revision``), or ``default``."""
+        return await self._read(lambda scope: scope.get(key, default, at_revision=at_revision))
+
+    async def entry(self, key: str) -> Entry | None:
+        """``Scope.entry``: the value of ``key`` with its revisions and version."""
+        return await self._read(lambda scope: scope.entry(key))
+
+    async def history(
+        self, key: str, since: int | None = None, limit: int | None = None
+    ) -> builtins.list[ChangeEvent]:
+        """``Scope.history``: the retained events of ``key``, oldest first."""
+        return await self._read(lambda scope: scope.history(key, since, limit))
 
     async def get_many(self, keys: Iterable[str]) -> dict[str, Any]:
         """``Scope.get_many``: the values of those of ``keys`` that exist, in order."""
@@ -536,81 +546,116 @@ class AsyncScope:
 
     # -- writes: each verb's checks and work are _writes', as for Scope ------------
     async def set(
-        self, key: str, value: Any, ttl: float | None = None, keep_ttl: bool = False
+        self,
+        key: str,
+        value: Any,
+        ttl: float | None = None,
+        keep_ttl: bool = False,
+        *,
+        if_revision: int | None = None,
     ) -> Change:
         """``Scope.set``: store ``value`` at ``key``; return the old and new value."""
         engine = await self._engine()
-        work = _writes.set_value(engine.options, self.name, key, value, ttl, keep_ttl)
+        work = _writes.set_value(engine.options, self.name, key, value, ttl, keep_ttl, if_revision)
         return await self._submit("set", engine, work)
 
     async def set_many(
-        self, mapping: Mapping[str, Any], ttl: float | None = None
+        self,
+        mapping: Mapping[str, Any],
+        ttl: float | None = None,
+        *,
+        if_revision: int | None = None,
     ) -> dict[str, Change]:
         """``Scope.set_many``: every key-value of ``mapping`` in one write."""
         engine = await self._engine()
-        work = _writes.set_many(engine.options, self.name, mapping, ttl)
+        work = _writes.set_many(engine.options, self.name, mapping, ttl, if_revision)
         return {} if work is None else await self._submit("set_many", engine, work)
 
-    async def delete(self, key: str) -> Any:
+    async def delete(self, key: str, *, if_revision: int | None = None) -> Any:
         """``Scope.delete``: remove ``key``; return its old value, or None."""
         engine = await self._engine()
-        return await self._submit("delete", engine, _writes.delete(self.name, key))
+        work = _writes.delete(self.name, key, if_revision)
+        return await self._submit("delete", engine, work)
 
-    async def clear(self, pattern: str = "*") -> int:
+    async def clear(self, pattern: str = "*", *, if_revision: int | None = None) -> int:
         """``Scope.clear``: remove the keys matching ``pattern``; return how many."""
         engine = await self._engine()
-        return await self._submit("clear", engine, _writes.clear(self.name, pattern))
+        work = _writes.clear(self.name, pattern, if_revision)
+        return await self._submit("clear", engine, work)
 
-    async def expire(self, key: str, seconds: float | None) -> bool:
+    async def expire(
+        self, key: str, seconds: float | None, *, if_revision: int | None = None
+    ) -> bool:
         """``Scope.expire``: a new expiry for ``key``; whether it existed."""
         engine = await self._engine()
-        return await self._submit("expire", engine, _writes.expire(self.name, key, seconds))
+        work = _writes.expire(self.name, key, seconds, if_revision)
+        return await self._submit("expire", engine, work)
 
     async def increment(
-        self, key: str, by: int | float = 1, default: int | float = 0
+        self,
+        key: str,
+        by: int | float = 1,
+        default: int | float = 0,
+        *,
+        if_revision: int | None = None,
     ) -> int | float:
         """``Scope.increment``: add ``by`` to the number at ``key``; the result."""
         engine = await self._engine()
-        work = _writes.increment(engine.options, self.name, key, by, default)
+        work = _writes.increment(engine.options, self.name, key, by, default, if_revision)
         return await self._submit("increment", engine, work)
 
     async def decrement(
-        self, key: str, by: int | float = 1, default: int | float = 0
+        self,
+        key: str,
+        by: int | float = 1,
+        default: int | float = 0,
+        *,
+        if_revision: int | None = None,
     ) -> int | float:
         """``Scope.decrement``: subtract ``by`` from the number at ``key``; the result."""
         engine = await self._engine()
-        work = _writes.increment(engine.options, self.name, key, by, default, down=True)
+        work = _writes.increment(
+            engine.options, self.name, key, by, default, if_revision, down=True
+        )
         return await self._submit("decrement", engine, work)
 
-    async def append(self, key: str, text: str) -> int:
+    async def append(self, key: str, text: str, *, if_revision: int | None = None) -> int:
         """``Scope.append``: append ``text`` to the string at ``key``; its length."""
         engine = await self._engine()
-        work = _writes.append_text(engine.options, self.name, key, text)
+        work = _writes.append_text(engine.options, self.name, key, text, if_revision)
         return await self._submit("append", engine, work)
 
-    async def compare_and_swap(self, key: str, expected: Any, new: Any) -> bool:
+    async def compare_and_swap(
+        self, key: str, expected: Any, new: Any, *, if_revision: int | None = None
+    ) -> bool:
         """``Scope.compare_and_swap``: set ``key`` to ``new`` if it holds ``expected``."""
         engine = await self._engine()
-        work = _writes.compare_and_swap(engine.options, self.name, key, expected, new)
+        work = _writes.compare_and_swap(engine.options, self.name, key, expected, new, if_revision)
         return await self._submit("compare_and_swap", engine, work)
 
-    async def push(self, key: str, *items: Any) -> int:
+    async def push(self, key: str, *items: Any, if_revision: int | None = None) -> int:
         """``Scope.push``: append ``items`` to the list at ``key``; its length."""
         engine = await self._engine()
-        work = _writes.push(engine.options, self.name, key, items)
+        work = _writes.push(engine.options, self.name, key, items, if_revision)
         return await self._submit("push", engine, work)
 
-    async def pop(self, key: str, front: bool = False) -> Any:
+    async def pop(self, key: str, front: bool = False, *, if_revision: int | None = None) -> Any:
         """``Scope.pop``: remove and return the last (or first) item of the list."""
         engine = await self._engine()
-        return await self._submit("pop", engine, _writes.pop(self.name, key, front))
+        work = _writes.pop(self.name, key, front, if_revision)
+        return await self._submit("pop", engine, work)
 
     async def update(
-        self, key: str, ops: builtins.list[dict[str, Any]], atomic: bool | None = None
+        self,
+        key: str,
+        ops: builtins.list[dict[str, Any]],
+        atomic: bool | None = None,
+        *,
+        if_revision: int | None = None,
     ) -> UpdateResult:
         """``Scope.update``: apply update ops or a JSON Patch in one write."""
         engine = await self._engine()
-        work = _writes.update(engine.options, self.name, key, ops, atomic)
+        work = _writes.update(engine.options, self.name, key, ops, atomic, if_revision)
         return await self._submit("update", engine, work)
 
 

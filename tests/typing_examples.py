@@ -99,6 +99,19 @@ def scope_verbs(state: reactor.State) -> None:
     assert_type(orders.update("o-1", patch, atomic=None), reactor.UpdateResult)
     assert_type(reactor.MISSING, Literal[reactor.Missing.MISSING])
 
+    # versions and history
+    entry = orders.entry("o-1")
+    assert_type(entry, reactor.Entry | None)
+    if entry is not None:
+        assert_type(entry.revision, int)
+        assert_type(entry.version, int)
+        assert_type(entry.expires_at, float | None)
+        assert_type(orders.set("o-1", 1, if_revision=entry.revision), reactor.Change)
+    assert_type(orders.push("queue", "j3", if_revision=0), int)
+    assert_type(orders.history("o-1", since=0, limit=10), list[reactor.ChangeEvent])
+    assert_type(orders.get("o-1", at_revision=3), Any)
+    orders.set("o-1", 1, 30, False, 5)  # type: ignore[call-arg]  # if_revision is keyword-only
+
 
 def transactions_and_locks(state: reactor.State) -> None:
     orders = state.scope("orders")
