@@ -25,7 +25,7 @@ from ._results import Change, Entry, Snapshot, UpdateResult
 from ._scope import Scope
 from ._state import State
 from ._subscriptions import Subscription, Watch
-from ._transaction import Transaction
+from ._transaction import MultiTransaction, Transaction
 from ._values import MISSING, Missing
 from ._verbs import ScopeVerbs
 from .errors import (
@@ -59,6 +59,7 @@ for _public in (
     Entry,
     Lock,
     Missing,
+    MultiTransaction,
     Scope,
     ScopeVerbs,
     Snapshot,
@@ -125,6 +126,7 @@ __all__ = [
     "LockNotOwnedError",
     "LockTimeout",
     "Missing",
+    "MultiTransaction",
     "OperationTimeout",
     "OutcomeUnknownError",
     "ReactorError",

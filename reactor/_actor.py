@@ -16,11 +16,13 @@ at a time. Under contention requests queue, and the actor commits them together.
 
 A transaction takes a scope for itself: from its ``begin`` request on, the actor defers
 every other request for that scope (and goes on with other scopes) until the
-transaction's commit or rollback releases it. Each hand-over of a scope (taken by a
-transaction, given back) is noted with the time: a request waiting for a scope that
-others hold in turn counts its timeout from the scope's last hand-over, not from when it
-queued (``moved``), so a long queue of transactions on one scope never times out while
-it moves, and a scope held by a transaction that is stuck still does.
+transaction's commit or rollback releases it. A transaction over several scopes takes
+each from its actor, and commits through the first one's, naming them all. Each
+hand-over of a scope (taken by a transaction, given back) is noted with the time: a
+request waiting for a scope that others hold in turn counts its timeout from the
+scope's last hand-over, not from when it queued (``moved``), so a long queue of
+transactions on one scope never times out while it moves, and a scope held by a
+transaction that is stuck still does.
 """
 
 from __future__ import annotations
@@ -61,15 +63,23 @@ class Request:
     """One write: the work to run in the transaction, and the caller's future.
 
     ``owner`` marks the requests of a transaction holding ``scope``; a request with
-    no work is a transaction's ``begin``.
+    no work is a transaction's ``begin``. ``scopes``: every scope the work writes
+    (the commit of a transaction over several scopes), ``(scope,)`` by default.
     """
 
-    __slots__ = ("future", "owner", "scope", "work")
+    __slots__ = ("future", "owner", "scope", "scopes", "work")
 
-    def __init__(self, work: Work[Any] | None, scope: str, owner: object = None) -> None:
+    def __init__(
+        self,
+        work: Work[Any] | None,
+        scope: str,
+        owner: object = None,
+        scopes: tuple[str, ...] | None = None,
+    ) -> None:
         self.work = work
         self.scope = scope
         self.owner = owner
+        self.scopes = (scope,) if scopes is None else scopes
         self.future: Future[Any] = Future()
 
 
@@ -109,20 +119,40 @@ class Mailbox:
         self._actor: pykka.ActorRef[Any] | None = None
 
     @overload
-    def submit(self, work: Work[T], scope: str, owner: object = None) -> Future[T]: ...
+    def submit(
+        self,
+        work: Work[T],
+        scope: str,
+        owner: object = None,
+        scopes: tuple[str, ...] | None = None,
+    ) -> Future[T]: ...
 
     @overload
-    def submit(self, work: None, scope: str, owner: object = None) -> Future[None]: ...
+    def submit(
+        self,
+        work: None,
+        scope: str,
+        owner: object = None,
+        scopes: tuple[str, ...] | None = None,
+    ) -> Future[None]: ...
 
-    def submit(self, work: Work[Any] | None, scope: str, owner: object = None) -> Future[Any]:
+    def submit(
+        self,
+        work: Work[Any] | None,
+        scope: str,
+        owner: object = None,
+        scopes: tuple[str, ...] | None = None,
+    ) -> Future[Any]:
         """Queue ``work`` on ``scope`` for the actor; the future holds its result after
         commit. ``owner`` is the transaction the work belongs to, if any; ``work=None``
         asks for the scope for that transaction (the future is done once it is held).
+        ``scopes``: every scope ``work`` writes, if more than ``scope`` (the owner holds
+        them all); the database transaction then keeps other processes off them all.
 
         Raises:
             ClosedError: the engine is closing.
         """
-        request = Request(work, scope, owner)
+        request = Request(work, scope, owner, scopes)
         with self._lock:
             if self._closed:
                 raise ClosedError("the engine is closed")
@@ -249,7 +279,7 @@ class Mailbox:
                 self._clock(),
                 self._on_commit,
                 shared=True,
-                scopes={request.scope for request in batch},
+                scopes={name for request in batch for name in request.scopes},
                 # One read for the batch rather than one per request: each statement
                 # hands the GIL over, and waits to get it back.
                 reads=[key for request in batch if request.work for key in request.work.reads],

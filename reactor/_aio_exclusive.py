@@ -1,13 +1,13 @@
 """Transactions and locks for asyncio: ``async with`` over the synchronous ones.
 
-Waiting holds no thread. A transaction's turn at its scope, and its commit, are the
-actor's futures awaited through the loop's bridge (``reactor.aio``), timed out only
-once the scope has not moved on for the engine's timeout: any number of transactions
-queued on one scope run in turn. Tasks of one loop waiting for the same lock stand in
-one line: the first tries the lease, backing off from 2 ms to 50 ms (at once when a
-holder on this loop releases it), the others wait on the loop with no thread and no
-query. The database work itself (the body's reads, a lock's try) runs in the handle's
-worker threads, a short call each.
+Waiting holds no thread. A transaction's turn at each of its scopes (taken in order,
+as the synchronous ones are), and its commit, are the actors' futures awaited through
+the loop's bridge (``reactor.aio``), timed out only once the scope has not moved on for
+the engine's timeout: any number of transactions queued on one scope run in turn.
+Tasks of one loop waiting for the same lock stand in one line: the first tries the
+lease, backing off from 2 ms to 50 ms (at once when a holder on this loop releases it),
+the others wait on the loop with no thread and no query. The database work itself (the
+body's reads, a lock's try) runs in the handle's worker threads, a short call each.
 
 A task that holds a transaction on a scope and writes to that scope outside the
 transaction would wait on itself: it gets ``ReentrancyError``, as a thread does with the
@@ -31,7 +31,7 @@ from ._engine import engine_of
 from ._keys import check_key
 from ._locks import Lock
 from ._results import Change, Snapshot, UpdateResult
-from ._transaction import Transaction
+from ._transaction import Hold, MultiTransaction, Transaction, part_of, scope_names
 from ._verbs import check_ttl
 from .errors import (
     ClosedError,
@@ -42,9 +42,19 @@ from .errors import (
 )
 
 if TYPE_CHECKING:
+    from concurrent.futures import Future
+
+    from ._engine import Engine
+    from ._state import State
     from .aio import AsyncState
 
-__all__ = ["AsyncLock", "AsyncTransaction", "check_not_held", "wake_lock_lines"]
+__all__ = [
+    "AsyncLock",
+    "AsyncMultiTransaction",
+    "AsyncTransaction",
+    "check_not_held",
+    "wake_lock_lines",
+]
 
 logger = logging.getLogger("reactor")
 T = TypeVar("T")
@@ -54,7 +64,8 @@ _POLL_MAX: Final = 0.05
 
 # (engine, scope, task) for the transaction bodies the current task is inside. Tasks
 # started in a body inherit the context, hence the task: they may wait for the commit.
-_held: contextvars.ContextVar[frozenset[tuple[int, str, int]]] = contextvars.ContextVar(
+_Held = frozenset[tuple[int, str, int]]
+_held: contextvars.ContextVar[_Held] = contextvars.ContextVar(
     "reactor_aio_held", default=frozenset()
 )
 
@@ -72,43 +83,96 @@ def check_not_held(engine_id: int, scope: str) -> None:
         )
 
 
+async def _take(handle: AsyncState, hold: Hold) -> contextvars.Token[_Held]:
+    """Take the scopes of ``hold`` in order, each awaited on the loop with no thread
+    waiting, and open its pending transaction; on any failure (a timeout, a closing
+    engine, a cancelled task) none stays held. The token to give to ``_finish``."""
+    engine = hold.start()
+    for name in hold.names:
+        granted: Future[None] | None = None
+        try:
+            granted = hold.ask(name)
+            await handle._answer(engine, name, granted)
+        except BaseException:
+            hold.give_up(name, granted)  # a scope handed over after all goes back too
+            raise
+        hold.took(name)
+    opening = asyncio.ensure_future(handle._run(hold.open))
+    try:
+        await asyncio.shield(opening)
+    except asyncio.CancelledError:
+        opening.add_done_callback(lambda _: hold.hand_back("withdrawn"))
+        raise
+    except BaseException:
+        hold.hand_back("failed")  # a no-op if opening failed (it gave the scopes back)
+        raise
+    task = id(asyncio.current_task())
+    return _held.set(_held.get() | {(id(engine), name, task) for name in hold.names})
+
+
+async def _finish(
+    handle: AsyncState, hold: Hold, token: contextvars.Token[_Held] | None, commit: bool
+) -> None:
+    """Commit what the body staged (``commit``), or drop it; hand the scopes back."""
+    if token is not None:
+        _held.reset(token)
+    engine = hold.engine
+    if engine is None or hold.txn is None:
+        return
+    future = None
+    try:
+        future = hold.submit_commit(commit)
+        if future is not None:
+            await handle._answer(engine, hold.names[0], future)
+    except BaseException:
+        if future is not None:
+            future.cancel()  # withdrawn, unless it is running (then it may commit)
+        hold.hand_back("failed")
+        raise
+    hold.hand_back("rolled back" if future is None else "committed")
+
+
+async def _engine_for(handle: AsyncState, names: tuple[str, ...]) -> tuple[State, Engine]:
+    """The synchronous handle and its engine, once this task may take ``names``.
+
+    Raises:
+        ReentrancyError: this task is inside a transaction body on one of them.
+    """
+    state = await handle._sync()
+    engine = engine_of(state)
+    for name in names:
+        check_not_held(id(engine), name)
+    return state, engine
+
+
 class AsyncTransaction:
     """``async with scope.transaction() as tx:``: ``tx`` has every verb of a scope, as
     coroutines, staged in the transaction and committed together when the block ends
-    (nothing if it raises). See ``Scope.transaction``."""
+    (nothing if it raises). See ``Scope.transaction``. In a transaction over several
+    scopes, ``tx[name]`` of an ``AsyncMultiTransaction``: the same verbs, on that
+    scope."""
 
-    def __init__(self, handle: AsyncState, name: str) -> None:
+    def __init__(self, handle: AsyncState, name: str, *, part: bool = False) -> None:
         self._handle = handle
         self.name = name
+        self._part = part  # a part of an AsyncMultiTransaction, which sets _tx
         self._tx: Transaction | None = None
-        self._token: contextvars.Token[frozenset[tuple[int, str, int]]] | None = None
+        self._token: contextvars.Token[_Held] | None = None
 
     def __repr__(self) -> str:
         return f"<reactor.aio.AsyncTransaction on {self.name!r}>"
 
     async def __aenter__(self) -> AsyncTransaction:
+        if self._part:
+            raise ReentrancyError(
+                f"tx[{self.name!r}] is part of a transaction over several scopes: "
+                "that transaction begins and ends them all"
+            )
         if self._tx is not None:
             raise ReentrancyError("a transaction is entered once")
-        state = await self._handle._sync()
-        engine = engine_of(state)
-        check_not_held(id(engine), self.name)
+        state, _ = await _engine_for(self._handle, (self.name,))
         tx = self._tx = Transaction(state, self.name)
-        _, granted = tx._ask()
-        try:
-            await self._handle._answer(engine, self.name, granted)
-        except BaseException:
-            tx._withdraw(granted)  # the scope goes back if it was handed over after all
-            raise
-        opening = asyncio.ensure_future(self._handle._run(tx._open))
-        try:
-            await asyncio.shield(opening)
-        except asyncio.CancelledError:
-            opening.add_done_callback(lambda _: tx._hand_back("withdrawn"))
-            raise
-        except BaseException:
-            tx._hand_back("failed")  # a no-op if opening failed (it gave the scope back)
-            raise
-        self._token = _held.set(_held.get() | {(id(engine), self.name, id(asyncio.current_task()))})
+        self._token = await _take(self._handle, tx._hold)
         return self
 
     async def __aexit__(
@@ -117,23 +181,9 @@ class AsyncTransaction:
         exc: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
-        if self._token is not None:
-            _held.reset(self._token)
-            self._token = None
-        tx = self._tx
-        if tx is None or tx._engine_ref is None:
-            return
-        future = None
-        try:
-            future = tx._submit_commit(commit=exc_type is None)
-            if future is not None:
-                await self._handle._answer(tx._engine_ref, self.name, future)
-        except BaseException:
-            if future is not None:
-                future.cancel()  # withdrawn, unless it is running (then it may commit)
-            tx._hand_back("failed")
-            raise
-        tx._hand_back("rolled back" if future is None else "committed")
+        token, self._token = self._token, None
+        if self._tx is not None and not self._part:
+            await _finish(self._handle, self._tx._hold, token, commit=exc_type is None)
 
     async def _call(self, verb: Callable[[Transaction], T]) -> T:
         """Run ``verb`` on the pending transaction, in a worker (it may read)."""
@@ -233,6 +283,56 @@ class AsyncTransaction:
     ) -> UpdateResult:
         """Apply update ops or a JSON Patch to the value at ``key`` (SPEC §4)."""
         return await self._call(lambda tx: tx.update(key, ops, atomic))
+
+
+class AsyncMultiTransaction:
+    """``async with state.transaction("orders", "ledger") as tx:``: the task owns every
+    scope named until the block ends; ``tx["orders"]`` is an ``AsyncTransaction`` with
+    every verb of a scope, as coroutines, on that scope. The writes of the body, to all
+    the scopes, commit together, or not at all if it raises. See ``State.transaction``.
+    """
+
+    def __init__(self, handle: AsyncState, names: Iterable[str]) -> None:
+        self._handle = handle
+        self.names: tuple[str, ...] = scope_names(names)
+        """The scopes it holds, sorted by name: the order it takes them in."""
+        self._parts = {name: AsyncTransaction(handle, name, part=True) for name in names}
+        self._hold: Hold | None = None
+        self._token: contextvars.Token[_Held] | None = None
+
+    def __repr__(self) -> str:
+        scopes = ", ".join(repr(name) for name in self.names)
+        return f"<reactor.aio.AsyncMultiTransaction on {scopes}>"
+
+    def __getitem__(self, name: str) -> AsyncTransaction:
+        """The verbs of scope ``name`` in this transaction.
+
+        Raises:
+            InvalidArgumentError: ``name`` is not one of the transaction's scopes.
+            InvalidKeyError: ``name`` is not a valid scope name.
+        """
+        return self._parts[part_of(self.names, name)]
+
+    async def __aenter__(self) -> AsyncMultiTransaction:
+        if self._hold is not None:
+            raise ReentrancyError("a transaction is entered once")
+        state, _ = await _engine_for(self._handle, self.names)
+        sync = MultiTransaction(state, self.names)
+        self._hold = sync._hold
+        for name, part in self._parts.items():
+            part._tx = sync[name]
+        self._token = await _take(self._handle, self._hold)
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        token, self._token = self._token, None
+        if self._hold is not None:
+            await _finish(self._handle, self._hold, token, commit=exc_type is None)
 
 
 class LockLine:

@@ -14,7 +14,8 @@ from ._registry import release_engine
 from ._scope import Scope
 from ._stats import engine_stats
 from ._subscriptions import DEFAULT_BUFFER, Filter, Subscription, Watch, check_since
-from .errors import InvalidArgumentError, RevisionCompactedError
+from ._transaction import MultiTransaction, in_transaction
+from .errors import InvalidArgumentError, ReentrancyError, RevisionCompactedError
 
 __all__ = ["State"]
 
@@ -60,6 +61,31 @@ class State:
         """The names of the scopes that hold at least one live key, sorted."""
         engine = engine_of(self)
         return engine.store.scopes(engine.now())
+
+    def transaction(self, *scopes: str) -> MultiTransaction:
+        """A context manager giving its body exclusive ownership of every scope named.
+
+        ``with state.transaction("orders", "ledger") as tx:`` — ``tx["orders"]`` has
+        every verb of a scope; the writes of the body, to all the scopes, commit together
+        when it ends, or not at all if it raises. The scopes are taken in one order
+        (sorted by name), so transactions sharing scopes never wait on each other in a
+        circle. Repeated names count once.
+
+        Raises:
+            InvalidArgumentError: no scope named.
+            InvalidKeyError: a name that is not a valid scope name.
+            ReentrancyError: this thread is inside a transaction on one of the scopes.
+            ConflictError: (at the end of the block) another process changed one of the
+                scopes meanwhile; nothing was applied.
+        """
+        engine = engine_of(self)
+        transaction = MultiTransaction(self, scopes)
+        for name in transaction.names:
+            if in_transaction(engine, name):
+                raise ReentrancyError(
+                    f"this thread holds a transaction on scope {name!r}: transactions do not nest"
+                )
+        return transaction
 
     def lock(self, name: str, ttl: float, timeout: float | None = None) -> Lock:
         """A lease on ``name`` for ``ttl`` seconds, shared by every process on this

@@ -1,28 +1,35 @@
-"""``Transaction``: exclusive ownership of a scope for the body of a ``with`` block.
+"""Transactions: exclusive ownership of one scope, or several, for the body of a
+``with`` block.
 
-On entry the scope's actor hands the scope over: requests from elsewhere for that scope
-wait (other scopes go on). The body's verbs run here, in the caller's thread, against a
-pending write transaction kept in memory; reads see the database as the body has
-changed it. On exit the actor commits what the body staged in one database transaction,
-or nothing if the body raised, and hands the scope back.
+On entry each scope's actor hands its scope over (``Hold``): requests from elsewhere
+for those scopes wait (other scopes go on). A transaction over several scopes takes
+them one after another in one order, sorted by name, so that two transactions that
+share scopes never wait for each other in a circle; one that fails to take a scope (a
+timeout, a closing engine, a cancelled task) hands back those it took. The body's verbs
+run here, in the caller's thread, against one pending write transaction kept in memory
+for all the scopes; reads see the database as the body has changed it. On exit the
+actor of the first scope commits what the body staged in one database transaction
+that covers every scope (on PostgreSQL it takes all their locks, sorted), or nothing if
+the body raised, and the scopes go back.
 
-Within this process no other writer can touch the scope meanwhile. Another process can:
-so the commit checks, in the change log, that nothing was committed to the scope since
-the transaction began, and raises ``ConflictError`` (nothing applied) if something was.
+Within this process no other writer can touch the scopes meanwhile. Another process
+can: so the commit checks, in the change log, that nothing was committed to any of the
+scopes since the transaction began, and raises ``ConflictError`` (nothing applied) if
+something was.
 """
 
 from __future__ import annotations
 
 import builtins
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import Future
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from . import _writes
 from ._engine import engine_of
-from ._keys import Pattern
+from ._keys import Pattern, check_key
 from ._results import Snapshot
 from ._sql import TransactionReader
 from ._store import Row, WriteTxn
@@ -30,6 +37,7 @@ from ._verbs import ScopeVerbs, verb
 from .errors import (
     ClosedError,
     ConflictError,
+    InvalidArgumentError,
     ReentrancyError,
 )
 
@@ -37,7 +45,7 @@ if TYPE_CHECKING:
     from ._engine import Engine
     from ._state import State
 
-__all__ = ["Transaction", "in_transaction"]
+__all__ = ["Hold", "MultiTransaction", "Transaction", "in_transaction", "part_of", "scope_names"]
 
 T = TypeVar("T")
 
@@ -50,31 +58,205 @@ def in_transaction(engine: Engine, scope: str) -> bool:
     return bool(held) and (id(engine), scope) in held  # type: ignore[operator]
 
 
-class Transaction(ScopeVerbs):
-    """The ``tx`` of ``with scope.transaction() as tx:``; every verb of a ``Scope``."""
+def scope_names(scopes: Iterable[object]) -> tuple[str, ...]:
+    """The scopes of a transaction, without repeats, in the order they are taken in.
 
-    __slots__ = ("_base", "_engine_ref", "_state", "_status", "_txn", "name")
+    Raises:
+        InvalidArgumentError: no scope.
+        InvalidKeyError: a name that is not a valid scope name.
+    """
+    names = {check_key(name, "scope name") for name in scopes}
+    if not names:
+        raise InvalidArgumentError("a transaction needs at least one scope name")
+    return tuple(sorted(names))
 
-    def __init__(self, state: State, name: str) -> None:
+
+def part_of(names: tuple[str, ...], name: object) -> str:
+    """``name``, if it is one of the transaction's scopes (``tx[name]``).
+
+    Raises:
+        InvalidKeyError: ``name`` is not a valid scope name.
+        InvalidArgumentError: the transaction does not hold that scope.
+    """
+    checked = check_key(name, "scope name")
+    if checked not in names:
+        held = ", ".join(repr(held) for held in names)
+        raise InvalidArgumentError(
+            f"scope {checked!r} is not part of this transaction, which holds {held}: "
+            "name every scope it writes in state.transaction(...)"
+        )
+    return checked
+
+
+class Hold:
+    """What a transaction holds: its scopes, taken from their actors in order, and the
+    pending write transaction its body stages its writes in (one for all the scopes).
+
+    The steps of ``take`` and ``finish`` are separate, for ``reactor.aio`` to wait on
+    the actors' futures its own way. ``self`` is the owner the mailboxes know.
+    """
+
+    __slots__ = ("_state", "base", "engine", "names", "status", "taken", "txn")
+
+    def __init__(self, state: State, names: tuple[str, ...]) -> None:
         self._state = state
+        self.names = names  # sorted: the one order scopes are taken in
+        self.engine: Engine | None = None
+        self.taken: list[str] = []
+        self.txn: WriteTxn | None = None
+        self.base = 0  # the revision the body reads at
+        self.status = "new"
+
+    # -- with: the thread's bookkeeping around take and finish -----------------------
+    def enter(self) -> None:
+        engine = engine_of(self._state)
+        for name in self.names:
+            if in_transaction(engine, name):
+                raise ReentrancyError(f"this thread already holds a transaction on {name!r}")
+        self.take()
+        scopes: set[tuple[int, str]] = getattr(_held, "scopes", None) or set()
+        scopes.update((id(engine), name) for name in self.names)
+        _held.scopes = scopes
+
+    def exit(self, commit: bool) -> None:
+        if self.engine is not None:
+            _held.scopes.difference_update((id(self.engine), name) for name in self.names)
+        self.finish(commit)
+
+    # -- synchronous -----------------------------------------------------------------
+    def take(self) -> None:
+        """Take every scope over from its actor, in order (waiting for each while it
+        moves on, within the engine's timeout from its last hand-over), and open the
+        pending write transaction. On any failure no scope stays held."""
+        engine = self.start()
+        for name in self.names:
+            future: Future[None] | None = None
+            try:
+                future = self.ask(name)
+                engine.wait(name, future)
+            except BaseException:
+                self.give_up(name, future)
+                raise
+            self.took(name)
+        self.open()
+
+    def finish(self, commit: bool) -> None:
+        """Commit what the body staged (``commit``), or drop it; hand the scopes back.
+
+        Raises:
+            ConflictError: another process changed a scope meanwhile (nothing applied).
+        """
+        engine = self.engine
+        if engine is None or self.txn is None:
+            return
+        try:
+            future = self.submit_commit(commit)
+            if future is not None:
+                engine.wait(self.names[0], future)
+        except BaseException:
+            self.hand_back("failed")
+            raise
+        self.hand_back("rolled back" if future is None else "committed")
+
+    # -- the steps -------------------------------------------------------------------
+    def start(self) -> Engine:
+        """Begin taking the scopes: the engine to take them from.
+
+        Raises:
+            ReentrancyError: this transaction was entered before.
+        """
+        if self.status != "new":
+            raise ReentrancyError("a transaction is entered once")
+        engine = engine_of(self._state)
+        self.engine, self.status = engine, "waiting"
+        return engine
+
+    def ask(self, name: str) -> Future[None]:
+        """Ask ``name``'s actor for the scope: the future is done once it is held (the
+        caller then notes it with ``took``)."""
+        engine = self.engine
+        assert engine is not None
+        return engine.mailbox(name).submit(None, name, owner=self)
+
+    def took(self, name: str) -> None:
+        self.taken.append(name)
+
+    def give_up(self, name: str, future: Future[Any] | None) -> None:
+        """Stop taking the scopes: those taken go back; the request for ``name`` is
+        withdrawn or, if its actor is handing the scope over already, the scope goes
+        back once it is handed over."""
+        engine = self.engine
+        assert engine is not None
+        if future is not None and not future.cancel():
+            mailbox = engine.mailbox(name)
+            future.add_done_callback(lambda _: mailbox.release(name, self))
+        self.hand_back("withdrawn")
+
+    def open(self) -> None:
+        """Open the pending write transaction on the scopes now held (a short read);
+        they go back if that fails."""
+        engine = self.engine
+        assert engine is not None
+        try:
+            self.base = engine.store.revision()
+            self.txn = WriteTxn(engine.store.reader(), engine.now())
+        except BaseException:
+            self.hand_back("failed")
+            raise
+        self.status = "open"
+
+    def submit_commit(self, commit: bool) -> Future[None] | None:
+        """Queue the commit of what the body staged, on the first scope's actor, in one
+        database transaction covering every scope: its future, or None when there is
+        nothing to commit (``commit`` false, or nothing staged)."""
+        engine, txn = self.engine, self.txn
+        assert engine is not None
+        if txn is None or not (commit and txn.changed):
+            return None
+        self.status = "committing"
+        first = self.names[0]
+        return engine.mailbox(first).submit(
+            _commit(self.names, txn, self.base), first, owner=self, scopes=self.names
+        )
+
+    def hand_back(self, status: str) -> None:
+        """End the transaction as ``status`` and give every scope taken back to its
+        actor."""
+        engine = self.engine
+        assert engine is not None
+        self.status, self.txn = status, None
+        taken, self.taken = self.taken, []
+        for name in reversed(taken):
+            engine.mailbox(name).release(name, self)
+
+    def usable(self) -> Engine:
+        engine = self.engine
+        if self.status != "open" or engine is None:
+            raise ClosedError(f"this transaction is {self.status}, not open")
+        if engine.closed:
+            raise ClosedError("the engine is closed")
+        return engine
+
+
+class Transaction(ScopeVerbs):
+    """The ``tx`` of ``with scope.transaction() as tx:``, with every verb of a
+    ``Scope``; in a transaction over several scopes, ``tx[name]`` of a
+    ``MultiTransaction``: the same verbs, on that scope."""
+
+    __slots__ = ("_hold", "_own", "name")
+
+    def __init__(self, state: State, name: str, hold: Hold | None = None) -> None:
         self.name = name
-        self._engine_ref: Engine | None = None
-        self._txn: WriteTxn | None = None
-        self._base = 0
-        self._status = "new"
+        self._own = hold is None  # False: a part of a MultiTransaction
+        self._hold = Hold(state, (name,)) if hold is None else hold
 
     def __repr__(self) -> str:
-        return f"<reactor.Transaction on {self.name!r} ({self._status})>"
+        return f"<reactor.Transaction on {self.name!r} ({self._hold.status})>"
 
     # -- lifetime ------------------------------------------------------------------
     def __enter__(self) -> Transaction:
-        engine = engine_of(self._state)
-        if in_transaction(engine, self.name):
-            raise ReentrancyError(f"this thread already holds a transaction on {self.name!r}")
-        self.begin()
-        scopes: set[tuple[int, str]] = getattr(_held, "scopes", None) or set()
-        scopes.add((id(engine), self.name))
-        _held.scopes = scopes
+        self._check_own()
+        self._hold.enter()
         return self
 
     def __exit__(
@@ -83,21 +265,19 @@ class Transaction(ScopeVerbs):
         exc: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
-        if self._engine_ref is not None:
-            _held.scopes.discard((id(self._engine_ref), self.name))
-        self.finish(commit=exc_type is None)
+        self._hold.exit(commit=exc_type is None)
 
     def begin(self) -> None:
         """Take the scope over from its actor (waiting for it while the scope moves on,
         within the engine's timeout from its last hand-over) and open the pending write
-        transaction. ``with`` calls it."""
-        engine, future = self._ask()
-        try:
-            engine.wait(self.name, future)
-        except BaseException:
-            self._withdraw(future)
-            raise
-        self._open()
+        transaction. ``with`` calls it.
+
+        Raises:
+            ReentrancyError: entered before, or part of a ``MultiTransaction``.
+            OperationTimeout: the scope stayed held elsewhere past the timeout.
+        """
+        self._check_own()
+        self._hold.take()
 
     def finish(self, commit: bool) -> None:
         """Commit what the body staged (``commit``), or drop it; hand the scope back to
@@ -106,80 +286,32 @@ class Transaction(ScopeVerbs):
         Raises:
             ConflictError: another process changed the scope meanwhile (nothing applied).
         """
-        engine = self._engine_ref
-        if engine is None or self._txn is None:
-            return
-        try:
-            future = self._submit_commit(commit)
-            if future is not None:
-                engine.wait(self.name, future)
-        except BaseException:
-            self._hand_back("failed")
-            raise
-        self._hand_back("rolled back" if future is None else "committed")
+        self._check_own()
+        self._hold.finish(commit)
 
-    # The steps of begin and finish, for reactor.aio to wait on the futures its own way.
-    def _ask(self) -> tuple[Engine, Future[Any]]:
+    def _check_own(self) -> None:
+        if not self._own:
+            raise ReentrancyError(
+                f"tx[{self.name!r}] is part of a transaction over several scopes: "
+                "that transaction begins and ends them all"
+            )
+
+    # The steps of begin and finish, for reactor.aio (and its tests).
+    def _ask(self) -> tuple[Engine, Future[None]]:
         """Ask the scope's actor for the scope: the future is done once it is held."""
-        if self._status != "new":
-            raise ReentrancyError("a transaction is entered once")
-        engine = engine_of(self._state)
-        future = engine.mailbox(self.name).submit(None, self.name, owner=self)
-        self._engine_ref, self._status = engine, "waiting"
-        return engine, future
+        engine = self._hold.start()
+        return engine, self._hold.ask(self.name)
 
     def _withdraw(self, future: Future[Any]) -> None:
-        """Stop waiting for the scope: the request is withdrawn or, if the actor is
-        handing the scope over already, the scope goes back once it is handed over."""
-        engine = self._engine_ref
-        assert engine is not None
-        self._status = "withdrawn"
-        if not future.cancel():
-            mailbox = engine.mailbox(self.name)
-            future.add_done_callback(lambda _: mailbox.release(self.name, self))
+        """Stop waiting for the scope (see ``Hold.give_up``)."""
+        self._hold.give_up(self.name, future)
 
-    def _open(self) -> None:
-        """Open the pending write transaction on the scope now held (a short read); the
-        scope goes back if that fails."""
-        engine = self._engine_ref
-        assert engine is not None
-        try:
-            self._base = engine.store.revision()
-            self._txn = WriteTxn(engine.store.reader(), engine.now())
-        except BaseException:
-            self._hand_back("failed")
-            raise
-        self._status = "open"
-
-    def _submit_commit(self, commit: bool) -> Future[Any] | None:
-        """Queue the commit of what the body staged: its future, or None when there is
-        nothing to commit (``commit`` false, or nothing staged)."""
-        engine, txn = self._engine_ref, self._txn
-        assert engine is not None
-        if txn is None or not (commit and txn.changed):
-            return None
-        self._status = "committing"
-        return engine.mailbox(self.name).submit(
-            _commit(self.name, txn, self._base), self.name, owner=self
-        )
-
-    def _hand_back(self, status: str) -> None:
-        """End the transaction as ``status`` and give the scope back to its actor."""
-        engine = self._engine_ref
-        assert engine is not None
-        self._status, self._txn = status, None
-        engine.mailbox(self.name).release(self.name, self)
-
+    # -- how verbs run: in the pending transaction ----------------------------------
     def _usable(self) -> Engine:
-        engine = self._engine_ref
-        if self._status != "open" or engine is None:
-            raise ClosedError(f"this transaction is {self._status}, not open")
-        if engine.closed:
-            raise ClosedError("the engine is closed")
-        return engine
+        return self._hold.usable()
 
     def _run(self, work: Callable[[WriteTxn], T]) -> T:
-        txn = self._txn
+        txn = self._hold.txn
         assert txn is not None
         mark = txn.savepoint()
         try:
@@ -217,13 +349,14 @@ class Transaction(ScopeVerbs):
         return [(key, row.value) for key, row in rows]
 
     def _now(self) -> float:
-        assert self._txn is not None
-        return self._txn.now
+        txn = self._hold.txn
+        assert txn is not None
+        return txn.now
 
     @verb("snapshot")
     def snapshot(self) -> Snapshot:
         """The scope as this transaction sees it, with the revision it began at."""
-        return Snapshot(self.list(), self._base)
+        return Snapshot(self.list(), self._hold.base)
 
     def transaction(self) -> Transaction:
         """Transactions do not nest.
@@ -234,14 +367,60 @@ class Transaction(ScopeVerbs):
         raise ReentrancyError("transactions do not nest")
 
 
-def _commit(scope: str, pending: WriteTxn, base: int) -> _writes.Work[None]:
+class MultiTransaction:
+    """The ``tx`` of ``with state.transaction("orders", "ledger") as tx:``: the body
+    owns every scope named, and ``tx["orders"]`` is a ``Transaction`` with every verb
+    of a ``Scope`` on that scope. The writes of the body, to all the scopes, commit
+    together when it ends, or not at all if it raises.
+    """
+
+    __slots__ = ("_hold", "_parts", "names")
+
+    def __init__(self, state: State, names: Iterable[str]) -> None:
+        self.names: tuple[str, ...] = scope_names(names)
+        """The scopes it holds, sorted by name: the order it takes them in."""
+        self._hold = Hold(state, self.names)
+        self._parts = {name: Transaction(state, name, self._hold) for name in self.names}
+
+    def __repr__(self) -> str:
+        scopes = ", ".join(repr(name) for name in self.names)
+        return f"<reactor.MultiTransaction on {scopes} ({self._hold.status})>"
+
+    def __getitem__(self, name: str) -> Transaction:
+        """The verbs of scope ``name`` in this transaction.
+
+        Raises:
+            InvalidArgumentError: ``name`` is not one of the transaction's scopes.
+            InvalidKeyError: ``name`` is not a valid scope name.
+        """
+        return self._parts[part_of(self.names, name)]
+
+    def __enter__(self) -> MultiTransaction:
+        self._hold.enter()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self._hold.exit(commit=exc_type is None)
+
+
+def _commit(scopes: tuple[str, ...], pending: WriteTxn, base: int) -> _writes.Work[None]:
     reader = pending.statements
     deadlines = reader.deadlines if isinstance(reader, TransactionReader) else {}
 
     def work(txn: WriteTxn) -> None:
-        if txn.statements.changed_since(scope, base) or _deadlines_moved(txn, deadlines):
+        changed = next(
+            (scope for scope in scopes if txn.statements.changed_since(scope, base)), None
+        )
+        if changed is None:
+            changed = _deadline_moved(txn, deadlines)
+        if changed is not None:
             raise ConflictError(
-                f"another process changed scope {scope!r} during this transaction; "
+                f"another process changed scope {changed!r} during this transaction; "
                 "nothing of it was applied"
             )
         txn.adopt(pending, deadlines)
@@ -249,9 +428,9 @@ def _commit(scope: str, pending: WriteTxn, base: int) -> _writes.Work[None]:
     return _writes.Work(work)
 
 
-def _deadlines_moved(txn: WriteTxn, deadlines: dict[tuple[str, str], float | None]) -> bool:
-    """Whether another process changed the expiry of a key the body read (``expire``, or
-    a same-value ``set`` with a new ttl): no change-log record tells of that."""
+def _deadline_moved(txn: WriteTxn, deadlines: dict[tuple[str, str], float | None]) -> str | None:
+    """The scope of a key the body read whose expiry another process changed (``expire``,
+    or a same-value ``set`` with a new ttl): no change-log record tells of that."""
     by_scope: dict[str, list[str]] = {}
     for scope, key in deadlines:
         by_scope.setdefault(scope, []).append(key)
@@ -260,5 +439,5 @@ def _deadlines_moved(txn: WriteTxn, deadlines: dict[tuple[str, str], float | Non
         for key in keys:
             row = rows.get(key)
             if (None if row is None else row.expires_at) != deadlines[(scope, key)]:
-                return True
-    return False
+                return scope
+    return None

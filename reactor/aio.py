@@ -46,7 +46,13 @@ from typing import Any, Final, TypeVar
 
 from . import _writes
 from ._actor import Mailbox
-from ._aio_exclusive import AsyncLock, AsyncTransaction, check_not_held, wake_lock_lines
+from ._aio_exclusive import (
+    AsyncLock,
+    AsyncMultiTransaction,
+    AsyncTransaction,
+    check_not_held,
+    wake_lock_lines,
+)
 from ._clock import Clock
 from ._engine import Engine, engine_of, operation_timeout
 from ._events import ChangeEvent
@@ -60,10 +66,18 @@ from ._subscriptions import _PAGE, DEFAULT_BUFFER, Subscription, Watch
 from ._writes import Work
 from .errors import ClosedError
 
-__all__ = ["AsyncLock", "AsyncScope", "AsyncState", "AsyncTransaction", "AsyncWatch", "open"]
+__all__ = [
+    "AsyncLock",
+    "AsyncMultiTransaction",
+    "AsyncScope",
+    "AsyncState",
+    "AsyncTransaction",
+    "AsyncWatch",
+    "open",
+]
 
 # Where users find them (repr, help, pickle), as in reactor/__init__.py.
-AsyncLock.__module__ = AsyncTransaction.__module__ = __name__
+AsyncLock.__module__ = AsyncMultiTransaction.__module__ = AsyncTransaction.__module__ = __name__
 
 T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
@@ -308,6 +322,21 @@ class AsyncState:
     def closed(self) -> bool:
         """Whether this handle is closed (or its engine is)."""
         return self._closed or (self._state is not None and self._state.closed)
+
+    def transaction(self, *scopes: str) -> AsyncMultiTransaction:
+        """``async with state.transaction("orders", "ledger") as tx:``: the task owns
+        every scope named until the block ends (taken in one order, sorted by name, with
+        no thread waiting); ``tx["orders"]``'s verbs (coroutines) commit together, or not
+        at all. See ``State.transaction``.
+
+        Raises:
+            InvalidArgumentError: no scope named.
+            InvalidKeyError: a name that is not a valid scope name.
+            ReentrancyError: (on entry) this task holds a transaction on one of them.
+            ConflictError: (at the end of the block) another process changed one of the
+                scopes meanwhile; nothing was applied.
+        """
+        return AsyncMultiTransaction(self, scopes)
 
     def lock(self, name: str, ttl: float, timeout: float | None = None) -> AsyncLock:
         """A lease on ``name`` for ``ttl`` seconds, shared by every process on this

@@ -120,6 +120,13 @@ def transactions_and_locks(state: reactor.State) -> None:
         assert_type(tx.get("stock"), Any)
         assert_type(tx.set("stock", 3), reactor.Change)
         assert_type(tx.snapshot(), reactor.Snapshot)
+    with state.transaction("orders", "ledger") as both:
+        assert_type(both, reactor.MultiTransaction)
+        assert_type(both.names, tuple[str, ...])
+        assert_type(both["orders"], reactor.Transaction)
+        assert_type(both["ledger"].increment("revenue", 120), int | float)
+        restock(both["orders"])
+        both.set("k", 1)  # type: ignore[attr-defined]
     with state.lock("deploy", ttl=30, timeout=60) as lock:
         assert_type(lock, reactor.Lock)
         assert_type(lock.token, int | None)
@@ -232,6 +239,10 @@ async def asyncio_handles() -> None:
             assert_type(await tx.keys("s*"), list[str])
             assert_type(await tx.snapshot(), reactor.Snapshot)
             await tx.sett("stock", 3)  # type: ignore[attr-defined]
+        async with state.transaction("orders", "ledger") as both:
+            assert_type(both, reactor.aio.AsyncMultiTransaction)
+            assert_type(both["orders"], reactor.aio.AsyncTransaction)
+            assert_type(await both["ledger"].increment("revenue", 120), int | float)
         async with state.lock("deploy", ttl=30, timeout=60) as lock:
             assert_type(lock, reactor.aio.AsyncLock)
             assert_type(lock.token, int | None)
