@@ -28,9 +28,10 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from ._engine import engine_of
+from ._events import ChangeEvent
 from ._keys import check_key
 from ._locks import Lock
-from ._results import Change, Snapshot, UpdateResult
+from ._results import Change, Entry, Snapshot, UpdateResult
 from ._transaction import Hold, MultiTransaction, Transaction, part_of, scope_names
 from ._verbs import check_ttl
 from .errors import (
@@ -193,9 +194,20 @@ class AsyncTransaction:
         return await self._handle._run(verb, tx)
 
     # -- the verbs of Scope, as coroutines (see ScopeVerbs for what each does) -------
-    async def get(self, key: str, default: Any = None) -> Any:
-        """The value of ``key`` as this transaction sees it, or ``default``."""
-        return await self._call(lambda tx: tx.get(key, default))
+    async def get(self, key: str, default: Any = None, *, at_revision: int | None = None) -> Any:
+        """The value of ``key`` as this transaction sees it (as committed at
+        ``at_revision``), or ``default``."""
+        return await self._call(lambda tx: tx.get(key, default, at_revision=at_revision))
+
+    async def entry(self, key: str) -> Entry | None:
+        """The value of ``key`` with its revisions and version, as this transaction sees it."""
+        return await self._call(lambda tx: tx.entry(key))
+
+    async def history(
+        self, key: str, since: int | None = None, limit: int | None = None
+    ) -> builtins.list[ChangeEvent]:
+        """The committed events of ``key``, oldest first."""
+        return await self._call(lambda tx: tx.history(key, since, limit))
 
     async def get_many(self, keys: Iterable[str]) -> dict[str, Any]:
         """The values of those of ``keys`` that exist."""
@@ -227,62 +239,95 @@ class AsyncTransaction:
         return await self._call(lambda tx: tx.snapshot())
 
     async def set(
-        self, key: str, value: Any, ttl: float | None = None, keep_ttl: bool = False
+        self,
+        key: str,
+        value: Any,
+        ttl: float | None = None,
+        keep_ttl: bool = False,
+        *,
+        if_revision: int | None = None,
     ) -> Change:
         """Stage ``value`` at ``key``; the old and new value."""
-        return await self._call(lambda tx: tx.set(key, value, ttl, keep_ttl))
+        return await self._call(
+            lambda tx: tx.set(key, value, ttl, keep_ttl, if_revision=if_revision)
+        )
 
     async def set_many(
-        self, mapping: Mapping[str, Any], ttl: float | None = None
+        self,
+        mapping: Mapping[str, Any],
+        ttl: float | None = None,
+        *,
+        if_revision: int | None = None,
     ) -> dict[str, Change]:
         """Stage every key-value of ``mapping``."""
-        return await self._call(lambda tx: tx.set_many(mapping, ttl))
+        return await self._call(lambda tx: tx.set_many(mapping, ttl, if_revision=if_revision))
 
-    async def delete(self, key: str) -> Any:
+    async def delete(self, key: str, *, if_revision: int | None = None) -> Any:
         """Stage the removal of ``key``; its value, or None if it was absent."""
-        return await self._call(lambda tx: tx.delete(key))
+        return await self._call(lambda tx: tx.delete(key, if_revision=if_revision))
 
-    async def clear(self, pattern: str = "*") -> int:
+    async def clear(self, pattern: str = "*", *, if_revision: int | None = None) -> int:
         """Stage the removal of the keys matching ``pattern``; how many."""
-        return await self._call(lambda tx: tx.clear(pattern))
+        return await self._call(lambda tx: tx.clear(pattern, if_revision=if_revision))
 
-    async def expire(self, key: str, seconds: float | None) -> bool:
+    async def expire(
+        self, key: str, seconds: float | None, *, if_revision: int | None = None
+    ) -> bool:
         """Give ``key`` a time to live (None: none); whether it exists."""
-        return await self._call(lambda tx: tx.expire(key, seconds))
+        return await self._call(lambda tx: tx.expire(key, seconds, if_revision=if_revision))
 
     async def increment(
-        self, key: str, by: int | float = 1, default: int | float = 0
+        self,
+        key: str,
+        by: int | float = 1,
+        default: int | float = 0,
+        *,
+        if_revision: int | None = None,
     ) -> int | float:
         """Add ``by`` to the number at ``key``; the new number."""
-        return await self._call(lambda tx: tx.increment(key, by, default))
+        return await self._call(lambda tx: tx.increment(key, by, default, if_revision=if_revision))
 
     async def decrement(
-        self, key: str, by: int | float = 1, default: int | float = 0
+        self,
+        key: str,
+        by: int | float = 1,
+        default: int | float = 0,
+        *,
+        if_revision: int | None = None,
     ) -> int | float:
         """Subtract ``by`` from the number at ``key``; the new number."""
-        return await self._call(lambda tx: tx.decrement(key, by, default))
+        return await self._call(lambda tx: tx.decrement(key, by, default, if_revision=if_revision))
 
-    async def append(self, key: str, text: str) -> int:
+    async def append(self, key: str, text: str, *, if_revision: int | None = None) -> int:
         """Append ``text`` to the string at ``key``; its new length."""
-        return await self._call(lambda tx: tx.append(key, text))
+        return await self._call(lambda tx: tx.append(key, text, if_revision=if_revision))
 
-    async def compare_and_swap(self, key: str, expected: Any, new: Any) -> bool:
+    async def compare_and_swap(
+        self, key: str, expected: Any, new: Any, *, if_revision: int | None = None
+    ) -> bool:
         """Set ``key`` to ``new`` only if it holds ``expected``; whether it did."""
-        return await self._call(lambda tx: tx.compare_and_swap(key, expected, new))
+        return await self._call(
+            lambda tx: tx.compare_and_swap(key, expected, new, if_revision=if_revision)
+        )
 
-    async def push(self, key: str, *items: Any) -> int:
+    async def push(self, key: str, *items: Any, if_revision: int | None = None) -> int:
         """Append ``items`` to the list at ``key``; its new length."""
-        return await self._call(lambda tx: tx.push(key, *items))
+        return await self._call(lambda tx: tx.push(key, *items, if_revision=if_revision))
 
-    async def pop(self, key: str, front: bool = False) -> Any:
+    async def pop(self, key: str, front: bool = False, *, if_revision: int | None = None) -> Any:
         """Remove and return the last (or first) item of the list at ``key``."""
-        return await self._call(lambda tx: tx.pop(key, front))
+        return await self._call(lambda tx: tx.pop(key, front, if_revision=if_revision))
 
     async def update(
-        self, key: str, ops: builtins.list[dict[str, Any]], atomic: bool | None = None
+        self,
+        key: str,
+        ops: builtins.list[dict[str, Any]],
+        atomic: bool | None = None,
+        *,
+        if_revision: int | None = None,
     ) -> UpdateResult:
         """Apply update ops or a JSON Patch to the value at ``key`` (SPEC §4)."""
-        return await self._call(lambda tx: tx.update(key, ops, atomic))
+        return await self._call(lambda tx: tx.update(key, ops, atomic, if_revision=if_revision))
 
 
 class AsyncMultiTransaction:
