@@ -110,7 +110,8 @@ SIZE: Final = (
     "SELECT COALESCE(SUM(pg_total_relation_size(c.oid)), 0) FROM pg_class c "
     "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = current_schema() "
     "AND c.relkind = 'r' AND c.relname IN ('reactor_meta', 'reactor_kv', 'reactor_changes', "
-    "'reactor_locks', 'reactor_subscribers', 'reactor_failures', 'reactor_timers')"
+    "'reactor_locks', 'reactor_subscribers', 'reactor_failures', 'reactor_timers', "
+    "'reactor_queues', 'reactor_jobs')"
 )
 MIGRATION_LOCK: Final = int.from_bytes(b"reactor", "big")  # one advisory lock key
 SYNCHRONOUS_COMMIT: Final = {"normal": "on", "full": "on", "memory": "off"}

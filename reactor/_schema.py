@@ -135,6 +135,43 @@ class Tables:
         )
         self.timers_due = sa.Index("reactor_timers_due", timers.c.due, timers.c.id)
 
+        # Work queues: each queue's settings and the id its next job takes (ids never
+        # come back, so an old job's id never names a new one).
+        self.queues = sa.Table(
+            "reactor_queues",
+            metadata,
+            sa.Column("name", _name(), primary_key=True),
+            sa.Column("max_attempts", sa.Integer, nullable=False),
+            sa.Column("next_id", sa.BigInteger, nullable=False),
+        )
+        # Jobs: "ready" (from ready_at on), "taken" (by owner, until ready_at: the lease's
+        # end) or "dead"; attempts counts takes. key: a put's idempotency key.
+        self.jobs = jobs = sa.Table(
+            "reactor_jobs",
+            metadata,
+            sa.Column("queue", _name(), primary_key=True),
+            sa.Column("id", sa.BigInteger, primary_key=True, autoincrement=False),
+            sa.Column("item", sa.Text, nullable=False),
+            sa.Column("state", sa.String(8), nullable=False),
+            sa.Column("ready_at", sa.Float, nullable=False),
+            sa.Column("attempts", sa.Integer, nullable=False),
+            sa.Column("owner", sa.String(64), nullable=True),
+            sa.Column("key", _name(), nullable=True),
+            sa.Column("created_at", sa.Float, nullable=False),
+        )
+        # The next job to take (and the next lease to run out): O(log n) in a queue.
+        self.jobs_ready = sa.Index(
+            "reactor_jobs_ready", jobs.c.queue, jobs.c.state, jobs.c.ready_at, jobs.c.id
+        )
+        self.jobs_key = sa.Index(
+            "reactor_jobs_key",
+            jobs.c.queue,
+            jobs.c.key,
+            unique=True,
+            sqlite_where=jobs.c.key.is_not(None),
+            postgresql_where=jobs.c.key.is_not(None),
+        )
+
         # Durable subscribers: where each is in the change log, and what it did.
         self.subscribers = sa.Table(
             "reactor_subscribers",
@@ -178,6 +215,8 @@ _TABLES: Final = (
     "subscribers",
     "failures",
     "timers",
+    "queues",
+    "jobs",
 )
 
 
@@ -266,6 +305,8 @@ def _to_v5(conn: sa.Connection, t: Tables) -> None:
         conn.exec_driver_sql(statement)
     t.changes_by_key.create(conn)
     t.timers.create(conn)
+    t.queues.create(conn)
+    t.jobs.create(conn)
 
 
 MIGRATIONS: Final[dict[int, Callable[[sa.Connection, Tables], None]]] = {

@@ -139,23 +139,28 @@ class WriteTxn:
     __slots__ = (
         "_changes",
         "_count",
+        "_deferred",
         "_fetched",
         "_staged",
         "_undo",
         "now",
+        "pending",
         "statements",
         "timer",
     )
 
-    def __init__(self, statements: Statements, now: float) -> None:
+    def __init__(self, statements: Statements, now: float, *, pending: bool = False) -> None:
         self.now = now
         self.statements = statements
+        self.pending = pending  # a transaction body's: committed later, by another
         self.timer: str | None = None  # the timer firing now: its id goes on the records
         self._count = 0
         self._fetched: dict[Key, Row | None] = {}  # rows read ahead by prefetch()
         self._staged: dict[Key, Row | None] = {}
         self._changes: list[ChangeRecord] = []
         self._undo: list[tuple[Key, Row | _Absent | None]] = []
+        # Work for the commit's transaction, of a transaction body (``defer``).
+        self._deferred: list[Callable[[WriteTxn], None]] = []
 
     # -- reading -------------------------------------------------------------------
     def row(self, scope: str, key: str) -> Row | None:
@@ -239,6 +244,24 @@ class WriteTxn:
         staged = Row(value, expires_at, provisional, old.created_revision, version)
         self._stage((scope, key), staged)
 
+    def log(
+        self, scope: str, key: str, kind: str, old: str | None, new: str | None
+    ) -> None:
+        """Record a change that no row of ``reactor_kv`` holds (a queue's job: the
+        jobs table does), so that it has a revision and an event like any other."""
+        self._changes.append(
+            ChangeRecord(scope, key, kind, old, new, None, -self._count - 1, self.now)
+        )
+        self._count += 1
+
+    def defer(self, work: Callable[[WriteTxn], None]) -> None:
+        """Run ``work`` in the transaction that commits this one: at once on a write
+        transaction, at the commit for a transaction body (``adopt`` runs it there)."""
+        if self.pending:
+            self._deferred.append(work)
+        else:
+            work(self)
+
     def _stage(self, key: Key, row: Row | None) -> None:
         self._undo.append((key, self._staged.get(key, _ABSENT)))
         self._staged[key] = row
@@ -262,11 +285,12 @@ class WriteTxn:
         return -self._count
 
     # -- undo and flush ------------------------------------------------------------
-    def savepoint(self) -> tuple[int, int, int]:
-        return len(self._undo), len(self._changes), self._count
+    def savepoint(self) -> tuple[int, int, int, int]:
+        return len(self._undo), len(self._changes), self._count, len(self._deferred)
 
-    def rollback_to(self, mark: tuple[int, int, int]) -> None:
-        undo_len, changes_len, count = mark
+    def rollback_to(self, mark: tuple[int, int, int, int]) -> None:
+        undo_len, changes_len, count, deferred_len = mark
+        del self._deferred[deferred_len:]
         while len(self._undo) > undo_len:
             key, previous = self._undo.pop()
             if previous is _ABSENT:
@@ -291,12 +315,12 @@ class WriteTxn:
 
     @property
     def changed(self) -> bool:
-        """Whether anything is staged."""
-        return bool(self._staged)
+        """Whether anything is staged (or deferred to the commit)."""
+        return bool(self._staged or self._deferred)
 
     def adopt(self, other: WriteTxn, read_deadlines: dict[Key, float | None]) -> None:
-        """Stage what ``other`` staged (a transaction body); its changes come after this
-        transaction's own, in their order.
+        """Stage what ``other`` staged (a transaction body), and run what it deferred;
+        its changes come after this transaction's own, in their order.
 
         A deadline the body set (one not among ``read_deadlines``, those of the rows it
         read) counted from the body's clock; it moves to count from this commit's.
@@ -323,6 +347,8 @@ class WriteTxn:
                     staged.version,
                 )
             self._stage(key, staged)
+        for work in other._deferred:  # what the body deferred to its commit: now
+            work(self)
 
 
 class Work(Generic[T]):

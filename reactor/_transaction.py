@@ -96,7 +96,7 @@ class Hold:
     the actors' futures its own way. ``self`` is the owner the mailboxes know.
     """
 
-    __slots__ = ("_state", "base", "engine", "names", "status", "taken", "txn")
+    __slots__ = ("_state", "base", "engine", "locks", "names", "status", "taken", "txn")
 
     def __init__(self, state: State, names: tuple[str, ...]) -> None:
         self._state = state
@@ -106,6 +106,9 @@ class Hold:
         self.txn: WriteTxn | None = None
         self.base = 0  # the revision the body reads at
         self.status = "new"
+        # What else the commit holds against other processes (a queue the body enqueues
+        # to): the names of PostgreSQL's scope locks, with the scopes'.
+        self.locks: set[str] = set()
 
     # -- with: the thread's bookkeeping around take and finish -----------------------
     def enter(self) -> None:
@@ -199,7 +202,7 @@ class Hold:
         assert engine is not None
         try:
             self.base = engine.store.revision()
-            self.txn = WriteTxn(engine.store.reader(), engine.now())
+            self.txn = WriteTxn(engine.store.reader(), engine.now(), pending=True)
         except BaseException:
             self.hand_back("failed")
             raise
@@ -215,8 +218,9 @@ class Hold:
             return None
         self.status = "committing"
         first = self.names[0]
+        scopes = (*self.names, *sorted(self.locks - set(self.names)))
         return engine.mailbox(first).submit(
-            _commit(self.names, txn, self.base), first, owner=self, scopes=self.names
+            _commit(self.names, txn, self.base), first, owner=self, scopes=scopes
         )
 
     def hand_back(self, status: str) -> None:
