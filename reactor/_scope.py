@@ -7,9 +7,9 @@ encoded in the caller's thread (``ScopeVerbs``), then run by the actor that owns
 from __future__ import annotations
 
 import builtins
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from . import _writes
+from . import _waiting, _writes
 from ._engine import engine_of
 from ._keys import Pattern, check_key
 from ._results import Snapshot
@@ -102,6 +102,33 @@ class Scope(ScopeVerbs):
         engine = self._engine
         rows, revision = engine.store.snapshot(self.name, engine.now())
         return Snapshot({key: decode(text) for key, text in rows}, revision)
+
+    @verb("wait_for")
+    def wait_for(
+        self,
+        key: str,
+        predicate: _waiting.Predicate | None = None,
+        timeout: float | None = None,
+    ) -> Any:
+        """Wait until ``key`` holds a value for which ``predicate(value)`` is true (without
+        a predicate: until the key exists); return that value (a fresh copy).
+
+        The current value is checked first, then the value of each change to the key, in
+        revision order, this process's and other processes' alike: the wait wakes on
+        change events, it does not poll. The predicate runs in the calling thread, and
+        only sees values of a key that exists: a deletion or an expiry never satisfies
+        it. What it raises propagates, and ends the wait. Nothing is missed between the
+        read of the current value and the first change. Not on a transaction (``tx``):
+        its body holds the scope, which others could not change meanwhile.
+
+        Raises:
+            OperationTimeout: ``timeout`` seconds went by first (None: no limit).
+            ClosedError: the engine closed first.
+            InvalidArgumentError: ``predicate`` is not callable, or ``timeout`` is not
+                None or a number >= 0.
+        """
+        checked, seconds = _waiting.check_wait(key, predicate, timeout)
+        return _waiting.wait(self._engine, self.name, checked, predicate, seconds)
 
     def transaction(self) -> Transaction:
         """A context manager giving its body exclusive ownership of this scope.

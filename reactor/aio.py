@@ -44,7 +44,7 @@ from time import perf_counter
 from types import TracebackType
 from typing import Any, Final, TypeVar
 
-from . import _writes
+from . import _waiting, _writes
 from ._actor import Mailbox
 from ._aio_exclusive import (
     AsyncLock,
@@ -572,6 +572,41 @@ class AsyncScope:
     async def snapshot(self) -> Snapshot:
         """``Scope.snapshot``: every live key-value and the revision they are current at."""
         return await self._read(lambda scope: scope.snapshot())
+
+    # -- waiting -------------------------------------------------------------------
+    async def wait_for(
+        self,
+        key: str,
+        predicate: _waiting.Predicate | None = None,
+        timeout: float | None = None,
+    ) -> Any:
+        """``Scope.wait_for``: wait until ``key`` holds a value for which
+        ``predicate(value)`` is true (or, without one, exists); return that value.
+
+        No thread waits: changes wake the task through the loop, and the predicate runs
+        on the loop. Cancelling the task ends the wait.
+
+        Raises:
+            OperationTimeout: ``timeout`` seconds went by first (None: no limit).
+            ClosedError: the engine closed first.
+            InvalidArgumentError: ``predicate`` is not callable, or ``timeout`` is not
+                None or a number >= 0.
+        """
+        checked, seconds = _waiting.check_wait(key, predicate, timeout)
+        engine = await self._engine()
+        start = perf_counter()
+        try:
+            return await _waiting.wait_async(
+                engine,
+                self.name,
+                checked,
+                predicate,
+                seconds,
+                call_soon=_bridge().call_soon,
+                run=self._handle._run,
+            )
+        finally:
+            engine.stats.record("wait_for", perf_counter() - start)
 
     # -- writes: each verb's checks and work are _writes', as for Scope ------------
     async def set(

@@ -8,7 +8,7 @@ ReactorError
 │   ├── BusyError (TimeoutError)   another process held the database too long
 │   ├── OutcomeUnknownError        the connection broke while a commit was in flight
 │   └── ReadOnlyError              a write to a database opened read-only, or not writable
-├── OperationTimeout (TimeoutError) the scope's actor did not answer in time
+├── OperationTimeout (TimeoutError) no answer from the scope's actor, or wait_for, in time
 ├── InvalidValueError (ValueError) a value that is not storable JSON
 ├── InvalidKeyError (ValueError)   a key or scope name that is not allowed
 ├── InvalidArgumentError (ValueError) a bad argument (ttl <= 0, NaN, ...)
@@ -85,7 +85,8 @@ class ReadOnlyError(StorageError):
 
 
 class OperationTimeout(ReactorError, TimeoutError):
-    """The scope's actor did not answer within the timeout.
+    """The scope's actor did not answer within the timeout, or ``wait_for`` saw no value
+    satisfy it within its ``timeout``.
 
     A write that had not started is withdrawn; one already running may still commit.
     """

@@ -98,6 +98,10 @@ def scope_verbs(state: reactor.State) -> None:
     patch = [{"op": "replace", "path": "/status", "value": "shipped"}]
     assert_type(orders.update("o-1", patch, atomic=None), reactor.UpdateResult)
     assert_type(reactor.MISSING, Literal[reactor.Missing.MISSING])
+    # waiting
+    assert_type(orders.wait_for("o-1"), Any)
+    assert_type(orders.wait_for("o-1", lambda order: order["status"] == "paid", 30), Any)
+    assert_type(orders.wait_for("o-1", timeout=0.5), Any)
 
     # versions and history
     entry = orders.entry("o-1")
@@ -232,6 +236,7 @@ async def asyncio_handles() -> None:
         assert_type(await orders.push("queue", 1), int)
         assert_type(await orders.pop("queue"), Any)
         assert_type(await orders.update("o-1", [ops.remove("tmp")]), reactor.UpdateResult)
+        assert_type(await orders.wait_for("o-1", lambda order: order["paid"], 30), Any)
         async with orders.transaction() as tx:
             assert_type(tx, reactor.aio.AsyncTransaction)
             assert_type(await tx.set("stock", 3), reactor.Change)
@@ -278,6 +283,10 @@ def rejected(state: reactor.State, scope: reactor.Scope) -> None:
     scope.set("k", 1, ttl="30")  # type: ignore[arg-type]
     scope.increment("k", by="1")  # type: ignore[arg-type]
     scope.get_many("k", "j")  # type: ignore[call-arg]
+    scope.wait_for("k", timeout="30")  # type: ignore[arg-type]
+    scope.wait_for("k", predicate="done")  # type: ignore[arg-type]
+    with scope.transaction() as tx:
+        tx.wait_for("k")  # type: ignore[attr-defined]
     durability: str = "full"
     reactor.open(durability=durability)  # type: ignore[arg-type]
     kinds: list[reactor.EventType] = ["created", "delted"]  # type: ignore[list-item]
@@ -288,3 +297,4 @@ async def rejected_async(state: reactor.aio.AsyncState) -> None:
     await state.subscribe(on_change, events={"craeted"})  # type: ignore[arg-type]
     state.on(events="craeted")  # type: ignore[arg-type]
     await state.scope("s").set("k", 1, ttl="30")  # type: ignore[arg-type]
+    await state.scope("s").wait_for("k", timeout="30")  # type: ignore[arg-type]
