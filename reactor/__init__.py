@@ -21,7 +21,7 @@ from ._events import ChangeEvent, EventType
 from ._locks import Lock
 from ._open import open  # noqa: A004 - reactor.open, as the spec names it
 from ._options import Durability
-from ._results import Change, Entry, Snapshot, UpdateResult
+from ._results import Change, Entry, Snapshot, Timer, UpdateResult
 from ._scope import Scope
 from ._state import State
 from ._subscriptions import Subscription, Watch
@@ -65,6 +65,7 @@ for _public in (
     Snapshot,
     State,
     Subscription,
+    Timer,
     Transaction,
     UpdateResult,
     Watch,
@@ -140,6 +141,7 @@ __all__ = [
     "State",
     "StorageError",
     "Subscription",
+    "Timer",
     "Transaction",
     "TypeMismatchError",
     "UpdateResult",

@@ -31,8 +31,9 @@ from ._engine import engine_of
 from ._events import ChangeEvent
 from ._keys import check_key
 from ._locks import Lock
-from ._results import Change, Entry, Snapshot, UpdateResult
+from ._results import Change, Entry, Snapshot, Timer, UpdateResult
 from ._transaction import Hold, MultiTransaction, Transaction, part_of, scope_names
+from ._values import MISSING
 from ._verbs import check_ttl
 from .errors import (
     ClosedError,
@@ -317,6 +318,21 @@ class AsyncTransaction:
     async def pop(self, key: str, front: bool = False, *, if_revision: int | None = None) -> Any:
         """Remove and return the last (or first) item of the list at ``key``."""
         return await self._call(lambda tx: tx.pop(key, front, if_revision=if_revision))
+
+    async def schedule(
+        self,
+        key: str,
+        value: Any = MISSING,
+        *,
+        after: float | None = None,
+        at: float | None = None,
+        every: float | None = None,
+        ops: builtins.list[dict[str, Any]] | None = None,
+    ) -> Timer:
+        """Schedule a write to ``key``, created with the commit (``Scope.schedule``)."""
+        return await self._call(
+            lambda tx: tx.schedule(key, value, after=after, at=at, every=every, ops=ops)
+        )
 
     async def update(
         self,

@@ -10,6 +10,7 @@ as its text, and a list of keys (``Output.lines``) goes out one per line.
 
 from __future__ import annotations
 
+import datetime as dt
 import functools
 import sys
 from collections.abc import Callable, Mapping
@@ -210,6 +211,34 @@ def scopes_view(counts: Mapping[str, int]) -> RenderableType:
     table.columns[1].justify = "right"
     for name, count in counts.items():
         table.add_row(Text(name), f"{count:,}")
+    return table
+
+
+def timers_view(timers: list[Mapping[str, Any]]) -> RenderableType:
+    """Pending timers: when each is due (and in how long), what it writes where."""
+    import time
+
+    from rich.table import Table
+    from rich.text import Text
+
+    if not timers:
+        return _empty("no timers")
+    now = time.time()
+    table = Table("due", "in", "scope", "key", "every", "id")
+    table.columns[5].overflow = "fold"  # the id is what cancel takes: shown whole
+    for timer in timers:
+        due = float(timer["due"])
+        left = due - now
+        when = dt.datetime.fromtimestamp(due).isoformat(sep=" ", timespec="seconds")
+        every = timer["every"]
+        table.add_row(
+            when,
+            "due" if left <= 0 else f"{left:,.0f} s",
+            Text(timer["scope"]),
+            Text(timer["key"]),
+            "" if every is None else f"{every:g} s",
+            timer["id"],
+        )
     return table
 
 

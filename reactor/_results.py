@@ -7,7 +7,7 @@ No ``from __future__ import annotations``: the fields' annotations stay objects,
 
 from typing import Any, NamedTuple
 
-__all__ = ["Change", "Entry", "Snapshot", "UpdateResult"]
+__all__ = ["Change", "Entry", "Snapshot", "Timer", "UpdateResult"]
 
 
 class Change(NamedTuple):
@@ -54,3 +54,18 @@ class Entry(NamedTuple):
     """1 at creation, +1 at each change since."""
     expires_at: float | None
     """When the key expires (epoch seconds), or None."""
+
+
+class Timer(NamedTuple):
+    """A scheduled write (``Scope.schedule``), as ``State.timers()`` lists it."""
+
+    id: str
+    """The timer's id: what ``State.cancel_timer`` takes, and ``ChangeEvent.timer`` shows."""
+    scope: str
+    """The scope of the key it writes."""
+    key: str
+    """The key it writes."""
+    due: float
+    """When it fires next (epoch seconds)."""
+    every: float | None
+    """Its period in seconds if it recurs, else None."""

@@ -15,7 +15,7 @@ from typing import Any, Final, TypeVar
 
 from ._combine import Combiner
 from ._keys import Pattern
-from ._store import ChangeRecord, Key, LockRow, Row, Upsert, WriteTxn
+from ._store import ChangeRecord, Key, LockRow, Row, TimerRow, Upsert, WriteTxn
 from .errors import (
     BusyError,
     ClosedError,
@@ -126,6 +126,18 @@ SCOPE_CHANGED_KEYS: Final = (
 KEYS_CHANGED_SINCE: Final = (
     "SELECT 1 FROM reactor_changes WHERE scope = ? AND key IN ({}) AND revision > ? LIMIT 1"
 )
+# Timers (reactor_timers): on the index reactor_timers_due (due, id).
+TIMER_COLUMNS: Final = "id, scope, key, due, every, value, ops"
+TIMER_INSERT: Final = (
+    "INSERT INTO reactor_timers (id, scope, key, due, every, value, ops, created_at) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+)
+TIMER: Final = f"SELECT {TIMER_COLUMNS} FROM reactor_timers WHERE id = ?"
+TIMERS_DUE: Final = "SELECT id, scope FROM reactor_timers WHERE due <= ? ORDER BY due, id LIMIT ?"
+TIMERS: Final = f"SELECT {TIMER_COLUMNS} FROM reactor_timers ORDER BY due, id"
+TIMERS_PENDING: Final = "SELECT COUNT(*) FROM reactor_timers"
+TIMER_DELETE: Final = "DELETE FROM reactor_timers WHERE id = ?"
+TIMER_MOVE: Final = "UPDATE reactor_timers SET due = ? WHERE id = ?"
 IN_CHUNK: Final = 500  # keys per IN (...) list, well under every driver's variable limit
 
 
@@ -183,6 +195,10 @@ class _RowReads:
         if any(pattern.matches(key) for (key,) in self._all(sql, params)):
             return True
         return self.compacted() > revision
+
+    def fetch_timer(self, timer_id: str) -> TimerRow | None:
+        found = self._all(TIMER, (timer_id,))
+        return TimerRow(*found[0]) if found else None
 
     def fetch_lock(self, name: str) -> LockRow | None:
         found = self._all(LOCK, (name,))
@@ -321,6 +337,18 @@ class SQLStatements(_RowReads):
     def save_lock(self, name: str, row: LockRow) -> None:
         self._run(SAVE_LOCK, (name, row.owner, row.token, row.expires_at))
 
+    def add_timer(self, timer: TimerRow, now: float) -> None:
+        self._run(
+            TIMER_INSERT,
+            (timer.id, timer.scope, timer.key, timer.due, timer.every, timer.value, timer.ops, now),
+        )
+
+    def drop_timer(self, timer_id: str) -> bool:
+        return self._run(TIMER_DELETE, (timer_id,)) > 0
+
+    def move_timer(self, timer_id: str, due: float) -> None:
+        self._run(TIMER_MOVE, (due, timer_id))
+
 
 class TransactionReader(_RowReads):
     """The read statements of a write transaction, for a transaction body: each runs
@@ -382,6 +410,15 @@ class TransactionReader(_RowReads):
 
     def save_lock(self, *_: object) -> None:
         raise AssertionError("locks are not part of transactions")
+
+    def add_timer(self, *_: object) -> None:
+        raise AssertionError("a transaction body defers its timers to the commit")
+
+    def drop_timer(self, *_: object) -> bool:
+        raise AssertionError("a transaction body defers its timers to the commit")
+
+    def move_timer(self, *_: object) -> None:
+        raise AssertionError("a transaction body defers its timers to the commit")
 
 
 class SQLStore:
@@ -618,6 +655,21 @@ class SQLStore:
             name: (int(position), int(delivered), int(failed))
             for name, position, delivered, failed in self._query(SUBSCRIBERS, ())
         }
+
+    def due_timers(self, now: float, limit: int) -> list[tuple[str, str]]:
+        """Up to ``limit`` timers due at ``now`` (id, scope), earliest first."""
+        return [(timer_id, scope) for timer_id, scope in self._query(TIMERS_DUE, (now, limit))]
+
+    def timers(self) -> list[TimerRow]:
+        """Every pending timer, earliest first."""
+        return [TimerRow(*row) for row in self._query(TIMERS, ())]
+
+    def timer(self, timer_id: str) -> TimerRow | None:
+        found = self._query(TIMER, (timer_id,))
+        return TimerRow(*found[0]) if found else None
+
+    def timers_pending(self) -> int:
+        return int(self._query(TIMERS_PENDING, ())[0][0])
 
     def locks_held(self, now: float) -> int:
         return int(self._query(LOCKS_HELD, (now,))[0][0])

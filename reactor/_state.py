@@ -9,11 +9,14 @@ from typing import Any, TypeVar
 
 from ._engine import Engine, engine_of
 from ._events import ChangeEvent, EventType
+from ._keys import compile_pattern
 from ._locks import Lock
 from ._registry import release_engine
+from ._results import Timer
 from ._scope import Scope
 from ._stats import engine_stats
 from ._subscriptions import DEFAULT_BUFFER, Filter, Subscription, Watch, check_since
+from ._timers import drop_timer, timer_of
 from ._transaction import MultiTransaction, in_transaction
 from .errors import InvalidArgumentError, ReentrancyError, RevisionCompactedError
 
@@ -225,6 +228,33 @@ class State:
             watch.close()
             raise
         return watch
+
+    def timers(self, scope: str = "*") -> list[Timer]:
+        """The pending timers of the scopes matching the glob ``scope``, earliest first
+        (see ``Scope.schedule``).
+
+        Raises:
+            InvalidKeyError: a bad pattern.
+        """
+        engine = engine_of(self)
+        pattern = compile_pattern(scope)
+        return [timer_of(row) for row in engine.store.timers() if pattern.matches(row.scope)]
+
+    def cancel_timer(self, timer_id: str) -> bool:
+        """Cancel a pending timer; return whether it was pending (a timer that fired,
+        unless it recurs, or was cancelled, is not).
+
+        Raises:
+            InvalidArgumentError: ``timer_id`` is not a str.
+        """
+        engine = engine_of(self)
+        if type(timer_id) is not str:
+            raise InvalidArgumentError(f"a timer id is a str, not {type(timer_id).__name__}")
+        row = engine.store.timer(timer_id)
+        if row is None:
+            return False
+        # On the scope's actor, under its lock: ordered with the timer's firing.
+        return engine.write(row.scope, drop_timer(timer_id))
 
     def stats(self) -> dict[str, Any]:
         """Keys per scope, operations and latency by verb, events, expiry, size."""

@@ -87,6 +87,11 @@ def engine_stats(engine: Engine) -> dict[str, Any]:
         "events": {name: counters.get(f"events_{name}", 0) for name in EVENT_COUNTERS},
         "keys_expired": counters.get("keys_expired", 0),
         "locks_held": store.locks_held(engine.now()),
+        "timers": {
+            "pending": store.timers_pending(),
+            "fired": counters.get("timers_fired", 0),
+            "failed": counters.get("timers_failed", 0),
+        },
         "actors": engine.actors(),
         "latency_ms": recorded["latency_ms"],
         "durable_subscribers": {

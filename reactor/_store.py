@@ -15,7 +15,7 @@ from typing import Final, Generic, Protocol, TypeVar
 
 from ._keys import Pattern
 
-__all__ = ["ChangeRecord", "LockRow", "Row", "Store", "Work", "WriteTxn"]
+__all__ = ["ChangeRecord", "LockRow", "Row", "Store", "TimerRow", "Work", "WriteTxn"]
 
 T = TypeVar("T")
 Key = tuple[str, str]
@@ -111,6 +111,14 @@ class Statements(Protocol):
 
     def save_lock(self, name: str, row: LockRow) -> None: ...
 
+    def fetch_timer(self, timer_id: str) -> TimerRow | None: ...
+
+    def add_timer(self, timer: TimerRow, now: float) -> None: ...
+
+    def drop_timer(self, timer_id: str) -> bool: ...
+
+    def move_timer(self, timer_id: str, due: float) -> None: ...
+
 
 @dataclass(slots=True)
 class LockRow:
@@ -122,6 +130,20 @@ class LockRow:
 
     def held(self, now: float) -> bool:
         return self.owner is not None and self.expires_at is not None and self.expires_at > now
+
+
+@dataclass(slots=True)
+class TimerRow:
+    """A scheduled write: its key, when it is due, its period if it recurs, and what
+    it writes: a value's JSON text, or update ops' JSON text."""
+
+    id: str
+    scope: str
+    key: str
+    due: float
+    every: float | None
+    value: str | None
+    ops: str | None
 
 
 class WriteTxn:
@@ -244,9 +266,7 @@ class WriteTxn:
         staged = Row(value, expires_at, provisional, old.created_revision, version)
         self._stage((scope, key), staged)
 
-    def log(
-        self, scope: str, key: str, kind: str, old: str | None, new: str | None
-    ) -> None:
+    def log(self, scope: str, key: str, kind: str, old: str | None, new: str | None) -> None:
         """Record a change that no row of ``reactor_kv`` holds (a queue's job: the
         jobs table does), so that it has a revision and an event like any other."""
         self._changes.append(
@@ -403,6 +423,14 @@ class Store(Protocol):
     def snapshot(self, scope: str, now: float) -> tuple[list[tuple[str, str]], int]: ...
 
     def locks_held(self, now: float) -> int: ...
+
+    def due_timers(self, now: float, limit: int) -> list[tuple[str, str]]: ...
+
+    def timers(self) -> list[TimerRow]: ...
+
+    def timer(self, timer_id: str) -> TimerRow | None: ...
+
+    def timers_pending(self) -> int: ...
 
     def held_locks(self, now: float, limit: int) -> list[tuple[str, LockRow]]:
         """Up to ``limit`` locks held at ``now``, by name."""

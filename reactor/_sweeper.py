@@ -1,5 +1,6 @@
 """``Sweeper``: an engine's background thread. It expires the keys whose deadline has
-passed, checkpoints the database, and compacts the change log to its retention."""
+passed, fires the timers that are due, checkpoints the database, and compacts the
+change log to its retention."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any, Final
 
 from ._store import WriteTxn
+from ._timers import Fired, fire
 from ._writes import expire_keys
 from .errors import ClosedError
 
@@ -23,6 +25,7 @@ logger = logging.getLogger("reactor")
 
 SWEEP_INTERVAL: Final = 0.25  # seconds between sweeps: expiry events within a second
 SWEEP_BATCH: Final = 5000  # keys found due per look; a scope's share goes in one write
+TIMER_BATCH: Final = 1000  # timers found due per look
 COMPACT_INTERVAL: Final = 2.0  # seconds between compactions of the change log
 
 
@@ -38,6 +41,7 @@ class Sweeper:
         self._engine = engine
         self._lock = threading.Lock()
         self._sweeping: dict[str, Future[Any]] = {}  # scope -> its expiry request
+        self._firing: dict[str, Future[Fired]] = {}  # scope -> its timers' request
         self._again = threading.Event()
         self._stop = threading.Event()
         self._thread = threading.Thread(
@@ -65,6 +69,7 @@ class Sweeper:
                 return
             try:
                 self.sweep()
+                self.fire_timers()
                 now = time.monotonic()
                 if now - checkpointed >= SWEEP_INTERVAL:
                     checkpointed = now
@@ -123,6 +128,51 @@ class Sweeper:
             with self._lock:
                 self._sweeping[scope] = future
             future.add_done_callback(functools.partial(self._swept, scope, more=more))
+
+    def fire_timers(self) -> None:
+        """Send the actors the timers that are due: one request per scope, none for a
+        scope whose previous one is still in flight. Each request reads its timers
+        again in its transaction: one that another process fired meanwhile is skipped.
+
+        Raises:
+            ClosedError: the engine is closed.
+        """
+        engine = self._engine
+        with self._lock:
+            busy = set(self._firing)
+        due = engine.store.due_timers(engine.now(), TIMER_BATCH)
+        more = len(due) == TIMER_BATCH
+        by_scope: dict[str, list[str]] = {}
+        for timer_id, scope in due:
+            if scope not in busy:
+                by_scope.setdefault(scope, []).append(timer_id)
+        for scope, timer_ids in by_scope.items():
+            future = engine.mailbox(scope).submit(fire(engine.options, scope, timer_ids), scope)
+            with self._lock:
+                self._firing[scope] = future
+            future.add_done_callback(functools.partial(self._fired, scope, more=more))
+
+    def _fired(self, scope: str, future: Future[Fired], *, more: bool) -> None:
+        with self._lock:
+            if self._firing.get(scope) is future:
+                del self._firing[scope]
+        if future.cancelled():
+            return
+        error = future.exception()
+        if error is not None:
+            logger.warning("firing timers of %r failed (they stay due): %s", scope, error)
+            return
+        done = future.result()
+        stats = self._engine.stats
+        stats.count("timers_fired", done.fired)
+        if done.failed:
+            stats.count("timers_failed", len(done.failed))
+            for timer_id, why in done.failed:
+                logger.warning(
+                    "the write of timer %s of %r failed, dropped: %s", timer_id, scope, why
+                )
+        if more:
+            self._again.set()
 
     def _swept(self, scope: str, future: Future[Any], *, more: bool) -> None:
         with self._lock:

@@ -19,12 +19,12 @@ from collections.abc import Callable, Iterable, Mapping
 from time import perf_counter
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
-from . import _writes
+from . import _timers, _writes
 from ._events import ChangeEvent
 from ._keys import Pattern, check_key, compile_pattern
-from ._results import Change, Entry, UpdateResult
+from ._results import Change, Entry, Timer, UpdateResult
 from ._store import Row
-from ._values import decode
+from ._values import MISSING, decode
 from ._writes import Work, check_revision, check_ttl
 from .errors import InvalidArgumentError, RevisionCompactedError, TypeMismatchError
 
@@ -229,6 +229,35 @@ class ScopeVerbs:
         if type(value) is not builtins.list:
             raise TypeMismatchError(f"length needs a list; {key!r} holds {type(value).__name__}")
         return len(value)
+
+    # -- timers --------------------------------------------------------------------
+    @verb("schedule")
+    def schedule(
+        self,
+        key: str,
+        value: Any = MISSING,
+        *,
+        after: float | None = None,
+        at: float | None = None,
+        every: float | None = None,
+        ops: builtins.list[dict[str, Any]] | None = None,
+    ) -> Timer:
+        """Schedule a write to ``key``: ``value`` (as ``set``), or ``ops`` (as
+        ``update``), due ``after`` seconds from now or ``at`` an epoch time (with
+        neither, one period from now), and again every ``every`` seconds if given.
+
+        When due, the write is applied once, by one process, as an ordinary write; its
+        event's ``timer`` is the timer's id. In a transaction the timer is created with
+        the commit, or not at all. See ``State.timers`` and ``State.cancel_timer``.
+
+        Raises:
+            InvalidArgumentError: not exactly one of ``value`` and ``ops``; both
+                ``after`` and ``at``, or no time at all; a bad number.
+            InvalidValueError: ``value`` is not storable.
+            InvalidOpError: ``ops`` are not update ops nor a JSON Patch.
+        """
+        options = self._engine.options
+        return self._run(_timers.schedule(options, self.name, key, value, ops, after, at, every))
 
     # -- writes --------------------------------------------------------------------
     @verb("set")

@@ -35,6 +35,8 @@ __all__ = [
     "clear",
     "compare_and_swap",
     "delete",
+    "encode_ops",
+    "encoder",
     "expire",
     "expire_keys",
     "increment",
@@ -53,11 +55,18 @@ def _touching(run: Callable[[WriteTxn], T], scope: str, *keys: str) -> Work[T]:
     return Work(run, tuple((scope, key) for key in keys))
 
 
-def _encoder(options: Options) -> Callable[[Any], str]:
+def encoder(options: Options) -> Callable[[Any], str]:
+    """A value's JSON text, checked against the engine's limits."""
+
     def encoded(value: Any) -> str:
         return encode(value, max_depth=options.max_depth, max_bytes=options.max_value_bytes)
 
     return encoded
+
+
+def encode_ops(options: Options, ops: object) -> str:
+    """Update ops' (or a JSON Patch's) JSON text: values in them two levels deeper."""
+    return encode(ops, max_depth=options.max_depth + 2, max_bytes=options.max_value_bytes)
 
 
 def check_ttl(ttl: object, name: str = "ttl") -> float | None:
@@ -183,7 +192,7 @@ def set_value(
     expected = check_if_revision(if_revision)
     if keep_ttl is not False and keep_ttl is not True:
         raise InvalidArgumentError(f"keep_ttl is True or False, not {keep_ttl!r}")
-    text = _encoder(options)(value)
+    text = encoder(options)(value)
     seconds = check_ttl(ttl)
 
     def work(txn: WriteTxn) -> Change:
@@ -206,7 +215,7 @@ def set_many(
     expected = check_if_revision(if_revision)
     if not isinstance(mapping, Mapping):
         raise InvalidArgumentError(f"set_many takes a mapping, not {type(mapping).__name__}")
-    encoded = _encoder(options)
+    encoded = encoder(options)
     texts = {check_key(key): encoded(value) for key, value in mapping.items()}
     seconds = check_ttl(ttl)
     if not texts:
@@ -316,7 +325,7 @@ def increment(
     step, start = _argument(by, "by"), _argument(default, "default")
     if down:
         step = -step
-    encoded = _encoder(options)
+    encoded = encoder(options)
 
     def work(txn: WriteTxn) -> int | float:
         old = txn.live_row(scope, key)
@@ -337,7 +346,7 @@ def append_text(
     if type(text) is not str:
         raise TypeMismatchError(f"append takes a str, not {type(text).__name__}")
     suffix: str = text
-    encoded = _encoder(options)
+    encoded = encoder(options)
 
     def work(txn: WriteTxn) -> int:
         old = txn.live_row(scope, key)
@@ -368,7 +377,7 @@ def push(
 ) -> Work[int]:
     check_key(key)
     expected = check_if_revision(if_revision)
-    encoded = _encoder(options)
+    encoded = encoder(options)
     items_text = encoded(list(items))
 
     def work(txn: WriteTxn) -> int:
@@ -410,7 +419,7 @@ def compare_and_swap(
 ) -> Work[bool]:
     check_key(key)
     revision = check_if_revision(if_revision)
-    encoded = _encoder(options)
+    encoded = encoder(options)
     if expected is not MISSING:
         encoded(expected)  # a value that could never be stored is refused, not compared
     new_text: str | Missing = MISSING if new is MISSING else encoded(new)
@@ -453,8 +462,8 @@ def update(
         raise InvalidArgumentError("a JSON Patch is all or nothing: atomic=False does not apply")
     all_or_nothing = patch or bool(atomic)
     max_depth, max_bytes = options.max_depth, options.max_value_bytes
-    ops_text = encode(ops, max_depth=max_depth + 2, max_bytes=max_bytes)
-    encoded = _encoder(options)
+    ops_text = encode_ops(options, ops)
+    encoded = encoder(options)
 
     def work(txn: WriteTxn) -> UpdateResult:
         old = txn.live_row(scope, key)

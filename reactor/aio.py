@@ -44,7 +44,7 @@ from time import perf_counter
 from types import TracebackType
 from typing import Any, Final, TypeVar
 
-from . import _waiting, _writes
+from . import _timers, _waiting, _writes
 from ._actor import Mailbox
 from ._aio_exclusive import (
     AsyncLock,
@@ -59,12 +59,14 @@ from ._events import ChangeEvent
 from ._keys import check_key
 from ._open import open as open_sync
 from ._options import Durability
-from ._results import Change, Entry, Snapshot, UpdateResult
+from ._results import Change, Entry, Snapshot, Timer, UpdateResult
 from ._scope import Scope
 from ._state import Events, State, Where
 from ._subscriptions import _PAGE, DEFAULT_BUFFER, Subscription, Watch
+from ._timers import drop_timer
+from ._values import MISSING
 from ._writes import Work
-from .errors import ClosedError
+from .errors import ClosedError, InvalidArgumentError
 
 __all__ = [
     "AsyncLock",
@@ -384,6 +386,24 @@ class AsyncState:
     async def stats(self) -> dict[str, Any]:
         """The same figures as ``State.stats()``."""
         return await self._run((await self._sync()).stats)
+
+    async def timers(self, scope: str = "*") -> list[Timer]:
+        """``State.timers``: the pending timers of the matching scopes, earliest first."""
+        state = await self._sync()
+        return await self._run(state.timers, scope)
+
+    async def cancel_timer(self, timer_id: str) -> bool:
+        """``State.cancel_timer``: cancel a pending timer; whether it was pending."""
+        state = await self._sync()
+        if type(timer_id) is not str:
+            raise InvalidArgumentError(f"a timer id is a str, not {type(timer_id).__name__}")
+        engine = engine_of(state)
+        row = await self._run(engine.store.timer, timer_id)
+        if row is None:
+            return False
+        future = engine.mailbox(row.scope).submit(drop_timer(timer_id), row.scope)
+        cancelled: bool = await self._answer(engine, row.scope, future)
+        return cancelled
 
     async def changes(
         self,
@@ -708,6 +728,21 @@ class AsyncScope:
         engine = await self._engine()
         work = _writes.pop(self.name, key, front, if_revision)
         return await self._submit("pop", engine, work)
+
+    async def schedule(
+        self,
+        key: str,
+        value: Any = MISSING,
+        *,
+        after: float | None = None,
+        at: float | None = None,
+        every: float | None = None,
+        ops: builtins.list[dict[str, Any]] | None = None,
+    ) -> Timer:
+        """``Scope.schedule``: a write of ``value`` (or ``ops``) to ``key``, due later."""
+        engine = await self._engine()
+        work = _timers.schedule(engine.options, self.name, key, value, ops, after, at, every)
+        return await self._submit("schedule", engine, work)
 
     async def update(
         self,

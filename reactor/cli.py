@@ -34,6 +34,7 @@ from ._cli_output import (
     keys_view,
     scopes_view,
     stats_view,
+    timers_view,
     ttl_view,
     update_view,
     value_view,
@@ -415,6 +416,59 @@ def stats() -> None:
     Keys per scope, size and revision, with this process's own counters.
     """
     _output().show(_state().stats(), stats_view)
+
+
+# -- timers ----------------------------------------------------------------------
+@cli.group(cls=_Group, invoke_without_command=True)
+@click.option("--scope", "pattern", default="*", metavar="GLOB", help="Only these scopes' timers.")
+@_limit("At most N timers: the N due first.")
+@_options()
+@click.pass_context
+def timers(ctx: click.Context, pattern: str, limit: int | None) -> None:
+    """List the pending timers, earliest first (add, cancel: see below)."""
+    if ctx.invoked_subcommand is None:
+        found = _state().timers(pattern)
+        _output().show([timer._asdict() for timer in found[:limit]], timers_view)
+
+
+@timers.command("add", context_settings={"ignore_unknown_options": True})
+@click.argument("scope")
+@click.argument("key")
+@click.argument("value")
+@click.option("--after", type=float, metavar="SECONDS", help="Due this many seconds from now.")
+@click.option("--at", type=float, metavar="EPOCH", help="Due at this time (epoch seconds).")
+@click.option("--every", type=float, metavar="SECONDS", help="Again every SECONDS.")
+@click.option("--ops", is_flag=True, help="VALUE is a list of update ops (as update takes).")
+@_options()
+def add_timer(
+    scope: str,
+    key: str,
+    value: str,
+    after: float | None,
+    at: float | None,
+    every: float | None,
+    ops: bool,
+) -> None:
+    """Schedule a write of VALUE (JSON) to KEY in SCOPE; print the timer."""
+    target = _state(create=True).scope(scope)
+    if ops:
+        given = _json(value, "OPS")
+        timer = target.schedule(key, after=after, at=at, every=every, ops=given)
+    else:
+        timer = target.schedule(
+            key, _json(value, "VALUE", value=True), after=after, at=at, every=every
+        )
+    _output().show(timer._asdict(), value_view)
+
+
+@timers.command("cancel")
+@click.argument("timer_id", metavar="ID")
+@_options()
+def cancel_timer(timer_id: str) -> None:
+    """Cancel the pending timer ID."""
+    if not _state(create=True).cancel_timer(timer_id):
+        raise click.ClickException(f"no pending timer {timer_id!r}")
+    _output().show({"cancelled": timer_id}, value_view)
 
 
 # -- the change feed -------------------------------------------------------------

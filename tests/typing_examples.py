@@ -114,7 +114,16 @@ def scope_verbs(state: reactor.State) -> None:
     assert_type(orders.push("queue", "j3", if_revision=0), int)
     assert_type(orders.history("o-1", since=0, limit=10), list[reactor.ChangeEvent])
     assert_type(orders.get("o-1", at_revision=3), Any)
-    orders.set("o-1", 1, 30, False, 5)  # type: ignore[call-arg]  # if_revision is keyword-only
+    orders.set("o-1", 1, 30, False, 5)  # type: ignore[call-arg]
+
+    # timers
+    timer = orders.schedule("o-1", {"status": "expired"}, after=60)
+    assert_type(timer, reactor.Timer)
+    assert_type(timer.due, float)
+    assert_type(timer.every, float | None)
+    assert_type(orders.schedule("n", ops=[ops.increment("")], every=5), reactor.Timer)
+    assert_type(state.timers("ord*"), list[reactor.Timer])
+    assert_type(state.cancel_timer(timer.id), bool)  # if_revision is keyword-only
 
 
 def transactions_and_locks(state: reactor.State) -> None:

@@ -1,0 +1,169 @@
+"""Timers: writes scheduled for later (SPEC §13), kept in the database.
+
+A timer is a row of ``reactor_timers``: the key it writes, what it writes (a value, as
+``set`` would, or update ops, as ``update`` would), when it is due and, if it recurs,
+its period. Scheduling one is a write of the scope it belongs to (in a transaction
+body, deferred to the commit, atomically with the body's writes).
+
+Firing is the sweeper's (``Sweeper.fire_timers``), in every process that writes: it
+finds the timers due, and sends each scope's actor one request that, for each of them,
+reads the timer again inside the write transaction and, if it is still there and due,
+applies its write, then deletes the row (or moves a recurring one to its next period
+after now: missed periods fire once, not in a flood). The write and the row's removal
+commit together, under the scope's lock on PostgreSQL, so a timer fires exactly once,
+whichever process gets there first, and one due while no engine was open fires at the
+next open. A write that fails (a type mismatch) is dropped and counted: the timer
+still goes (a recurring one to its next period).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import uuid
+from typing import TYPE_CHECKING, Any
+
+from . import _writes
+from ._keys import check_key
+from ._ops import op_style
+from ._results import Timer, UpdateResult
+from ._store import TimerRow, Work, WriteTxn
+from ._values import MISSING, decode
+from ._writes import check_ttl
+from .errors import InvalidArgumentError, ReactorError
+
+if TYPE_CHECKING:
+    from ._options import Options
+
+__all__ = ["Fired", "drop_timer", "fire", "next_due", "schedule", "timer_of"]
+
+logger = logging.getLogger("reactor")
+
+
+def _seconds(value: object, name: str) -> float:
+    """A finite number of seconds, not a bool.
+
+    Raises:
+        InvalidArgumentError: it is not.
+    """
+    if type(value) not in (int, float) or not math.isfinite(value):  # type: ignore[arg-type]
+        raise InvalidArgumentError(f"{name} must be a finite number of seconds, not {value!r}")
+    return float(value)  # type: ignore[arg-type]
+
+
+def schedule(
+    options: Options,
+    scope: str,
+    key: str,
+    value: Any,
+    ops: object,
+    after: object,
+    at: object,
+    every: object,
+) -> Work[Timer]:
+    """The work that schedules a write of ``value`` (or ``ops``) to ``key``: due
+    ``after`` seconds from the write, or ``at`` an epoch time, or, with neither, one
+    period from now; again every ``every`` seconds if given.
+
+    Raises:
+        InvalidArgumentError: not exactly one of value and ops, both after and at, or
+            neither with no period; a period that is not a number > 0.
+        InvalidValueError: the value is not storable.
+        InvalidOpError: the ops are not update ops nor a JSON Patch.
+    """
+    check_key(key)
+    if (value is MISSING) == (ops is None):
+        raise InvalidArgumentError("a timer writes a value or applies ops: give one of them")
+    if after is not None and at is not None:
+        raise InvalidArgumentError("a timer is due after= seconds or at= a time, not both")
+    period = check_ttl(every, "every")
+    if after is None and at is None and period is None:
+        raise InvalidArgumentError("a timer needs a time: after=, at= or every=")
+    delay = None if after is None else _seconds(after, "after")
+    due_at = None if at is None else _seconds(at, "at")
+    encoded = _writes.encoder(options)
+    value_text = None if value is MISSING else encoded(value)
+    ops_text = None
+    if ops is not None:
+        op_style(ops)
+        ops_text = _writes.encode_ops(options, ops)
+    timer_id = uuid.uuid4().hex
+
+    def work(txn: WriteTxn) -> Timer:
+        if due_at is not None:
+            due = due_at
+        else:
+            due = txn.now + (delay if delay is not None else period or 0.0)
+        row = TimerRow(timer_id, scope, key, due, period, value_text, ops_text)
+        txn.defer(lambda commit: commit.statements.add_timer(row, commit.now))
+        return timer_of(row)
+
+    return Work(work)
+
+
+def drop_timer(timer_id: str) -> Work[bool]:
+    """The work that cancels a timer: whether it was still pending."""
+
+    def work(txn: WriteTxn) -> bool:
+        return txn.statements.drop_timer(timer_id)
+
+    return Work(work)
+
+
+def timer_of(row: TimerRow) -> Timer:
+    return Timer(row.id, row.scope, row.key, row.due, row.every)
+
+
+def next_due(due: float, every: float, now: float) -> float:
+    """The first time after ``now`` that is ``due`` plus a whole number of periods."""
+    missed = math.floor((now - due) / every) + 1 if now >= due else 1
+    later = due + missed * every
+    return later if later > now else later + every
+
+
+class Fired:
+    """What one firing request did: timers fired, and those whose write failed."""
+
+    __slots__ = ("failed", "fired")
+
+    def __init__(self) -> None:
+        self.fired = 0
+        self.failed: list[tuple[str, str]] = []  # (timer id, why)
+
+
+def fire(options: Options, scope: str, timer_ids: list[str]) -> Work[Fired]:
+    """The work that fires the timers of ``timer_ids`` (of ``scope``) that are still
+    there and due when it runs, each as the write it holds."""
+
+    def work(txn: WriteTxn) -> Fired:
+        done = Fired()
+        for timer_id in timer_ids:
+            row = txn.statements.fetch_timer(timer_id)
+            if row is None or row.due > txn.now:
+                continue  # fired or cancelled elsewhere, or moved on
+            done.fired += 1
+            mark = txn.savepoint()
+            txn.timer = timer_id
+            try:
+                if row.ops is None:
+                    assert row.value is not None
+                    write: Work[Any] = _writes.set_value(
+                        options, scope, row.key, decode(row.value), None, False
+                    )
+                else:
+                    write = _writes.update(options, scope, row.key, decode(row.ops), None)
+                result = write(txn)
+                if isinstance(result, UpdateResult) and result.errors:
+                    done.failed.append((timer_id, result.errors[0]["message"]))
+            except ReactorError as exc:
+                txn.rollback_to(mark)
+                done.failed.append((timer_id, str(exc)))
+            finally:
+                txn.timer = None
+            if row.every is None:
+                txn.statements.drop_timer(timer_id)
+            else:
+                txn.statements.move_timer(timer_id, next_due(row.due, row.every, txn.now))
+        return done
+
+    return Work(work)

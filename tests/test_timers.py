@@ -1,0 +1,371 @@
+"""Timers: writes scheduled for later, fired once by one process (SPEC §13)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+import reactor
+import reactor.aio
+from reactor import _timers, ops
+from reactor._engine import engine_of
+from reactor._sql import TIMERS_DUE
+
+from .conftest import FakeClock, raw_query, run_reactor, wait_for
+
+
+def _events(state: reactor.State) -> list[tuple[str, str, Any, str | None]]:
+    return [(e.key, e.type, e.new_value, e.timer) for e in state.changes()]
+
+
+def test_a_timer_writes_its_value_once_when_due(state: reactor.State, clock: FakeClock) -> None:
+    scope = state.scope("s")
+    timer = scope.schedule("k", {"a": 1}, after=30)
+    assert timer == reactor.Timer(timer.id, "s", "k", clock.time() + 30, None)
+    assert state.timers() == [timer]
+    clock.advance(29)
+    engine_of(state).sweeper.fire_timers()
+    assert scope.get("k") is None
+    clock.advance(2)
+    wait_for(lambda: scope.get("k") == {"a": 1})
+    wait_for(lambda: state.timers() == [])
+    assert _events(state) == [("k", "created", {"a": 1}, timer.id)]
+    assert state.stats()["timers"] == {"pending": 0, "fired": 1, "failed": 0}
+
+
+def test_a_timer_of_ops_is_an_update_then(state: reactor.State, clock: FakeClock) -> None:
+    scope = state.scope("s")
+    scope.set("doc", {"n": 1, "tags": []})
+    timer = scope.schedule(
+        "doc", ops=[ops.increment("n"), ops.append("x", "tags")], at=clock.time()
+    )
+    wait_for(lambda: scope.get("doc") == {"n": 2, "tags": ["x"]})
+    event = state.changes()[-1]
+    assert (event.type, event.timer, event.ops) == ("updated", timer.id, event.ops)
+    assert event.ops is not None
+    assert len(event.ops) == 2
+
+
+def test_a_recurring_timer_that_missed_periods_fires_once_then_keeps_its_period(
+    state: reactor.State, clock: FakeClock
+) -> None:
+    scope = state.scope("s")
+    start = clock.time()
+    timer = scope.schedule("beat", ops=[ops.increment("")], every=60)
+    assert timer.due == start + 60
+    clock.advance(60 * 10 + 5)  # ten periods late: one firing, not ten
+    wait_for(lambda: scope.get("beat") == 1)
+    (pending,) = wait_for(lambda: [t for t in state.timers() if t.due > clock.time()])
+    assert pending.due == start + 60 * 11
+    engine_of(state).sweeper.fire_timers()
+    time.sleep(0.3)
+    assert scope.get("beat") == 1
+    clock.advance(60)
+    wait_for(lambda: scope.get("beat") == 2)
+    assert state.cancel_timer(timer.id) is True
+    clock.advance(600)
+    engine_of(state).sweeper.fire_timers()
+    time.sleep(0.3)
+    assert scope.get("beat") == 2
+
+
+def test_a_timer_whose_write_fails_is_counted_and_dropped(
+    state: reactor.State, clock: FakeClock
+) -> None:
+    scope = state.scope("s")
+    scope.set("text", "not a number")
+    once = scope.schedule("text", ops=[ops.increment("")], after=1)
+    recurring = scope.schedule("text", ops=[ops.increment("")], every=10)
+    big = scope.schedule("fine", 1, after=1)
+    clock.advance(11)
+    wait_for(lambda: state.stats()["timers"]["fired"] == 3)
+    assert state.stats()["timers"]["failed"] == 2
+    assert scope.get("text") == "not a number"
+    assert scope.get("fine") == 1
+    assert [t.id for t in state.timers()] == [recurring.id]  # the next period still fires
+    assert once.id not in {e.timer for e in state.changes()}
+    assert big.id in {e.timer for e in state.changes()}
+
+
+def test_a_timer_in_the_past_fires_at_once(open_state: Callable[..., reactor.State]) -> None:
+    state = open_state()
+    scope = state.scope("s")
+    start = time.monotonic()
+    scope.schedule("k", "now", at=time.time() - 3600)
+    scope.schedule("j", "soon", after=0.2)
+    wait_for(lambda: scope.get("k") == "now" and scope.get("j") == "soon", timeout=5)
+    assert time.monotonic() - start < 3.0  # "within one second of its due time", loosely
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error"),
+    [
+        ({}, reactor.InvalidArgumentError),  # no value nor ops
+        ({"value": 1, "ops": [ops.increment("")], "after": 1}, reactor.InvalidArgumentError),
+        ({"value": 1}, reactor.InvalidArgumentError),  # no time
+        ({"value": 1, "after": 1, "at": 2}, reactor.InvalidArgumentError),
+        ({"value": 1, "every": 0}, reactor.InvalidArgumentError),
+        ({"value": 1, "every": True}, reactor.InvalidArgumentError),
+        ({"value": 1, "after": float("nan")}, reactor.InvalidArgumentError),
+        ({"value": 1, "at": "tomorrow"}, reactor.InvalidArgumentError),
+        ({"value": {1, 2}, "after": 1}, reactor.InvalidValueError),
+        ({"ops": "increment", "after": 1}, reactor.InvalidOpError),
+        (
+            {"ops": [{"type": "set", "path": "a", "value": float("inf")}], "after": 1},
+            reactor.InvalidValueError,
+        ),
+    ],
+)
+def test_a_bad_timer_is_refused_and_nothing_is_scheduled(
+    state: reactor.State, kwargs: dict[str, Any], error: type[Exception]
+) -> None:
+    with pytest.raises(error):
+        state.scope("s").schedule("k", **kwargs)
+    with pytest.raises(reactor.InvalidKeyError):
+        state.scope("s").schedule("", 1, after=1)
+    assert state.timers() == []
+
+
+def test_cancel(state: reactor.State, clock: FakeClock) -> None:
+    scope = state.scope("s")
+    timer = scope.schedule("k", 1, after=5)
+    assert state.cancel_timer(timer.id) is True
+    assert state.cancel_timer(timer.id) is False
+    assert state.cancel_timer("no-such-timer") is False
+    with pytest.raises(reactor.InvalidArgumentError):
+        state.cancel_timer(42)  # type: ignore[arg-type]
+    fired = scope.schedule("j", 1, after=1)
+    clock.advance(2)
+    wait_for(lambda: scope.get("j") == 1)
+    assert state.cancel_timer(fired.id) is False
+    clock.advance(10)
+    engine_of(state).sweeper.fire_timers()
+    time.sleep(0.3)
+    assert scope.get("k") is None
+
+
+def test_timers_lists_by_scope_glob_earliest_first(state: reactor.State) -> None:
+    late = state.scope("orders").schedule("o-1", "late", after=50)
+    early = state.scope("orders").schedule("o-2", "early", after=10)
+    other = state.scope("billing").schedule("b", 1, after=20)
+    assert state.timers() == [early, other, late]
+    assert state.timers("ord*") == [early, late]
+    assert state.timers("none") == []
+
+
+def test_a_transaction_creates_its_timers_with_its_commit(
+    state: reactor.State, clock: FakeClock
+) -> None:
+    scope = state.scope("s")
+    with scope.transaction() as tx:
+        timer = tx.schedule("k", "from tx", after=5)
+        tx.set("other", 1)
+        assert state.timers() == []  # not before the commit
+    assert state.timers() == [timer]
+    with pytest.raises(RuntimeError), scope.transaction() as tx:
+        tx.schedule("never", 1, after=5)
+        raise RuntimeError
+    with state.transaction("s", "t") as multi:
+        both = multi["t"].schedule("k", 2, after=5)
+    assert sorted(state.timers()) == sorted([timer, both])  # due together: by id
+    clock.advance(6)
+    wait_for(lambda: scope.get("k") == "from tx" and state.scope("t").get("k") == 2)
+    assert scope.get("never") is None
+
+
+CONFLICTER = """
+    import sys, reactor
+    with reactor.open(sys.argv[1]) as state:
+        state.scope("s").set("moved", 1)
+"""
+
+
+def test_a_conflicting_transaction_creates_no_timer(db_path: Any) -> None:
+    with reactor.open(db_path) as state:
+        scope = state.scope("s")
+        with pytest.raises(reactor.ConflictError), scope.transaction() as tx:
+            tx.schedule("k", 1, after=100)
+            subprocess.run(
+                [sys.executable, "-c", textwrap.dedent(CONFLICTER), str(db_path)],
+                check=True,
+                timeout=60,
+            )
+        assert state.timers() == []
+
+
+FIRER = """
+    import sys, time, reactor
+    with reactor.open(sys.argv[1]) as state:
+        time.sleep(float(sys.argv[2]))
+"""
+
+
+def test_several_processes_fire_each_timer_exactly_once(db_path: Any) -> None:
+    count = 150
+    with reactor.open(db_path) as state:
+        scope = state.scope("s")
+        due = time.time() + 2.0
+        for n in range(count):
+            scope.schedule(f"k{n % 5}", ops=[ops.increment("")], at=due + (n % 10) * 0.05)
+        runs = [
+            subprocess.Popen(
+                [sys.executable, "-c", textwrap.dedent(FIRER), str(db_path), "4.5"],
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for _ in range(3)
+        ]
+        errors = [run.communicate(timeout=90)[1] for run in runs]
+        assert [run.returncode for run in runs] == [0, 0, 0], errors
+        wait_for(lambda: state.timers() == [], timeout=10)
+        total = sum(scope.get(f"k{n}", 0) for n in range(5))
+        assert total == count
+        fired = [e.timer for e in state.changes() if e.timer is not None]
+        assert len(fired) == len(set(fired)) == count
+
+
+SCHEDULE_THEN_DIE = """
+    import os, signal, sys, time, reactor
+    state = reactor.open(sys.argv[1])
+    state.scope("s").schedule("k", "fired", at=float(sys.argv[2]))
+    state.scope("s").schedule("beat", ops=[{"type": "increment", "path": ""}], every=0.5)
+    print("scheduled", flush=True)
+    time.sleep(60)
+"""
+
+
+def test_a_timer_due_during_a_crash_fires_once_after_the_restart(db_path: Any) -> None:
+    due = time.time() + 1.0
+    dying = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(SCHEDULE_THEN_DIE), str(db_path), str(due)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert dying.stdout is not None
+        assert dying.stdout.readline().strip() == "scheduled"
+        dying.send_signal(signal.SIGKILL)
+    finally:
+        if dying.poll() is None:
+            os.kill(dying.pid, signal.SIGKILL)
+        dying.communicate(timeout=30)  # reaped, its pipes closed
+    time.sleep(max(0.0, due + 2.0 - time.time()))  # due, and a few periods missed
+    with reactor.open(db_path) as state:
+        scope = state.scope("s")
+        wait_for(lambda: scope.get("k") == "fired" and scope.get("beat") == 1, timeout=5)
+        fired = [e for e in state.changes() if e.key == "k"]
+        assert len(fired) == 1
+        assert len(state.timers()) == 1  # the recurring one, at its next period
+
+
+def test_a_read_only_engine_lists_timers_and_schedules_none(
+    open_state: Callable[..., reactor.State], db_path: Any
+) -> None:
+    writer = open_state()
+    timer = writer.scope("s").schedule("k", 1, after=100)
+    writer.close()
+    reader = open_state(readonly=True)
+    assert reader.timers() == [timer]
+    with pytest.raises(reactor.ReadOnlyError):
+        reader.scope("s").schedule("k", 2, after=1)
+    with pytest.raises(reactor.ReadOnlyError):
+        reader.cancel_timer(timer.id)
+
+
+def test_next_due_skips_missed_periods() -> None:
+    assert _timers.next_due(100.0, 10.0, 100.0) == 110.0
+    assert _timers.next_due(100.0, 10.0, 105.0) == 110.0
+    assert _timers.next_due(100.0, 10.0, 110.0) == 120.0
+    assert _timers.next_due(100.0, 10.0, 1000.5) == 1010.0
+    assert _timers.next_due(100.0, 10.0, 50.0) == 110.0
+
+
+def test_finding_due_timers_uses_the_index(db_path: Any, open_state: Callable[..., Any]) -> None:
+    """100,000 pending timers: finding the due ones reads the index, not the table."""
+    state = open_state()
+    rows = [(f"t{n:06d}", "s", f"k{n}", 1e10 + n, None, "1", None, 0.0) for n in range(100_000)]
+    if str(db_path).startswith("postgresql"):
+        import psycopg
+        import sqlalchemy as sa
+
+        url = sa.make_url(str(db_path)).set(drivername="postgresql")
+        options = url.query.get("options")
+        with psycopg.connect(
+            url.set(query={}).render_as_string(hide_password=False), options=options
+        ) as conn:
+            with conn.cursor() as cursor:
+                cursor.executemany(
+                    "INSERT INTO reactor_timers (id, scope, key, due, every, value, ops, "
+                    "created_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
+                    rows,
+                )
+            conn.execute("ANALYZE reactor_timers")
+        plan = raw_query(db_path, "EXPLAIN " + TIMERS_DUE, (time.time(), 1000))
+        text = " ".join(str(row[0]) for row in plan)
+        assert "reactor_timers_due" in text, text
+        assert "Seq Scan" not in text, text
+    else:
+        import sqlite3
+
+        with sqlite3.connect(db_path) as conn:
+            conn.executemany("INSERT INTO reactor_timers VALUES (?, ?, ?, ?, ?, ?, ?, ?)", rows)
+        conn.close()
+        plan = raw_query(db_path, "EXPLAIN QUERY PLAN " + TIMERS_DUE, (time.time(), 1000))
+        text = " ".join(str(row[-1]) for row in plan)
+        assert "USING INDEX reactor_timers_due" in text or "USING COVERING INDEX" in text, text
+    assert state.stats()["timers"]["pending"] == 100_000
+    assert engine_of(state).store.due_timers(time.time(), 1000) == []
+
+
+def test_the_asyncio_twins(db_path: Any) -> None:
+    async def main() -> None:
+        async with reactor.aio.open(db_path) as state:
+            scope = state.scope("s")
+            timer = await scope.schedule("k", 1, after=0.2)
+            assert await state.timers() == [timer]
+            keep = await scope.schedule("j", 1, after=100)
+            async with scope.transaction() as tx:
+                pending = await tx.schedule("t", 1, after=100)
+            assert await state.cancel_timer(keep.id) is True
+            assert await state.cancel_timer(keep.id) is False
+            assert await scope.wait_for("k", timeout=5) == 1
+            assert await state.timers() == [pending]
+
+    asyncio.run(main())
+
+
+def test_the_command_line(db_path: Any, tmp_path: Any) -> None:
+    def reactor_cli(*args: str) -> Any:
+        done = run_reactor("--db", str(db_path), "--json", *args, cwd=tmp_path)
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout)
+
+    added = reactor_cli("timers", "add", "s", "k", '"later"', "--after", "100")
+    beat = reactor_cli(
+        "timers", "add", "s", "n", '[{"type": "increment", "path": ""}]', "--ops", "--every", "60"
+    )
+    assert beat["every"] == 60.0
+    assert [t["id"] for t in reactor_cli("timers")] == [beat["id"], added["id"]]
+    assert reactor_cli("timers", "--scope", "other") == []
+    assert reactor_cli("timers", "--limit", "1") == [beat]
+    assert reactor_cli("timers", "cancel", added["id"]) == {"cancelled": added["id"]}
+    again = run_reactor("--db", str(db_path), "timers", "cancel", added["id"], cwd=tmp_path)
+    assert again.returncode == 1
+    assert "no pending timer" in again.stderr
+    bad = run_reactor("--db", str(db_path), "timers", "add", "s", "k", "1", cwd=tmp_path)
+    assert bad.returncode == 1
+    assert "needs a time" in bad.stderr
+    assert "Traceback" not in bad.stderr
+    with reactor.open(db_path) as state:
+        assert [t.id for t in state.timers()] == [beat["id"]]
