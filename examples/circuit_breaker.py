@@ -1,18 +1,17 @@
-"""A circuit breaker per service: failures counted, the cooldown kept as a TTL.
+"""A circuit breaker per service: failures counted, the cooldown ended by a timer.
 
     python examples/circuit_breaker.py            # a database in a temporary folder
     python examples/circuit_breaker.py state.db   # that file
 
-Each failed call to a service increments "failures:SERVICE" in the scope "breakers". At
-THRESHOLD failures the breaker opens: "open:SERVICE" is set with the cooldown as its
-TTL, and while that key exists calls are refused without being tried. When the TTL runs
-out the key expires and the breaker is half-open: the next call is a trial. Success
-resets the count (closed); failure opens the breaker again for another cooldown.
-(Every caller may try while half-open; to let one trial through, callers would first
-take ``state.lock(f"trial:{service}", ttl=...)`` with ``acquire(blocking=False)``.)
-Subscriptions react to the changes: one raises an alert when a breaker opens, one
-notes when a cooldown is over. The state is in the database, so every process sharing
-it sees the same breakers.
+Each service has one key in the scope "breakers": {"state": "closed" | "open" |
+"half-open", "failures": n}. Each failed call counts; at THRESHOLD failures the breaker
+opens, and in the same transaction a timer is scheduled to set it half-open when the
+cooldown is over. While open, calls are refused without being tried. Half-open, the next
+call is a trial: success closes the breaker, failure opens it again (and schedules the
+next timer). The timer is in the database: it fires once, in whichever process has the
+database open, even if the one that opened the breaker is gone. Subscriptions react: one
+raises an alert when a breaker opens, one notes when the timer half-opened it (the
+event's ``timer`` says it was the timer's write).
 """
 
 from __future__ import annotations
@@ -24,10 +23,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 import reactor
+from reactor import ops
 
 THRESHOLD = 3  # failures that open the breaker
 COOLDOWN = 0.5  # seconds the breaker stays open (minutes, in real life)
 TIMEOUT = 5.0  # seconds to wait for an alert: they come within a second
+
+CLOSED = {"state": "closed", "failures": 0}
 
 
 class BreakerOpenError(Exception):
@@ -35,11 +37,8 @@ class BreakerOpenError(Exception):
 
 
 def breaker_state(breakers: reactor.Scope, service: str) -> str:
-    if breakers.exists(f"open:{service}"):
-        return "open"
-    if breakers.get(f"failures:{service}", 0) >= THRESHOLD:
-        return "half-open"  # the cooldown is over, the failures are not forgiven yet
-    return "closed"
+    state: str = breakers.get(service, CLOSED)["state"]
+    return state
 
 
 def call(breakers: reactor.Scope, service: str, request: Callable[[], str]) -> str:
@@ -49,19 +48,22 @@ def call(breakers: reactor.Scope, service: str, request: Callable[[], str]) -> s
         BreakerOpenError: the breaker is open; ``request`` was not called.
         Exception: whatever ``request`` raised, counted as a failure.
     """
-    if breakers.exists(f"open:{service}"):
-        left = breakers.ttl(f"open:{service}")
-        raise BreakerOpenError(f"open for {max(left, 0):.1f} s more")
+    if breaker_state(breakers, service) == "open":
+        raise BreakerOpenError("open until its timer half-opens it")
     try:
         result = request()
     except Exception:
-        failures = breakers.increment(f"failures:{service}")  # atomic, across processes too
-        if failures >= THRESHOLD:
-            # The cooldown is the key's TTL: the breaker half-opens by itself, even if
-            # the process that opened it is gone.
-            breakers.set(f"open:{service}", {"failures": failures}, ttl=COOLDOWN)
+        # One transaction: the count, the opening and the timer that ends it, together.
+        with breakers.transaction() as tx:
+            breaker = tx.get(service, CLOSED)
+            failures = breaker["failures"] + 1
+            if failures >= THRESHOLD and breaker["state"] != "open":
+                tx.set(service, {"state": "open", "failures": failures})
+                tx.schedule(service, ops=[ops.set("state", "half-open")], after=COOLDOWN)
+            else:
+                tx.set(service, {**breaker, "failures": failures})
         raise
-    breakers.delete(f"failures:{service}")  # a success closes the breaker
+    breakers.set(service, CLOSED)  # a success closes the breaker
     return result
 
 
@@ -82,14 +84,14 @@ def run(path: Path) -> None:
         breakers.clear()  # start afresh when the same file is used twice
         alerts: queue.Queue[str] = queue.Queue()  # what a pager or a chat would receive
 
-        @state.on("breakers", key="open:*", events={"created"})
+        @state.on("breakers", where=lambda event: (event.new_value or {}).get("state") == "open")
         def on_open(event: reactor.ChangeEvent) -> None:
             failures = event.new_value["failures"]
-            alerts.put(f"ALERT {event.key.removeprefix('open:')}: open after {failures} failures")
+            alerts.put(f"ALERT {event.key}: open after {failures} failures")
 
-        @state.on("breakers", key="open:*", events={"expired"})
+        @state.on("breakers", where=lambda event: event.timer is not None)
         def on_cooled(event: reactor.ChangeEvent) -> None:
-            alerts.put(f"note  {event.key.removeprefix('open:')}: cooldown over, half-open")
+            alerts.put(f"note  {event.key}: cooldown over, {event.new_value['state']} (timer)")
 
         def attempt(service: str, request: Callable[[], str]) -> None:
             try:
@@ -109,18 +111,19 @@ def run(path: Path) -> None:
         payments = scripted(outcomes)
         for _ in range(THRESHOLD):
             attempt("payments", payments)
+        print("timers:", [(t.key, t.every) for t in state.timers("breakers")])
         attempt("payments", payments)  # refused: the service is not even called
         print(alerts.get(timeout=TIMEOUT))  # the subscriber saw the breaker open
 
-        print(alerts.get(timeout=TIMEOUT))  # the key expired: the sweeper told us
-        attempt("payments", payments)  # the trial fails: open again
+        print(alerts.get(timeout=TIMEOUT))  # the timer fired: half-open
+        attempt("payments", payments)  # the trial fails: open again, a new timer
         print(alerts.get(timeout=TIMEOUT))
 
         print(alerts.get(timeout=TIMEOUT))
         attempt("payments", payments)  # the trial succeeds: closed
         assert not outcomes, "every scripted call was made"
         assert breaker_state(breakers, "payments") == "closed"
-        print("keys expired:", state.stats()["keys_expired"], "| breakers:", breakers.list())
+        print("timers fired:", state.stats()["timers"]["fired"], "| breakers:", breakers.list())
 
 
 def main() -> None:

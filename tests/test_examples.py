@@ -27,11 +27,13 @@ EXPECTED: dict[str, list[str]] = {
     ],
     "circuit_breaker": [
         "search   200 OK",
-        "refused: open for",
+        "timers: [('payments', None)]",
+        "refused: open until its timer half-opens it",
         "ALERT payments: open after 3 failures",
-        "note  payments: cooldown over, half-open",
+        "note  payments: cooldown over, half-open (timer)",
         "ALERT payments: open after 4 failures",
         "payments 200 OK                                 -> closed",
+        "timers fired: 2",
     ],
     "deploy_pipeline": [
         "deploying v1.2.3 over v0.0.0",
