@@ -372,6 +372,15 @@ class SQLiteStore(SQLStore):
 
     # -- connections ---------------------------------------------------------------
     def _create_connection(self) -> sqlite3.Connection:
+        if self._file is not None and _identity(self.location) != self._file:
+            # Checked before connecting, too: a connection to the file now at the path
+            # would read this store's WAL still there, and its close would checkpoint
+            # that WAL into the other file (the check after connecting is for a file
+            # replaced while connecting).
+            self.leave_path()
+            raise StorageError(
+                f"the database file {self.location} was removed or replaced while open: reopen it"
+            )
         if self.readonly:
             conn, mark = _connect_read_only(self.location, self._timeout)
             if mark is not None:
