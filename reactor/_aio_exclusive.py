@@ -319,6 +319,10 @@ class AsyncTransaction:
         """Remove and return the last (or first) item of the list at ``key``."""
         return await self._call(lambda tx: tx.pop(key, front, if_revision=if_revision))
 
+    async def cancel_timer(self, timer_id: str) -> bool:
+        """Cancel a pending timer with the commit (``Transaction.cancel_timer``)."""
+        return await self._call(lambda tx: tx.cancel_timer(timer_id))
+
     async def schedule(
         self,
         key: str,
@@ -364,6 +368,11 @@ class AsyncMultiTransaction:
     def __repr__(self) -> str:
         scopes = ", ".join(repr(name) for name in self.names)
         return f"<reactor.aio.AsyncMultiTransaction on {scopes}>"
+
+    async def cancel_timer(self, timer_id: str) -> bool:
+        """Cancel a pending timer with the commit (``Transaction.cancel_timer``)."""
+        first = self[self.names[0]]
+        return await first.cancel_timer(timer_id)
 
     def __getitem__(self, name: str) -> AsyncTransaction:
         """The verbs of scope ``name`` in this transaction.

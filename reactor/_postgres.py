@@ -74,12 +74,14 @@ _FLUSH: Final = """
 WITH b AS (SELECT COALESCE(MAX(revision), 0) AS base FROM reactor_changes),
 logged AS (
     INSERT INTO reactor_changes
-        (revision, scope, key, type, old_value, new_value, ops, timestamp, version, timer)
+        (revision, scope, key, type, old_value, new_value, ops, timestamp, version, timer,
+         expires_at)
     SELECT b.base + v.n, v.scope, v.key, v.type, v.old_value, v.new_value, v.ops, v.ts,
-           v.version, v.timer
+           v.version, v.timer, v.expires_at
     FROM b, unnest(%s::text[], %s::text[], %s::text[], %s::text[], %s::text[],
-                   %s::text[], %s::float8[], %s::bigint[], %s::text[]) WITH ORDINALITY
-        AS v(scope, key, type, old_value, new_value, ops, ts, version, timer, n)
+                   %s::text[], %s::float8[], %s::bigint[], %s::text[], %s::float8[])
+        WITH ORDINALITY
+        AS v(scope, key, type, old_value, new_value, ops, ts, version, timer, expires_at, n)
 ),
 gone AS (
     DELETE FROM reactor_kv AS k USING unnest(%s::text[], %s::text[]) AS d(scope, key)
@@ -232,6 +234,7 @@ class _Statements(SQLStatements):
             [r.timestamp for r in records],
             [r.version for r in records],
             [r.timer for r in records],
+            [r.expires_at for r in records],
             [scope for scope, _ in deletes],
             [key for _, key in deletes],
             [row[0] for row in upserts],

@@ -43,7 +43,8 @@ class Tables:
 
         self.metadata = metadata = sa.MetaData()
 
-        # name -> integer: "schema_version", and "compacted" (see _to_v4).
+        # name -> integer: "schema_version", "compacted" (see _to_v4), "compacted_at"
+        # (see _to_v5).
         self.meta = sa.Table(
             META_TABLE,
             metadata,
@@ -97,6 +98,9 @@ class Tables:
             # The key's version after the change (0: the key is gone); NULL before v5.
             sa.Column("version", sa.BigInteger, nullable=True),
             sa.Column("timer", sa.String(64), nullable=True),  # the timer that made it
+            # The deadline of the value it shows: the new value's, or for "expired" the
+            # one that passed (get(at_revision=) tells whether it had passed by then).
+            sa.Column("expires_at", sa.Float, nullable=True),
         )
 
         # Lock leases. A released lock keeps its row: the next token follows the last one.
@@ -301,8 +305,11 @@ def _to_v5(conn: sa.Connection, t: Tables) -> None:
         "UPDATE reactor_kv SET created_revision = revision",
         "ALTER TABLE reactor_changes ADD COLUMN version BIGINT",
         "ALTER TABLE reactor_changes ADD COLUMN timer VARCHAR(64)",
+        "ALTER TABLE reactor_changes ADD COLUMN expires_at FLOAT",
     ):
         conn.exec_driver_sql(statement)
+    # When the record at the compaction horizon was made (µs); -1: not known.
+    conn.execute(t.meta.insert().values(name="compacted_at", value=-1))
     t.changes_by_key.create(conn)
     t.timers.create(conn)
     t.queues.create(conn)

@@ -61,13 +61,18 @@ COMPACT_UPTO: Final = "DELETE FROM reactor_changes WHERE revision <= ?"
 # By age: everything below the oldest revision still young enough, so that the log
 # stays a contiguous range even if timestamps do not rise with revisions; the newest
 # record always stays (it holds the revision counter: see _schema.changes).
-COMPACT_BEFORE: Final = (
-    "DELETE FROM reactor_changes WHERE revision < COALESCE("
-    "(SELECT MIN(revision) FROM reactor_changes WHERE timestamp >= ?), "
+YOUNGEST_KEPT: Final = (
+    "SELECT COALESCE((SELECT MIN(revision) FROM reactor_changes WHERE timestamp >= ?), "
     "(SELECT MAX(revision) FROM reactor_changes))"
 )
+LAST_TO_GO: Final = (
+    "SELECT revision, timestamp FROM reactor_changes WHERE revision <= ? "
+    "ORDER BY revision DESC LIMIT 1"
+)
 COMPACTED: Final = "SELECT value FROM reactor_meta WHERE name = 'compacted'"
-LAST_REMOVED: Final = "SELECT COALESCE(MIN(revision), ?) - 1 FROM reactor_changes"
+# When the record at the horizon was made, in microseconds (-1: not known, a database
+# compacted before version 5).
+SET_COMPACTED_AT: Final = "UPDATE reactor_meta SET value = ? WHERE name = 'compacted_at'"
 SLOWEST: Final = "SELECT MIN(position) FROM reactor_subscribers"
 RECORD_COLUMNS: Final = (
     "scope, key, type, old_value, new_value, ops, revision, timestamp, version, timer"
@@ -112,12 +117,14 @@ KEY_HISTORY: Final = (
 # its first change after R if there is one, else its row now; and the time of R, since
 # a deadline passed by then made the key absent although no record says so yet.
 VALUE_AT: Final = (
-    "SELECT 0, type, old_value, NULL FROM (SELECT type, old_value FROM reactor_changes "
+    "SELECT 0, type, old_value, expires_at FROM (SELECT type, old_value, expires_at "
+    "FROM reactor_changes "
     "WHERE scope = ? AND key = ? AND revision > ? ORDER BY revision LIMIT 1) AS first_after "
     "UNION ALL SELECT 1, NULL, value, expires_at FROM reactor_kv WHERE scope = ? AND key = ? "
     "UNION ALL SELECT 2, NULL, NULL, timestamp FROM reactor_changes WHERE revision = ? "
     "UNION ALL SELECT 3, NULL, NULL, value FROM reactor_meta WHERE name = 'compacted' "
-    "UNION ALL SELECT 4, NULL, NULL, MAX(revision) FROM reactor_changes"
+    "UNION ALL SELECT 4, NULL, NULL, MAX(revision) FROM reactor_changes "
+    "UNION ALL SELECT 5, NULL, NULL, value FROM reactor_meta WHERE name = 'compacted_at'"
 )
 SCOPE_CHANGED_KEYS: Final = (
     "SELECT DISTINCT key FROM reactor_changes WHERE scope = ? AND revision > ?"
@@ -133,7 +140,7 @@ TIMER_INSERT: Final = (
     "VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
 )
 TIMER: Final = f"SELECT {TIMER_COLUMNS} FROM reactor_timers WHERE id = ?"
-TIMERS_DUE: Final = "SELECT id, scope FROM reactor_timers WHERE due <= ? ORDER BY due, id LIMIT ?"
+TIMERS_DUE: Final = "SELECT id, scope FROM reactor_timers WHERE due <= ?"
 TIMERS: Final = f"SELECT {TIMER_COLUMNS} FROM reactor_timers ORDER BY due, id"
 TIMERS_PENDING: Final = "SELECT COUNT(*) FROM reactor_timers"
 TIMER_DELETE: Final = "DELETE FROM reactor_timers WHERE id = ?"
@@ -305,22 +312,28 @@ class SQLStatements(_RowReads):
 
     def compact(self, upto_revision: int | None, before: float | None) -> int:
         """Drop log records up to a revision and/or older than a time, but none that a
-        durable subscriber has yet to acknowledge; remember how far the log is gone."""
-        removed = 0
-        slowest = self._all(SLOWEST, ())[0][0]
-        if upto_revision is not None:
-            if slowest is not None:
-                upto_revision = min(upto_revision, slowest)
-            removed += self._run(COMPACT_UPTO, (upto_revision,))
+        durable subscriber has yet to acknowledge, nor the newest (it holds the revision
+        counter); remember how far the log is gone, and when that last record was made
+        (``get(at_revision=)`` at the horizon compares deadlines with it)."""
+        bound = upto_revision
         if before is not None:
-            if slowest is not None:
-                removed += self._run(COMPACT_BEFORE + " AND revision <= ?", (before, slowest))
-            else:
-                removed += self._run(COMPACT_BEFORE, (before,))
+            young = self._all(YOUNGEST_KEPT, (before,))[0][0]
+            if young is not None:
+                bound = max(bound or 0, int(young) - 1)
+        if bound is None:
+            return 0
+        slowest = self._all(SLOWEST, ())[0][0]
+        if slowest is not None:
+            bound = min(bound, int(slowest))
+        bound = min(bound, self.current_revision() - 1)
+        last = self._all(LAST_TO_GO, (bound,))
+        if not last:
+            return 0
+        revision, timestamp = int(last[0][0]), float(last[0][1])
+        removed = self._run(COMPACT_UPTO, (revision,))
         if removed:
-            revision = self.current_revision()
-            gone = int(self._all(LAST_REMOVED, (revision + 1,))[0][0])
-            self._run(self.SET_COMPACTED, (gone,))
+            self._run(self.SET_COMPACTED, (revision,))
+            self._run(SET_COMPACTED_AT, (round(timestamp * 1_000_000),))
         return removed
 
     def compacted(self) -> int:
@@ -568,18 +581,22 @@ class SQLStore:
             raise InvalidArgumentError(
                 f"revision {revision} is after the last one committed ({last})"
             )
-        if revision < compacted:
+        at = parts[2][2] if 2 in parts else None  # when the revision committed
+        if at is None and revision == compacted and 5 in parts and int(parts[5][2]) >= 0:
+            at = int(parts[5][2]) / 1_000_000  # its record is gone; its time is kept
+        if revision < compacted or (at is None and revision > 0):
             raise RevisionCompactedError(
                 f"the change log holds the changes after revision {compacted}, so it can "
                 f"no longer tell what {key!r} held at revision {revision}"
             )
         if 0 in parts:  # the first change after the revision says what was before it
-            before = parts[0][1]
+            kind, before, passed = parts[0]
+            if kind == "expired" and passed is not None and float(passed) <= float(at or 0):
+                return None  # past its deadline by then, its expiry recorded later
             return None if before is None else str(before)
         if 1 not in parts:
             return None
         _, text, expires_at = parts[1]
-        at = parts[2][2] if 2 in parts else None  # when the revision committed, if kept
         if expires_at is not None and at is not None and float(expires_at) <= float(at):
             return None  # past its deadline already then (its expiry not yet recorded)
         return str(text)
@@ -656,9 +673,18 @@ class SQLStore:
             for name, position, delivered, failed in self._query(SUBSCRIBERS, ())
         }
 
-    def due_timers(self, now: float, limit: int) -> list[tuple[str, str]]:
-        """Up to ``limit`` timers due at ``now`` (id, scope), earliest first."""
-        return [(timer_id, scope) for timer_id, scope in self._query(TIMERS_DUE, (now, limit))]
+    def due_timers(
+        self, now: float, limit: int, skip: Collection[str] = ()
+    ) -> list[tuple[str, str]]:
+        """Up to ``limit`` timers due at ``now`` (id, scope), earliest first, of scopes
+        other than those in ``skip``."""
+        sql: str = TIMERS_DUE
+        params: tuple[Any, ...] = (now,)
+        if skip:
+            sql += f" AND scope NOT IN ({', '.join('?' * len(skip))})"
+            params += tuple(skip)
+        found = self._query(sql + " ORDER BY due, id LIMIT ?", (*params, limit))
+        return [(timer_id, scope) for timer_id, scope in found]
 
     def timers(self) -> list[TimerRow]:
         """Every pending timer, earliest first."""

@@ -65,7 +65,7 @@ T = TypeVar("T")
 
 LOG: Final = (
     "INSERT INTO reactor_changes (scope, key, type, old_value, new_value, ops, timestamp, "
-    "version, timer) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    "version, timer, expires_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 _AUTOCHECKPOINT_PAGES: Final = 10_000
 
@@ -124,6 +124,7 @@ class _Statements(SQLStatements):
                         r.timestamp,
                         r.version,
                         r.timer,
+                        r.expires_at,
                     ),
                 )
                 assert cursor.lastrowid is not None
@@ -141,6 +142,7 @@ class _Statements(SQLStatements):
                         r.timestamp,
                         r.version,
                         r.timer,
+                        r.expires_at,
                     )
                     for r in records
                 ],

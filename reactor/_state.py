@@ -246,6 +246,8 @@ class State:
 
         Raises:
             InvalidArgumentError: ``timer_id`` is not a str.
+            ReentrancyError: this thread holds a transaction on the timer's scope (use
+                the transaction's ``cancel_timer``).
         """
         engine = engine_of(self)
         if type(timer_id) is not str:
@@ -253,6 +255,11 @@ class State:
         row = engine.store.timer(timer_id)
         if row is None:
             return False
+        if in_transaction(engine, row.scope):
+            raise ReentrancyError(
+                f"this thread holds a transaction on scope {row.scope!r}, the timer's: "
+                "cancel it with tx.cancel_timer, inside the body"
+            )
         # On the scope's actor, under its lock: ordered with the timer's firing.
         return engine.write(row.scope, drop_timer(timer_id))
 

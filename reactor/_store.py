@@ -61,6 +61,7 @@ class ChangeRecord:
     timestamp: float
     version: int | None = None  # the key's version after the change; 0: gone
     timer: str | None = None  # the id of the timer whose write it is
+    expires_at: float | None = None  # the deadline of the value it shows (see _schema)
 
 
 class Statements(Protocol):
@@ -249,19 +250,23 @@ class WriteTxn:
             if old is None:
                 return
             self._stage((scope, key), None)
-            self._record(scope, key, change_type or "deleted", old.value, None, ops, 0)
+            kind = change_type or "deleted"
+            passed = old.expires_at if kind == "expired" else None
+            self._record(scope, key, kind, old.value, None, ops, 0, passed)
             return
         if old is not None and old.value == value:
             if old.expires_at != expires_at:
                 self._stage((scope, key), replace(old, expires_at=expires_at))
             return
         if old is None:
-            provisional = self._record(scope, key, change_type or "created", None, value, ops, 1)
+            provisional = self._record(
+                scope, key, change_type or "created", None, value, ops, 1, expires_at
+            )
             self._stage((scope, key), Row(value, expires_at, provisional, provisional, 1))
             return
         version = old.version + 1
         provisional = self._record(
-            scope, key, change_type or "updated", old.value, value, ops, version
+            scope, key, change_type or "updated", old.value, value, ops, version, expires_at
         )
         staged = Row(value, expires_at, provisional, old.created_revision, version)
         self._stage((scope, key), staged)
@@ -295,13 +300,12 @@ class WriteTxn:
         new: str | None,
         ops: str | None,
         version: int,
+        expires_at: float | None,
     ) -> int:
         self._count += 1
-        self._changes.append(
-            ChangeRecord(
-                scope, key, kind, old, new, ops, -self._count, self.now, version, self.timer
-            )
-        )
+        record = ChangeRecord(scope, key, kind, old, new, ops, -self._count, self.now, version)
+        record.timer, record.expires_at = self.timer, expires_at
+        self._changes.append(record)
         return -self._count
 
     # -- undo and flush ------------------------------------------------------------
@@ -424,7 +428,9 @@ class Store(Protocol):
 
     def locks_held(self, now: float) -> int: ...
 
-    def due_timers(self, now: float, limit: int) -> list[tuple[str, str]]: ...
+    def due_timers(
+        self, now: float, limit: int, skip: Collection[str] = ()
+    ) -> list[tuple[str, str]]: ...
 
     def timers(self) -> list[TimerRow]: ...
 

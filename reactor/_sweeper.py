@@ -139,13 +139,14 @@ class Sweeper:
         """
         engine = self._engine
         with self._lock:
-            busy = set(self._firing)
-        due = engine.store.due_timers(engine.now(), TIMER_BATCH)
+            busy = list(self._firing)
+        # Those of busy scopes left out in the query: a scope held by a transaction,
+        # with many timers due, must not keep other scopes' timers from their turn.
+        due = engine.store.due_timers(engine.now(), TIMER_BATCH, skip=busy)
         more = len(due) == TIMER_BATCH
         by_scope: dict[str, list[str]] = {}
         for timer_id, scope in due:
-            if scope not in busy:
-                by_scope.setdefault(scope, []).append(timer_id)
+            by_scope.setdefault(scope, []).append(timer_id)
         for scope, timer_ids in by_scope.items():
             future = engine.mailbox(scope).submit(fire(engine.options, scope, timer_ids), scope)
             with self._lock:

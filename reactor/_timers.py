@@ -30,7 +30,7 @@ from ._results import Timer, UpdateResult
 from ._store import TimerRow, Work, WriteTxn
 from ._values import MISSING, decode
 from ._writes import check_ttl
-from .errors import InvalidArgumentError, ReactorError
+from .errors import InvalidArgumentError, StorageError
 
 if TYPE_CHECKING:
     from ._options import Options
@@ -41,14 +41,15 @@ logger = logging.getLogger("reactor")
 
 
 def _seconds(value: object, name: str) -> float:
-    """A finite number of seconds, not a bool.
+    """A finite number of seconds (an int or a float, finite as a float; not a bool).
 
     Raises:
         InvalidArgumentError: it is not.
     """
-    if type(value) not in (int, float) or not math.isfinite(value):  # type: ignore[arg-type]
+    seconds = _writes.finite(value)
+    if seconds is None:
         raise InvalidArgumentError(f"{name} must be a finite number of seconds, not {value!r}")
-    return float(value)  # type: ignore[arg-type]
+    return seconds
 
 
 def schedule(
@@ -115,10 +116,18 @@ def timer_of(row: TimerRow) -> Timer:
 
 
 def next_due(due: float, every: float, now: float) -> float:
-    """The first time after ``now`` that is ``due`` plus a whole number of periods."""
-    missed = math.floor((now - due) / every) + 1 if now >= due else 1
-    later = due + missed * every
-    return later if later > now else later + every
+    """The first time after ``now`` that is ``due`` plus a whole number of periods
+    (``now + every`` where floats cannot count the periods: a tiny period, a far past)."""
+    try:
+        missed = math.floor((now - due) / every) + 1 if now >= due else 1
+        later = due + missed * every
+    except (OverflowError, ValueError):
+        return now + every
+    if later <= now:
+        later += every
+    if now >= due and not now < later <= now + every:
+        return now + every  # floats could not count the periods
+    return later
 
 
 class Fired:
@@ -155,9 +164,11 @@ def fire(options: Options, scope: str, timer_ids: list[str]) -> Work[Fired]:
                 result = write(txn)
                 if isinstance(result, UpdateResult) and result.errors:
                     done.failed.append((timer_id, result.errors[0]["message"]))
-            except ReactorError as exc:
+            except Exception as exc:  # one timer's failure is its own
                 txn.rollback_to(mark)
-                done.failed.append((timer_id, str(exc)))
+                if isinstance(exc, StorageError):
+                    raise  # the database failed: the whole request does, and stays due
+                done.failed.append((timer_id, f"{type(exc).__name__}: {exc}"))
             finally:
                 txn.timer = None
             if row.every is None:

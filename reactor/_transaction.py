@@ -233,6 +233,25 @@ class Hold:
         for name in reversed(taken):
             engine.mailbox(name).release(name, self)
 
+    def cancel_timer(self, timer_id: object) -> bool:
+        """Cancel a timer with the commit (see ``Transaction.cancel_timer``)."""
+        self.usable()
+        if type(timer_id) is not str:
+            raise InvalidArgumentError(f"a timer id is a str, not {type(timer_id).__name__}")
+        txn = self.txn
+        assert txn is not None
+        row = txn.statements.fetch_timer(timer_id)
+        if row is None:
+            return False
+        if row.scope not in self.names:
+            self.locks.add(row.scope)  # the commit holds it, ordered with the firing
+
+        def drop(commit: WriteTxn) -> None:
+            commit.statements.drop_timer(timer_id)  # gone already if it fired meanwhile
+
+        txn.defer(drop)
+        return True
+
     def usable(self) -> Engine:
         engine = self.engine
         if self.status != "open" or engine is None:
@@ -309,6 +328,16 @@ class Transaction(ScopeVerbs):
     def _withdraw(self, future: Future[Any]) -> None:
         """Stop waiting for the scope (see ``Hold.give_up``)."""
         self._hold.give_up(self.name, future)
+
+    def cancel_timer(self, timer_id: str) -> bool:
+        """Cancel a pending timer with the commit, or not at all; return whether it is
+        pending now. (A timer of a scope this transaction does not hold may still fire
+        before the commit: then there is nothing left to cancel.)
+
+        Raises:
+            InvalidArgumentError: ``timer_id`` is not a str.
+        """
+        return self._hold.cancel_timer(timer_id)
 
     # -- how verbs run: in the pending transaction ----------------------------------
     def _usable(self) -> Engine:
@@ -398,6 +427,10 @@ class MultiTransaction:
             InvalidKeyError: ``name`` is not a valid scope name.
         """
         return self._parts[part_of(self.names, name)]
+
+    def cancel_timer(self, timer_id: str) -> bool:
+        """Cancel a pending timer with the commit (see ``Transaction.cancel_timer``)."""
+        return self._hold.cancel_timer(timer_id)
 
     def __enter__(self) -> MultiTransaction:
         self._hold.enter()

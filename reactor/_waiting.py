@@ -262,10 +262,13 @@ def wait(
             return decode(text)
         while True:
             ready.clear()  # before looking: an offer from now on sets it again
+            # Read before looking: a close noted after the look may follow an offer the
+            # look missed, which the next look sees.
+            closing = waiter.closing
             text = waiter.match(predicate)
             if text is not None:
                 return decode(text)
-            if waiter.closing:
+            if closing:
                 raise _closed(waiter)
             if deadline is None:
                 ready.wait()
@@ -319,10 +322,11 @@ async def wait_async(
             return decode(text)
         while True:
             arrived.clear()  # before looking: an offer from now on sets it again
+            closing = waiter.closing  # read before looking, as in wait()
             text = waiter.match(predicate)
             if text is not None:
                 return decode(text)
-            if waiter.closing:
+            if closing:
                 raise _closed(waiter)
             if expired:
                 assert timeout is not None

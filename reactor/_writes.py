@@ -39,6 +39,7 @@ __all__ = [
     "encoder",
     "expire",
     "expire_keys",
+    "finite",
     "increment",
     "pop",
     "push",
@@ -77,7 +78,7 @@ def check_ttl(ttl: object, name: str = "ttl") -> float | None:
     """
     if ttl is None:
         return None
-    seconds = _finite(ttl)
+    seconds = finite(ttl)
     if seconds is None or seconds <= 0:
         raise InvalidArgumentError(f"{name} must be a number of seconds > 0, not {ttl!r}")
     return seconds
@@ -146,7 +147,7 @@ def _require_unchanged(
         raise ConflictError(f"{which} of scope {scope!r} {what}; nothing was written")
 
 
-def _finite(value: object) -> float | None:
+def finite(value: object) -> float | None:
     """``value`` as a float if it is an int or float that is finite as a float."""
     if type(value) is not int and type(value) is not float:
         return None
@@ -274,7 +275,7 @@ def clear(scope: str, pattern: str, if_revision: object = None) -> Work[int]:
 def expire(scope: str, key: str, seconds: object, if_revision: object = None) -> Work[bool]:
     check_key(key)
     expected = check_if_revision(if_revision)
-    after = None if seconds is None else _finite(seconds)
+    after = None if seconds is None else finite(seconds)
     if seconds is not None and after is None:
         raise InvalidArgumentError(f"seconds must be a finite number or None, not {seconds!r}")
 

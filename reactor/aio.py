@@ -401,6 +401,7 @@ class AsyncState:
         row = await self._run(engine.store.timer, timer_id)
         if row is None:
             return False
+        check_not_held(id(engine), row.scope)  # its own transaction would hold it up
         future = engine.mailbox(row.scope).submit(drop_timer(timer_id), row.scope)
         cancelled: bool = await self._answer(engine, row.scope, future)
         return cancelled

@@ -2,9 +2,12 @@
 ``if_revision``, history and ``get(at_revision=)``, ``wait_for``, timers, and
 transactions over several scopes, on both backends.
 
-Every test states the promise it attacks (SPEC or docs). A test that found a real bug
-is kept, marked ``xfail(strict=True)`` with the reason, so the file stays green until
-the library is fixed. Every wait has a timeout.
+Every test states the promise it attacks (SPEC or docs). It found seven bugs, fixed
+since: timers of one scope starved by another's held ones, a recurring timer whose
+periods overflow a float stopping its scope's timers, no way to cancel a timer in a
+transaction, a wait racing close() missing a committed value, history() gapped by a
+compaction between pages, get(at_revision=) of a key already past its deadline then,
+and a huge int as a time raising OverflowError. Every wait has a timeout.
 """
 
 from __future__ import annotations
@@ -336,12 +339,6 @@ def _expect(  # noqa: PLR0911
     raise AssertionError(verb)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: get(at_revision=R) returns a value whose deadline had passed at R when "
-    "its 'expired' record was committed after R (_sql.SQLStore.value_at takes the old "
-    "value of the first change after R without looking at the deadline)",
-)
 def test_at_revision_after_a_deadline_whose_expiry_was_recorded_later(
     state: reactor.State, clock: FakeClock
 ) -> None:
@@ -361,12 +358,6 @@ def test_at_revision_after_a_deadline_whose_expiry_was_recorded_later(
     assert ttl_scope.get("k", "gone", at_revision=revision) == "gone"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: at the compaction horizon, get(at_revision=R) cannot see R's time "
-    "(its record is gone) and returns a value already past its deadline at R "
-    "(_sql.SQLStore.value_at: 'at' is None, the deadline check is skipped)",
-)
 def test_at_revision_at_the_compaction_horizon_after_a_deadline(
     open_state: Opener, clock: FakeClock
 ) -> None:
@@ -612,12 +603,6 @@ def test_history_and_at_revision_at_the_compaction_horizon(
     scope.set("k", "after", if_revision=entry.revision)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: history(key) without since pages through the log and returns a "
-    "silently gapped list when compaction runs between two pages "
-    "(_verbs.ScopeVerbs.history checks the horizon only when since is given)",
-)
 def test_history_is_never_silently_gapped_by_a_compaction_between_pages(
     state: reactor.State, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -685,12 +670,6 @@ def test_wait_for_sees_a_transient_value_of_a_burst_from_another_process(db_path
         assert scope.get("k") == 199
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: a waiter that found nothing new and then sees 'closing' raises "
-    "ClosedError without looking at what was offered meanwhile (_waiting.wait and "
-    "wait_async check waiter.closing after match(), not before)",
-)
 def test_a_write_then_close_racing_a_waiter_always_returns_the_value(
     db_path: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -890,12 +869,6 @@ async def test_async_waits_cancelled_in_a_storm_leave_nothing_behind(db_path: An
 # == timers ===========================================================================
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: 1000 due timers of a scope held by a transaction fill every look of "
-    "the sweeper (TIMER_BATCH), so due timers of other scopes never fire meanwhile "
-    "(_sweeper.Sweeper.fire_timers skips busy scopes after the LIMIT, not in the query)",
-)
 def test_timers_of_a_free_scope_fire_while_another_scope_with_many_due_timers_is_held(
     state: reactor.State, clock: FakeClock
 ) -> None:
@@ -916,12 +889,6 @@ def test_timers_of_a_free_scope_fire_while_another_scope_with_many_due_timers_is
     assert fired_while_held == "fired"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: there is no way to cancel a timer inside a transaction: tx has no "
-    "cancel_timer, and state.cancel_timer in the body waits for the body's own scope "
-    "until OperationTimeout (_state.State.cancel_timer -> Engine.write on a held scope)",
-)
 def test_a_timer_is_cancelled_inside_a_transaction_atomically(open_state: Opener) -> None:
     """SPEC §13: 'Timers are created and cancelled inside transactions too
     (tx.schedule), atomically with the transaction'; SPEC §5: a call that would wait on
@@ -1375,12 +1342,6 @@ def test_a_conflicting_multi_transaction_leaves_no_timer_no_event_no_version(
         assert [(e.key, e.new_value) for e in events] == [("k", 5)]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: after= or at= given as an int too large for a float raises a raw "
-    "OverflowError, not InvalidArgumentError (_timers._seconds calls math.isfinite on "
-    "the int; check_ttl's _finite guards against this, _seconds does not)",
-)
 @pytest.mark.parametrize("when", [{"after": 10**400}, {"at": 10**400}, {"at": -(10**400)}])
 def test_a_huge_int_time_is_refused_with_the_typed_error(
     state: reactor.State, when: dict[str, int]
@@ -1392,13 +1353,6 @@ def test_a_huge_int_time_is_refused_with_the_typed_error(
     assert state.timers() == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: a recurring timer whose missed periods overflow a float (every=1e-300) "
-    "makes every firing request of its scope raise OverflowError in next_due: it and "
-    "every other due timer of that scope stay due forever (_timers.next_due, math.floor "
-    "of inf; the error is not a ReactorError, so fire() does not drop the timer)",
-)
 def test_one_odd_recurring_timer_does_not_keep_the_other_timers_of_its_scope_from_firing(
     state: reactor.State, clock: FakeClock
 ) -> None:

@@ -311,7 +311,9 @@ def test_finding_due_timers_uses_the_index(db_path: Any, open_state: Callable[..
                     rows,
                 )
             conn.execute("ANALYZE reactor_timers")
-        plan = raw_query(db_path, "EXPLAIN " + TIMERS_DUE, (time.time(), 1000))
+        plan = raw_query(
+            db_path, "EXPLAIN " + TIMERS_DUE + " ORDER BY due, id LIMIT ?", (time.time(), 1000)
+        )
         text = " ".join(str(row[0]) for row in plan)
         assert "reactor_timers_due" in text, text
         assert "Seq Scan" not in text, text
@@ -321,7 +323,11 @@ def test_finding_due_timers_uses_the_index(db_path: Any, open_state: Callable[..
         with sqlite3.connect(db_path) as conn:
             conn.executemany("INSERT INTO reactor_timers VALUES (?, ?, ?, ?, ?, ?, ?, ?)", rows)
         conn.close()
-        plan = raw_query(db_path, "EXPLAIN QUERY PLAN " + TIMERS_DUE, (time.time(), 1000))
+        plan = raw_query(
+            db_path,
+            "EXPLAIN QUERY PLAN " + TIMERS_DUE + " ORDER BY due, id LIMIT ?",
+            (time.time(), 1000),
+        )
         text = " ".join(str(row[-1]) for row in plan)
         assert "USING INDEX reactor_timers_due" in text or "USING COVERING INDEX" in text, text
     assert state.stats()["timers"]["pending"] == 100_000
