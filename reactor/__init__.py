@@ -21,6 +21,7 @@ from ._events import ChangeEvent, EventType
 from ._locks import Lock
 from ._open import open  # noqa: A004 - reactor.open, as the spec names it
 from ._options import Durability
+from ._queues import Job, Queue
 from ._results import Change, Entry, Snapshot, UpdateResult
 from ._scope import Scope
 from ._state import State
@@ -57,9 +58,11 @@ for _public in (
     ChangeEvent,
     Clock,
     Entry,
+    Job,
     Lock,
     Missing,
     MultiTransaction,
+    Queue,
     Scope,
     ScopeVerbs,
     Snapshot,
@@ -122,6 +125,7 @@ __all__ = [
     "InvalidKeyError",
     "InvalidOpError",
     "InvalidValueError",
+    "Job",
     "Lock",
     "LockNotOwnedError",
     "LockTimeout",
@@ -129,6 +133,7 @@ __all__ = [
     "MultiTransaction",
     "OperationTimeout",
     "OutcomeUnknownError",
+    "Queue",
     "ReactorError",
     "ReadOnlyError",
     "ReentrancyError",

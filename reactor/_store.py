@@ -11,11 +11,14 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, replace
-from typing import Final, Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, Final, Generic, Protocol, TypeVar
 
 from ._keys import Pattern
 
-__all__ = ["ChangeRecord", "LockRow", "Row", "Store", "Work", "WriteTxn"]
+if TYPE_CHECKING:
+    from ._sql import SQLJobs
+
+__all__ = ["ChangeRecord", "JobRow", "LockRow", "Row", "Store", "Work", "WriteTxn"]
 
 T = TypeVar("T")
 Key = tuple[str, str]
@@ -111,6 +114,10 @@ class Statements(Protocol):
 
     def save_lock(self, name: str, row: LockRow) -> None: ...
 
+    def jobs(self) -> SQLJobs:
+        """The statements of work queues (``reactor_queues``, ``reactor_jobs``)."""
+        ...
+
 
 @dataclass(slots=True)
 class LockRow:
@@ -122,6 +129,21 @@ class LockRow:
 
     def held(self, now: float) -> bool:
         return self.owner is not None and self.expires_at is not None and self.expires_at > now
+
+
+@dataclass(slots=True)
+class JobRow:
+    """A job of a work queue: its id (in its queue), item (JSON text), state
+    (``"ready"``, ``"taken"`` or ``"dead"``), ``ready_at`` (ready: when it may be
+    taken; taken: when its lease runs out; dead: when it died), the takes so far and
+    the token of its taker (taken only)."""
+
+    id: int
+    item: str
+    state: str
+    ready_at: float
+    attempts: int
+    owner: str | None
 
 
 class WriteTxn:
@@ -244,9 +266,7 @@ class WriteTxn:
         staged = Row(value, expires_at, provisional, old.created_revision, version)
         self._stage((scope, key), staged)
 
-    def log(
-        self, scope: str, key: str, kind: str, old: str | None, new: str | None
-    ) -> None:
+    def log(self, scope: str, key: str, kind: str, old: str | None, new: str | None) -> None:
         """Record a change that no row of ``reactor_kv`` holds (a queue's job: the
         jobs table does), so that it has a revision and an event like any other."""
         self._changes.append(

@@ -1,5 +1,6 @@
 """``Sweeper``: an engine's background thread. It expires the keys whose deadline has
-passed, checkpoints the database, and compacts the change log to its retention."""
+passed, turns back the queues' jobs whose lease ran out, checkpoints the database, and
+compacts the change log to its retention."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import time
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any, Final
 
+from ._jobs import expire_leases
 from ._store import WriteTxn
 from ._writes import expire_keys
 from .errors import ClosedError
@@ -65,6 +67,7 @@ class Sweeper:
                 return
             try:
                 self.sweep()
+                expire_leases(self._engine)  # work queues: leases that ran out
                 now = time.monotonic()
                 if now - checkpointed >= SWEEP_INTERVAL:
                     checkpointed = now
