@@ -21,6 +21,7 @@ from ._events import ChangeEvent, EventType
 from ._locks import Lock
 from ._open import open  # noqa: A004 - reactor.open, as the spec names it
 from ._options import Durability
+from ._queues import Job, Queue
 from ._results import Change, Entry, Snapshot, Timer, UpdateResult
 from ._scope import Scope
 from ._state import State
@@ -57,9 +58,11 @@ for _public in (
     ChangeEvent,
     Clock,
     Entry,
+    Job,
     Lock,
     Missing,
     MultiTransaction,
+    Queue,
     Scope,
     ScopeVerbs,
     Snapshot,
@@ -123,6 +126,7 @@ __all__ = [
     "InvalidKeyError",
     "InvalidOpError",
     "InvalidValueError",
+    "Job",
     "Lock",
     "LockNotOwnedError",
     "LockTimeout",
@@ -130,6 +134,7 @@ __all__ = [
     "MultiTransaction",
     "OperationTimeout",
     "OutcomeUnknownError",
+    "Queue",
     "ReactorError",
     "ReadOnlyError",
     "ReentrancyError",

@@ -349,6 +349,13 @@ class AsyncTransaction:
         """Apply update ops or a JSON Patch to the value at ``key`` (SPEC §4)."""
         return await self._call(lambda tx: tx.update(key, ops, atomic, if_revision=if_revision))
 
+    async def enqueue(
+        self, queue: str, item: Any, delay: float | None = None, key: str | None = None
+    ) -> None:
+        """Add a job to ``queue`` if, and when, the transaction commits (see
+        ``Transaction.enqueue``)."""
+        await self._call(lambda tx: tx.enqueue(queue, item, delay, key))
+
 
 class AsyncMultiTransaction:
     """``async with state.transaction("orders", "ledger") as tx:``: the task owns every
@@ -382,6 +389,16 @@ class AsyncMultiTransaction:
             InvalidKeyError: ``name`` is not a valid scope name.
         """
         return self._parts[part_of(self.names, name)]
+
+    async def enqueue(
+        self, queue: str, item: Any, delay: float | None = None, key: str | None = None
+    ) -> None:
+        """Add a job to ``queue`` if, and when, the transaction commits, with the body's
+        writes to every scope (see ``Transaction.enqueue``)."""
+        hold = self._hold
+        if hold is None:
+            raise ClosedError("this transaction has not begun: use async with")
+        await self._handle._run(hold.enqueue, queue, item, delay, key)
 
     async def __aenter__(self) -> AsyncMultiTransaction:
         if self._hold is not None:

@@ -33,7 +33,11 @@ __all__ = [
     "deleted_view",
     "event_line",
     "items_view",
+    "job_id_view",
+    "job_view",
+    "jobs_view",
     "keys_view",
+    "queue_stats_view",
     "scopes_view",
     "stats_view",
     "ttl_view",
@@ -298,6 +302,55 @@ def _cell(value: Any) -> str:
     if isinstance(value, int) and not isinstance(value, bool):
         return f"{value:,}"
     return "" if value is None else str(value)
+
+
+def job_id_view(data: Mapping[str, Any]) -> RenderableType:
+    """The id of a job put."""
+    from rich.text import Text
+
+    return Text(f"job {data['id']}")
+
+
+def job_view(job: Mapping[str, Any]) -> RenderableType:
+    """A job taken: its id, attempts, item, and the token to ack it with."""
+    rows: dict[str, RenderableType] = {
+        "id": str(job["id"]),
+        "attempts": str(job["attempts"]),
+        "item": compact(job["item"]),
+    }
+    if "token" in job:
+        rows["token"] = job["token"]
+    return _grid(rows)
+
+
+def jobs_view(jobs: list[Mapping[str, Any]]) -> RenderableType:
+    """Jobs (dead ones), one per row."""
+    from rich.table import Table
+
+    if not jobs:
+        return _empty("no jobs")
+    table = Table("id", "attempts", "item")
+    table.columns[0].justify = table.columns[1].justify = "right"
+    for job in jobs:
+        table.add_row(str(job["id"]), str(job["attempts"]), compact(job["item"]))
+    return table
+
+
+def queue_stats_view(counts: Mapping[str, Mapping[str, int]]) -> RenderableType:
+    """Queues and how many of their jobs are in each state."""
+    from rich.table import Table
+    from rich.text import Text
+
+    if not counts:
+        return _empty("no queues")
+    table = Table("queue", "ready", "delayed", "taken", "dead")
+    for column in table.columns[1:]:
+        column.justify = "right"
+    for name, found in counts.items():
+        table.add_row(
+            Text(name), *(f"{found[state]:,}" for state in ("ready", "delayed", "taken", "dead"))
+        )
+    return table
 
 
 def event_line(event: ChangeEvent) -> Text:

@@ -43,7 +43,7 @@ from sqlalchemy.pool import NullPool
 
 from ._combine import Combiner
 from ._schema import META_TABLE, SCHEMA_VERSION, check_version, migrate
-from ._sql import ITEMS, REVISION, SQLStatements, SQLStore
+from ._sql import ITEMS, REVISION, SQLJobs, SQLStatements, SQLStore
 from ._store import ChangeRecord, Key, Row, Upsert
 from .errors import (
     BusyError,
@@ -101,6 +101,13 @@ kept AS (
         created_revision = excluded.created_revision, version = excluded.version
 )
 """
+# Jobs in one statement of a few arrays: many rows of ?-placeholders would be parsed by
+# the driver, every time, at about 6 ms a hundred rows.
+ADD_JOBS: Final = (
+    "INSERT INTO reactor_jobs (queue, id, item, state, ready_at, attempts, owner, key, "
+    "created_at) SELECT * FROM unnest(%s::text[], %s::bigint[], %s::text[], %s::text[], "
+    "%s::float8[], %s::int[], %s::text[], %s::text[], %s::float8[])"
+)
 READ_AHEAD: Final = (
     "SELECT key, value, expires_at, revision, created_revision, version FROM reactor_kv "
     "WHERE scope = %s AND key = ANY(%s)"
@@ -289,6 +296,19 @@ class _Statements(SQLStatements):
 
     def abort(self) -> None:
         self._store.abandon(self._conn)
+
+    def jobs(self) -> SQLJobs:
+        return _Jobs(self._all, self._run)
+
+
+class _Jobs(SQLJobs):
+    """The statements of work queues, with PostgreSQL's own insert of many jobs."""
+
+    __slots__ = ()
+
+    def add_jobs(self, rows: list[tuple[Any, ...]]) -> None:
+        if rows:
+            self._run(ADD_JOBS, tuple(list(column) for column in zip(*rows, strict=True)))
 
 
 class PostgresStore(SQLStore):

@@ -15,7 +15,7 @@ from typing import Any, Final, TypeVar
 
 from ._combine import Combiner
 from ._keys import Pattern
-from ._store import ChangeRecord, Key, LockRow, Row, TimerRow, Upsert, WriteTxn
+from ._store import ChangeRecord, JobRow, Key, LockRow, Row, TimerRow, Upsert, WriteTxn
 from .errors import (
     BusyError,
     ClosedError,
@@ -24,7 +24,7 @@ from .errors import (
     RevisionCompactedError,
 )
 
-__all__ = ["SQLStatements", "SQLStore", "TransactionReader"]
+__all__ = ["SQLJobs", "SQLStatements", "SQLStore", "TransactionReader"]
 
 logger = logging.getLogger("reactor")
 T = TypeVar("T")
@@ -147,6 +147,70 @@ TIMER_DELETE: Final = "DELETE FROM reactor_timers WHERE id = ?"
 TIMER_MOVE: Final = "UPDATE reactor_timers SET due = ? WHERE id = ?"
 IN_CHUNK: Final = 500  # keys per IN (...) list, well under every driver's variable limit
 
+# Work queues. A statement that looks for jobs names the queue and a state, and orders
+# by (ready_at, id): it seeks the index reactor_jobs_ready (queue, state, ready_at, id),
+# O(log n) however many jobs the queue holds.
+QUEUE: Final = "SELECT max_attempts, next_id FROM reactor_queues WHERE name = ?"
+ADD_QUEUE: Final = "INSERT INTO reactor_queues (name, max_attempts, next_id) VALUES (?, ?, ?)"
+SET_QUEUE: Final = "UPDATE reactor_queues SET max_attempts = ?, next_id = ? WHERE name = ?"
+QUEUE_NAMES: Final = "SELECT name FROM reactor_queues ORDER BY name"
+JOB_COLUMNS: Final = "id, item, state, ready_at, attempts, owner"
+JOB: Final = f"SELECT {JOB_COLUMNS} FROM reactor_jobs WHERE queue = ? AND id = ?"
+FIRST_READY: Final = (
+    f"SELECT {JOB_COLUMNS} FROM reactor_jobs WHERE queue = ? AND state = 'ready' "
+    "AND ready_at <= ? ORDER BY ready_at, id LIMIT 1"
+)
+DUE_JOBS: Final = (
+    f"SELECT {JOB_COLUMNS} FROM reactor_jobs WHERE queue = ? AND state = ? "
+    "AND ready_at <= ? ORDER BY ready_at, id LIMIT ?"
+)
+JOBS_IN_STATE: Final = (
+    f"SELECT {JOB_COLUMNS} FROM reactor_jobs WHERE queue = ? AND state = ? "
+    "ORDER BY ready_at, id LIMIT ?"
+)
+# When a job may next be taken: the first ready one, or the first lease to run out.
+# ORDER BY ... LIMIT 1 rather than MIN(): PostgreSQL reads MIN() off the index only when
+# its statistics say the range is large, and a queue just filled has none yet.
+_FIRST_AT: Final = "(SELECT ready_at FROM reactor_jobs WHERE queue = ? AND state = "
+NEXT_TIMES: Final = (
+    f"SELECT {_FIRST_AT}'ready' ORDER BY ready_at LIMIT 1), "
+    f"{_FIRST_AT}'taken' ORDER BY ready_at LIMIT 1)"
+)
+JOBS_BY_KEY: Final = "SELECT key, id FROM reactor_jobs WHERE queue = ? AND key IN ({})"
+ADD_JOBS: Final = (
+    "INSERT INTO reactor_jobs (queue, id, item, state, ready_at, attempts, owner, key, "
+    "created_at) VALUES {}"
+)
+JOB_PLACES: Final = "(?, ?, ?, ?, ?, ?, ?, ?, ?)"
+JOBS_PER_INSERT: Final = 100  # 900 parameters: under SQLite's oldest limit (999)
+SET_JOB: Final = (
+    "UPDATE reactor_jobs SET state = ?, ready_at = ?, attempts = ?, owner = ? "
+    "WHERE queue = ? AND id = ?"
+)
+SET_JOB_STATES: Final = (
+    "UPDATE reactor_jobs SET state = ?, owner = NULL WHERE queue = ? AND id IN ({})"
+)
+REVIVE_JOBS: Final = (
+    "UPDATE reactor_jobs SET state = 'ready', ready_at = ?, attempts = 0, owner = NULL "
+    "WHERE queue = ? AND id IN ({})"
+)
+DELETE_JOB: Final = "DELETE FROM reactor_jobs WHERE queue = ? AND id = ?"
+# How many jobs of a queue: ready now, ready later, taken, taken with the lease run out
+# (with attempts left, and without), dead. Each a range of the index: no sort, no
+# grouping, and the table itself read only for the leases that ran out.
+_COUNT: Final = "(SELECT COUNT(*) FROM reactor_jobs WHERE queue = ? AND state = "
+JOB_COUNTS: Final = (
+    f"SELECT {_COUNT}'ready' AND ready_at <= ?), {_COUNT}'ready' AND ready_at > ?), "
+    f"{_COUNT}'taken' AND ready_at > ?), "
+    f"{_COUNT}'taken' AND ready_at <= ? AND attempts < ?), "
+    f"{_COUNT}'taken' AND ready_at <= ? AND attempts >= ?), {_COUNT}'dead')"
+)
+# The queues with a lease run out: one seek of the index per queue, not a table scan.
+QUEUES_DUE: Final = (
+    "SELECT q.name FROM reactor_queues AS q WHERE EXISTS (SELECT 1 FROM reactor_jobs AS j "
+    "WHERE j.queue = q.name AND j.state = 'taken' AND j.ready_at <= ?)"
+)
+
 
 def ranged(
     sql: str, scope: str, bounds: tuple[str, str | None] | None, *live: float
@@ -234,6 +298,132 @@ class _RowReads:
             for name in names:
                 ahead[(scope, name)] = found.get(name)
         return ahead
+
+
+class SQLJobs:
+    """The statements of work queues, on a connection: a write transaction's (``_all``
+    and ``_run`` of ``SQLStatements``), or a plain read of the store's
+    (``TransactionReader``: its writes fail). Every statement runs at once, on both
+    backends: a job written is seen by the next statement of the transaction."""
+
+    __slots__ = ("_all", "_run")
+
+    def __init__(
+        self,
+        read: Callable[[str, tuple[Any, ...]], list[Any]],
+        run: Callable[[str, tuple[Any, ...]], int],
+    ) -> None:
+        self._all = read
+        self._run = run
+
+    # -- queues --------------------------------------------------------------------
+    def queue(self, name: str) -> tuple[int, int] | None:
+        """A queue's ``max_attempts`` and the id its next job takes; None: no queue."""
+        found = self._all(QUEUE, (name,))
+        return (int(found[0][0]), int(found[0][1])) if found else None
+
+    def add_queue(self, name: str, max_attempts: int, next_id: int) -> None:
+        self._run(ADD_QUEUE, (name, max_attempts, next_id))
+
+    def set_queue(self, name: str, max_attempts: int, next_id: int) -> None:
+        self._run(SET_QUEUE, (max_attempts, next_id, name))
+
+    def queue_names(self) -> list[str]:
+        return [name for (name,) in self._all(QUEUE_NAMES, ())]
+
+    def queues_due(self, now: float) -> list[str]:
+        """The queues holding a job whose lease ran out by ``now``."""
+        return [name for (name,) in self._all(QUEUES_DUE, (now,))]
+
+    # -- jobs ----------------------------------------------------------------------
+    def job(self, queue: str, job_id: int) -> JobRow | None:
+        found = self._all(JOB, (queue, job_id))
+        return _job_row(found[0]) if found else None
+
+    def first_ready(self, queue: str, now: float) -> JobRow | None:
+        """The ready job to take first at ``now``: the earliest ready, then the lowest id."""
+        found = self._all(FIRST_READY, (queue, now))
+        return _job_row(found[0]) if found else None
+
+    def due(self, queue: str, state: str, now: float, limit: int) -> list[JobRow]:
+        """Up to ``limit`` jobs in ``state`` whose ``ready_at`` is ``now`` or before,
+        earliest first (taken: leases that ran out)."""
+        return [_job_row(row) for row in self._all(DUE_JOBS, (queue, state, now, limit))]
+
+    def in_state(self, queue: str, state: str, limit: int) -> list[JobRow]:
+        """Up to ``limit`` jobs in ``state``, by ``ready_at`` then id."""
+        return [_job_row(row) for row in self._all(JOBS_IN_STATE, (queue, state, limit))]
+
+    def next_times(self, queue: str) -> tuple[float | None, float | None]:
+        """The earliest ``ready_at`` of the ready jobs, and of the taken ones (the first
+        lease to run out); None where there is none."""
+        ready, taken = self._all(NEXT_TIMES, (queue, queue))[0]
+        return (
+            None if ready is None else float(ready),
+            None if taken is None else float(taken),
+        )
+
+    def ids_by_key(self, queue: str, keys: list[str]) -> dict[str, int]:
+        """The ids of the jobs that hold those idempotency ``keys``."""
+        found: dict[str, int] = {}
+        unique = list(dict.fromkeys(keys))
+        for start in range(0, len(unique), IN_CHUNK):
+            chunk = unique[start : start + IN_CHUNK]
+            sql = JOBS_BY_KEY.format(", ".join("?" * len(chunk)))
+            for key, job_id in self._all(sql, (queue, *chunk)):
+                found[key] = int(job_id)
+        return found
+
+    def add_jobs(self, rows: list[tuple[Any, ...]]) -> None:
+        """Insert jobs: (queue, id, item, state, ready_at, attempts, owner, key,
+        created_at) each. Several rows a statement, run at once (not ``executemany``,
+        which PostgreSQL's statements hold back until the commit)."""
+        for start in range(0, len(rows), JOBS_PER_INSERT):
+            chunk = rows[start : start + JOBS_PER_INSERT]
+            sql = ADD_JOBS.format(", ".join([JOB_PLACES] * len(chunk)))
+            self._run(sql, tuple(value for row in chunk for value in row))
+
+    def set_job(self, queue: str, row: JobRow) -> None:
+        """Write the state, ``ready_at``, attempts and owner of ``row``."""
+        self._run(SET_JOB, (row.state, row.ready_at, row.attempts, row.owner, queue, row.id))
+
+    def set_states(self, queue: str, ids: list[int], state: str) -> None:
+        """Put the jobs ``ids`` in ``state``, with no owner (the rest as it is)."""
+        for start in range(0, len(ids), IN_CHUNK):
+            chunk = ids[start : start + IN_CHUNK]
+            sql = SET_JOB_STATES.format(", ".join("?" * len(chunk)))
+            self._run(sql, (state, queue, *chunk))
+
+    def revive(self, queue: str, ids: list[int], now: float) -> None:
+        """Make the jobs ``ids`` ready at ``now``, with no attempt used and no owner."""
+        for start in range(0, len(ids), IN_CHUNK):
+            chunk = ids[start : start + IN_CHUNK]
+            sql = REVIVE_JOBS.format(", ".join("?" * len(chunk)))
+            self._run(sql, (now, queue, *chunk))
+
+    def delete_job(self, queue: str, job_id: int) -> None:
+        self._run(DELETE_JOB, (queue, job_id))
+
+    def counts(self, queue: str, now: float, max_attempts: int) -> dict[str, int]:
+        """How many jobs are ready now, delayed, taken and dead at ``now``: a lease
+        run out counts where it goes next (dead after ``max_attempts`` takes)."""
+        params = (queue, now) * 3 + (queue, now, max_attempts) * 2 + (queue,)
+        ready, delayed, taken, back, spent, dead = self._all(JOB_COUNTS, params)[0]
+        return {
+            "ready": int(ready) + int(back),
+            "delayed": int(delayed),
+            "taken": int(taken),
+            "dead": int(dead) + int(spent),
+        }
+
+
+def _job_row(row: Any) -> JobRow:
+    job_id, item, state, ready_at, attempts, owner = row
+    return JobRow(int(job_id), item, state, float(ready_at), int(attempts), owner)
+
+
+def _no_writes(*_: object) -> int:
+    raise AssertionError("a plain read never writes jobs")
 
 
 class SQLStatements(_RowReads):
@@ -362,6 +552,9 @@ class SQLStatements(_RowReads):
     def move_timer(self, timer_id: str, due: float) -> None:
         self._run(TIMER_MOVE, (due, timer_id))
 
+    def jobs(self) -> SQLJobs:
+        return SQLJobs(self._all, self._run)
+
 
 class TransactionReader(_RowReads):
     """The read statements of a write transaction, for a transaction body: each runs
@@ -432,6 +625,10 @@ class TransactionReader(_RowReads):
 
     def move_timer(self, *_: object) -> None:
         raise AssertionError("a transaction body defers its timers to the commit")
+
+    def jobs(self) -> SQLJobs:
+        """Reads of the queues; a body's enqueues run in its commit (``WriteTxn.defer``)."""
+        return SQLJobs(self._all, _no_writes)
 
 
 class SQLStore:

@@ -11,6 +11,7 @@ from ._engine import Engine, engine_of
 from ._events import ChangeEvent, EventType
 from ._keys import compile_pattern
 from ._locks import Lock
+from ._queues import Queue
 from ._registry import release_engine
 from ._results import Timer
 from ._scope import Scope
@@ -100,6 +101,18 @@ class State:
         """
         engine_of(self)
         return Lock(self, name, ttl, timeout)
+
+    def queue(self, name: str, max_attempts: int | None = None) -> Queue:
+        """A durable work queue, shared by every process on this database (created on
+        first use). ``max_attempts``: how many takes a job gets before it is dead (None:
+        as stored, 5 for a new queue); saved with the handle's first write.
+
+        Raises:
+            InvalidKeyError: ``name`` is not a valid name (at most 1,018 characters).
+            InvalidArgumentError: ``max_attempts`` is not None or an int >= 1.
+        """
+        engine_of(self)
+        return Queue(self, name, max_attempts)
 
     def subscribe(
         self,

@@ -11,11 +11,14 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, replace
-from typing import Final, Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, Final, Generic, Protocol, TypeVar
 
 from ._keys import Pattern
 
-__all__ = ["ChangeRecord", "LockRow", "Row", "Store", "TimerRow", "Work", "WriteTxn"]
+if TYPE_CHECKING:
+    from ._sql import SQLJobs
+
+__all__ = ["ChangeRecord", "JobRow", "LockRow", "Row", "Store", "TimerRow", "Work", "WriteTxn"]
 
 T = TypeVar("T")
 Key = tuple[str, str]
@@ -120,6 +123,10 @@ class Statements(Protocol):
 
     def move_timer(self, timer_id: str, due: float) -> None: ...
 
+    def jobs(self) -> SQLJobs:
+        """The statements of work queues (``reactor_queues``, ``reactor_jobs``)."""
+        ...
+
 
 @dataclass(slots=True)
 class LockRow:
@@ -145,6 +152,21 @@ class TimerRow:
     every: float | None
     value: str | None
     ops: str | None
+
+
+@dataclass(slots=True)
+class JobRow:
+    """A job of a work queue: its id (in its queue), item (JSON text), state
+    (``"ready"``, ``"taken"`` or ``"dead"``), ``ready_at`` (ready: when it may be
+    taken; taken: when its lease runs out; dead: when it died), the takes so far and
+    the token of its taker (taken only)."""
+
+    id: int
+    item: str
+    state: str
+    ready_at: float
+    attempts: int
+    owner: str | None
 
 
 class WriteTxn:

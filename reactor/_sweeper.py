@@ -1,6 +1,6 @@
 """``Sweeper``: an engine's background thread. It expires the keys whose deadline has
-passed, fires the timers that are due, checkpoints the database, and compacts the
-change log to its retention."""
+passed, fires the timers that are due, turns back the queues' jobs whose lease ran
+out, checkpoints the database, and compacts the change log to its retention."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import time
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any, Final
 
+from ._jobs import expire_leases
 from ._store import WriteTxn
 from ._timers import Fired, fire
 from ._writes import expire_keys
@@ -70,6 +71,7 @@ class Sweeper:
             try:
                 self.sweep()
                 self.fire_timers()
+                expire_leases(self._engine)  # work queues: leases that ran out
                 now = time.monotonic()
                 if now - checkpointed >= SWEEP_INTERVAL:
                     checkpointed = now

@@ -24,10 +24,11 @@ import builtins
 import threading
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future
+from time import perf_counter
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from . import _writes
+from . import _jobs, _writes
 from ._engine import engine_of
 from ._keys import Pattern, check_key
 from ._results import Snapshot
@@ -96,7 +97,17 @@ class Hold:
     the actors' futures its own way. ``self`` is the owner the mailboxes know.
     """
 
-    __slots__ = ("_state", "base", "engine", "locks", "names", "status", "taken", "txn")
+    __slots__ = (
+        "_state",
+        "base",
+        "engine",
+        "locks",
+        "names",
+        "outbox",
+        "status",
+        "taken",
+        "txn",
+    )
 
     def __init__(self, state: State, names: tuple[str, ...]) -> None:
         self._state = state
@@ -109,6 +120,25 @@ class Hold:
         # What else the commit holds against other processes (a queue the body enqueues
         # to): the names of PostgreSQL's scope locks, with the scopes'.
         self.locks: set[str] = set()
+        self.outbox: _jobs.Outbox | None = None  # the jobs the body enqueued
+
+    def enqueue(
+        self, queue: str, item: Any, delay: float | None = None, key: str | None = None
+    ) -> None:
+        """Add a job to ``queue`` when the transaction commits (``tx.enqueue``)."""
+        engine = self.usable()
+        start = perf_counter()
+        try:
+            name, entry = _jobs.check_put(engine.options, queue, item, delay, key)
+            txn = self.txn
+            assert txn is not None
+            if self.outbox is None:
+                self.outbox = _jobs.Outbox()
+                txn.defer(self.outbox)  # one for all the body's jobs, run in the commit
+            self.outbox.add(name, entry)
+            self.locks.add(_jobs.lock_name(name))
+        finally:
+            engine.stats.record("queue.enqueue", perf_counter() - start)
 
     # -- with: the thread's bookkeeping around take and finish -----------------------
     def enter(self) -> None:
@@ -391,6 +421,21 @@ class Transaction(ScopeVerbs):
         """The scope as this transaction sees it, with the revision it began at."""
         return Snapshot(self.list(), self._hold.base)
 
+    def enqueue(
+        self, queue: str, item: Any, delay: float | None = None, key: str | None = None
+    ) -> None:
+        """Add a job to ``queue`` (``state.queue(queue).put(item, delay, key)``) if, and
+        when, the transaction commits: the job and the body's writes are committed
+        together, or neither (an outbox). Its id is not known before the commit, so none
+        is returned; a ``key`` that a job of the queue holds adds nothing.
+
+        Raises:
+            InvalidValueError: ``item`` is not storable JSON.
+            InvalidKeyError: a bad queue name or ``key``.
+            InvalidArgumentError: ``delay`` is not None or a finite number >= 0.
+        """
+        self._hold.enqueue(queue, item, delay, key)
+
     def transaction(self) -> Transaction:
         """Transactions do not nest.
 
@@ -431,6 +476,13 @@ class MultiTransaction:
     def cancel_timer(self, timer_id: str) -> bool:
         """Cancel a pending timer with the commit (see ``Transaction.cancel_timer``)."""
         return self._hold.cancel_timer(timer_id)
+
+    def enqueue(
+        self, queue: str, item: Any, delay: float | None = None, key: str | None = None
+    ) -> None:
+        """Add a job to ``queue`` if, and when, the transaction commits, with the body's
+        writes to every scope (see ``Transaction.enqueue``)."""
+        self._hold.enqueue(queue, item, delay, key)
 
     def __enter__(self) -> MultiTransaction:
         self._hold.enter()

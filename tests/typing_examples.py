@@ -148,6 +148,55 @@ def transactions_and_locks(state: reactor.State) -> None:
     assert_type(state.lock("deploy", 30).acquire(blocking=False), bool)
 
 
+def queues(state: reactor.State) -> None:
+    emails = state.queue("emails", max_attempts=5)
+    assert_type(emails, reactor.Queue)
+    assert_type(emails.name, str)
+    assert_type(emails.put({"to": "ada@example.com"}), int)
+    assert_type(emails.put("x", delay=1.5, key="k"), int)
+    job = emails.take(timeout=10, lease=30)
+    assert_type(job, reactor.Job | None)
+    if job is not None:
+        assert_type(job.id, int)
+        assert_type(job.item, Any)
+        assert_type(job.attempts, int)
+        assert_type(job.queue, str)
+        job.extend(60)
+        job.nack(delay=5)
+        job.ack()
+    assert_type(emails.stats(), dict[str, int])
+    assert_type(emails.dead(), list[reactor.Job])
+    assert_type(emails.retry_dead(), int)
+    with state.scope("orders").transaction() as tx:
+        assert_type(tx.enqueue("emails", {"order": "o-1"}, delay=None, key="o-1"), None)
+    with state.transaction("orders", "ledger") as both:
+        assert_type(both.enqueue("emails", 1), None)
+    emails.put(1, delay="5")  # type: ignore[arg-type]
+    emails.take(lease="30")  # type: ignore[arg-type]
+    state.queue("emails", max_attempts="5")  # type: ignore[arg-type]
+
+
+async def queues_async(state: reactor.aio.AsyncState) -> None:
+    emails = state.queue("emails", max_attempts=5)
+    assert_type(emails, reactor.aio.AsyncQueue)
+    assert_type(await emails.put({"to": "ada@example.com"}, key="k"), int)
+    job = await emails.take(timeout=10)
+    assert_type(job, reactor.aio.AsyncJob | None)
+    if job is not None:
+        assert_type(job.item, Any)
+        assert_type(job.attempts, int)
+        await job.extend(60)
+        await job.nack()
+        await job.ack()
+    assert_type(await emails.stats(), dict[str, int])
+    assert_type(await emails.dead(), list[reactor.aio.AsyncJob])
+    assert_type(await emails.retry_dead(), int)
+    async with state.scope("orders").transaction() as tx:
+        await tx.enqueue("emails", 1)
+    async with state.transaction("orders", "ledger") as both:
+        await both.enqueue("emails", 1)
+
+
 def restock(handle: reactor.ScopeVerbs) -> int | float:
     """A helper that writes through a scope or a transaction alike."""
     return handle.increment("stock", 10)
