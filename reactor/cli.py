@@ -887,10 +887,11 @@ def demo(db: str | None) -> None:
 )
 @click.option(
     "--only",
-    type=click.Choice(["peers", "writers"]),
+    type=click.Choice(["peers", "writers", "workflow"]),
     default=None,
-    help="One section: reactor against its peers, or how its writes scale with "
-    "writers [default: both].",
+    help="One section: reactor against its peers, how its writes scale with writers, "
+    "or its timers and work queue (against a Redis list and a SQLite table) "
+    "[default: all].",
 )
 @click.option(
     "--json/--table",

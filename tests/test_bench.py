@@ -93,6 +93,33 @@ def test_quick_bench_on_a_terminal_fits_80_columns(tmp_path: Path) -> None:
     assert "pgbench" not in section, "pgbench runs beside PostgreSQL only"
     assert too_wide(rendered(result)) == []
     assert list((tmp_path / "dbs").iterdir()) == [], "bench leaves no file behind"
+    assert_workflow(result)
+
+
+def assert_workflow(result: dict[str, Any]) -> None:
+    """The workflow section: every probe timer fired, every queue did each job once."""
+    section = result["workflow"]
+    assert section["errors"] == {}
+    timers = section["timers"]
+    assert timers["fired"] == timers["probes"] > 0
+    assert timers["pending_after"] == timers["pending"], "the far timers stay pending"
+    assert 0 <= timers["lag_p50_ms"] <= timers["lag_max_ms"]
+    for peer in ("reactor", "sqlite3"):
+        for workers in ("1", "4"):
+            found = section["queue"][peer][workers]
+            assert found["exactly_once"] is True, (peer, workers, found)
+            assert found["take_ack_per_s"] > 0
+            assert found["error"] is None
+
+
+@pytest.mark.timeout(120)
+def test_bench_workflow_alone(tmp_path: Path) -> None:
+    done = bench("bench", "--quick", "--only", "workflow", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert "figures" not in result
+    assert "scaling" not in result
+    assert_workflow(result)
 
 
 @pytest.mark.timeout(120)

@@ -44,6 +44,17 @@ EXPECTED: dict[str, list[str]] = {
         "status: completed | deploys: 3",
     ],
     "global_counter": ["8 threads x 250: done = 2000", "+ 2 processes x 250: done = 2500"],
+    "order_fulfilment": [
+        "timers: ['o-1', 'o-2', 'o-3']",
+        "o-1 paid: True | o-3 paid: True",
+        "email  attempt 3: o-3 paid failed (550 no such mailbox)",
+        "o-3 approved by manager",
+        "timer  o-2: awaiting payment -> cancelled",
+        "o-2: cancelled",
+        "sent: ['ada@example.com: o-1 paid', 'bob@example.com: o-2 cancelled']",
+        "dead letters: [('o-3 paid', 3)]",
+        "queue: {'ready': 0, 'delayed': 0, 'taken': 0, 'dead': 1}",
+    ],
     "order_updates": [
         "error:  op 1 type_mismatch",
         "error:  op 1 path_not_found",

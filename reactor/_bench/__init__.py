@@ -22,6 +22,7 @@ from . import report
 from .backends import Backend, BackendUnavailable, connect_backend
 from .peers import PEERS, available, reactor_target, redis_server_version
 from .scale import run_scale
+from .workflow import QUEUE_PEERS, queue_peers, queue_throughput, timer_lag
 from .workloads import (
     COUNTER,
     Counts,
@@ -43,7 +44,7 @@ class Options:
     quick: bool = False
     rounds: int | None = None  # None: 3, or 1 with quick
     scale: bool = False
-    only: str | None = None  # "peers" or "writers": that section only; None: both
+    only: str | None = None  # "peers", "writers" or "workflow": that section only; None: all
     db_dir: str | None = None  # None: a temporary directory, removed afterwards
     threads: int = 4
     processes: int = 4
@@ -125,7 +126,7 @@ def run(options: Options) -> dict[str, Any]:
 
 
 def _run(options: Options, backend: Backend) -> dict[str, Any]:
-    names, skipped = available() if options.only != "writers" else ([], {})
+    names, skipped = available() if options.only in (None, "peers") else ([], {})
     fresh = "files" if backend.name == "sqlite" else "files (reactor: a PostgreSQL schema)"
     notes = [
         (
@@ -137,7 +138,7 @@ def _run(options: Options, backend: Backend) -> dict[str, Any]:
             "one shared counter; phases run set, get, update, increment, delete in that order"
         ),
     ]
-    if options.only == "writers":
+    if options.only in ("writers", "workflow"):
         notes.clear()
         if backend.name != "sqlite":
             notes.append(f"reactor runs on {backend.describe()}")
@@ -162,13 +163,15 @@ def _run(options: Options, backend: Backend) -> dict[str, Any]:
         if options.scale:
             result.update(_scale(options, root))
             return result
-        if options.only != "writers":
+        if options.only in (None, "peers"):
             result.update(_compare(options, backend, names, root, notes))
-        if options.only != "peers":
+        if options.only in (None, "writers"):
             result["scaling"] = {backend.name: _writers(options, backend, root)}
             error = result["scaling"][backend.name].get("error")
             if error is not None:
                 result.setdefault("errors", {}).setdefault("reactor", {})["writers"] = error
+        if options.only in (None, "workflow"):
+            result["workflow"] = _workflow(options, backend, root)
     return result
 
 
@@ -182,6 +185,67 @@ def _writers(options: Options, backend: Backend, root: str) -> dict[str, Any]:
         plan_for(quick=options.quick, rounds=rounds),
         lambda message: _say(options, message),
     )
+
+
+def _workflow(options: Options, backend: Backend, root: str) -> dict[str, Any]:
+    """Timers firing with many pending, and a work queue against a Redis list and a
+    SQLite table (medians of the rounds); each on a fresh database."""
+    from .peers import _redis_answers
+
+    rounds = options.rounds if options.rounds is not None else (1 if options.quick else 3)
+    pending, probes = (10_000, 50) if options.quick else (100_000, 200)
+    jobs = 500 if options.quick else 5000
+    section: dict[str, Any] = {"errors": {}}
+    _say(options, f"workflow: timers, {pending:,} pending")
+    location = os.path.join(root, "timers")
+    os.makedirs(location)
+    try:
+        with backend.location(location, "timers") as where:
+            section["timers"] = timer_lag(reactor_target(where), pending, probes)
+    except Exception as exc:  # noqa: BLE001 - one failure must not end the run
+        section["errors"]["timers"] = f"{type(exc).__name__}: {exc}"
+    finally:
+        shutil.rmtree(location, ignore_errors=True)
+    names, skipped = queue_peers(_redis_answers())
+    section["queue_skipped"] = skipped
+    found: dict[str, dict[int, list[dict[str, Any]]]] = {}
+    for number in range(rounds):
+        for workers in sorted({1, options.threads}):
+            for name in names:
+                _say(options, f"workflow round {number + 1}/{rounds}: {name} queue, {workers}t")
+                location = os.path.join(root, f"queue-r{number}-{name}-{workers}")
+                os.makedirs(location)
+                try:
+                    with _where(backend, name, location, f"q{number}-{workers}") as where:
+                        peer = QUEUE_PEERS[name](
+                            reactor_target(where) if name == "reactor" else where
+                        )
+                        try:
+                            figures = queue_throughput(peer, jobs, workers)
+                        finally:
+                            peer.close()
+                    found.setdefault(name, {}).setdefault(workers, []).append(figures)
+                except Exception as exc:  # noqa: BLE001 - one failure must not end the run
+                    section["errors"][f"{name} {workers}t"] = f"{type(exc).__name__}: {exc}"
+                finally:
+                    shutil.rmtree(location, ignore_errors=True)
+    section["queue"] = {
+        name: {str(workers): _median_queue(runs) for workers, runs in by_workers.items()}
+        for name, by_workers in found.items()
+    }
+    section["settings"] = {"rounds": rounds, "jobs": jobs, "pending_timers": pending}
+    return section
+
+
+def _median_queue(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The median of each rate over the rounds; exactly once only if every round was."""
+    merged = dict(runs[0])
+    for rate in ("put_per_s", "take_ack_per_s"):
+        values = sorted(run[rate] for run in runs if run[rate] is not None)
+        merged[rate] = values[len(values) // 2] if values else None
+    merged["exactly_once"] = all(run["exactly_once"] for run in runs)
+    merged["error"] = next((run["error"] for run in runs if run["error"]), None)
+    return merged
 
 
 def _scale(options: Options, root: str) -> dict[str, Any]:

@@ -325,6 +325,70 @@ def _events_table(result: dict[str, Any]) -> Table:
     return table
 
 
+def _workflow_tables(result: dict[str, Any]) -> Group:
+    section = result["workflow"]
+    parts: list[Any] = []
+    queue = section.get("queue", {})
+    if queue:
+        jobs = section["settings"]["jobs"]
+        table = _table(
+            f"work queue, reactor on {_on(result)}: {jobs:,} jobs put by one thread, "
+            "then taken and acked by N (ops/s; reactor ÷ peer)"
+        )
+        for column in ("queue", "N", "put", "take+ack", "÷ put", "÷ take", "once"):
+            table.add_column(column, justify="left" if column == "queue" else "right")
+        mine = queue.get("reactor", {})
+        for name, by_workers in queue.items():
+            for workers, found in sorted(by_workers.items(), key=lambda item: int(item[0])):
+                base = mine.get(workers, {})
+                put, take = found["put_per_s"], found["take_ack_per_s"]
+                table.add_row(
+                    name,
+                    workers,
+                    "-" if put is None else _rate(put),
+                    "-" if take is None else _rate(take),
+                    _ratio(_divide(base.get("put_per_s"), put)) if name != "reactor" else "",
+                    _ratio(_divide(base.get("take_ack_per_s"), take)) if name != "reactor" else "",
+                    _verdict(found["exactly_once"]),
+                )
+        parts.append(table)
+    timers = section.get("timers")
+    if timers:
+        table = _table(
+            f"timers, reactor on {_on(result)}: {timers['probes']} due 10 ms apart with "
+            f"{timers['pending']:,} pending"
+        )
+        for column in ("fired", "lag p50", "lag p99", "lag max", "scheduled/s"):
+            table.add_column(column, justify="right")
+
+        def ms(value: float | None) -> str:
+            return "-" if value is None else _duration(value * 1000)
+
+        table.add_row(
+            f"{timers['fired']}/{timers['probes']}",
+            ms(timers["lag_p50_ms"]),
+            ms(timers["lag_p99_ms"]),
+            ms(timers["lag_max_ms"]),
+            "-" if timers["schedule_per_s"] is None else _rate(timers["schedule_per_s"]),
+        )
+        parts.append(table)
+    notes = Text()
+    for name, why in section.get("queue_skipped", {}).items():
+        notes.append(f"queue peer skipped, {name}: {why}\n", style="yellow")
+    for what, error in section.get("errors", {}).items():
+        notes.append(f"workflow {what} failed: {error}\n", style="red")
+    for name, by_workers in queue.items():
+        for workers, found in by_workers.items():
+            if found.get("error"):
+                notes.append(f"queue {name} {workers}t failed: {found['error']}\n", style="red")
+    parts.append(notes)
+    return Group(*parts)
+
+
+def _divide(mine: float | None, theirs: float | None) -> float | None:
+    return None if not mine or not theirs else mine / theirs
+
+
 def _scale_table(scale: dict[str, Any]) -> Group:
     table = _table(f"reactor at scale: keys in {scale['scopes']} scopes (ops/s, p50 / p99)")
     for column in ("keys", "fill", "set", "set latency", "get", "get latency"):
@@ -439,6 +503,8 @@ def render(result: dict[str, Any], console: Console) -> None:
         console.print(_events_table(result))
     for name, section in result.get("scaling", {}).items():
         console.print(_writers_table(name, section))
+    if "workflow" in result:
+        console.print(_workflow_tables(result))
     notes = Text()
     for peer, reason in result["skipped"].items():
         notes.append(f"skipped {peer}: {reason}\n", style="yellow")
