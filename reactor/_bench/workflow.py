@@ -121,7 +121,7 @@ class ReactorQueue:
 
 class RedisListQueue:
     """A Redis list: RPUSH to put; BLMOVE to a processing list to take (the reliable
-    queue pattern), LREM from it to ack."""
+    queue pattern; waiting 10 ms at most when the list is empty), LREM from it to ack."""
 
     def __init__(self, name: str) -> None:
         import redis
@@ -136,7 +136,7 @@ class RedisListQueue:
         self._client.rpush(self._name, json.dumps(item))
 
     def take(self) -> tuple[Any, Any] | None:
-        raw = self._client.lmove(self._name, f"{self._name}:taken", "LEFT", "RIGHT")
+        raw = self._client.blmove(self._name, f"{self._name}:taken", 0.01, "LEFT", "RIGHT")
         return None if raw is None else (raw, json.loads(raw))
 
     def ack(self, taken: Any) -> None:
