@@ -136,7 +136,8 @@ class RedisListQueue:
         self._client.rpush(self._name, json.dumps(item))
 
     def take(self) -> tuple[Any, Any] | None:
-        raw = self._client.blmove(self._name, f"{self._name}:taken", 0.01, "LEFT", "RIGHT")
+        wait: Any = 0.01  # seconds; Redis takes a float (redis-py's hints say int)
+        raw = self._client.blmove(self._name, f"{self._name}:taken", wait, "LEFT", "RIGHT")
         return None if raw is None else (raw, json.loads(raw))
 
     def ack(self, taken: Any) -> None:
