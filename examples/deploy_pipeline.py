@@ -1,13 +1,19 @@
-"""A deployment pipeline: one deployment at a time, a version check, a history list.
+"""A deployment pipeline as a work queue: releases queued, deployed one at a time,
+retried when the target fails, dead-lettered when they never work.
 
     python examples/deploy_pipeline.py            # a database in a temporary folder
     python examples/deploy_pipeline.py state.db   # that file
 
-Two CI workers (threads here; processes sharing the file work the same way) release
-the same versions. The lock "deployment_lock" lets one deploy at a time; inside it, a
-worker checks the last deployed version, records the status, deploys, and pushes an
-entry to the history list. The deployment target checks the lock's fencing token, so a
-worker whose lease ran out while it was stalled cannot deploy over a newer holder.
+CI puts each release in the queue "releases", with the version as its idempotency key:
+a CI job retried after a timeout puts the same release again, and it is queued once.
+Two deploy workers (threads here; processes sharing the file work the same way) take
+releases in order, each leased to one worker. The lock "deployment_lock" lets one
+deploy at a time; inside it, a worker checks the last deployed version, records the
+status, deploys, and pushes an entry to the history list, then acknowledges the job.
+A deployment that fails goes back to the queue for another try; a release that fails
+every try ends in the dead letters. The deployment target checks the lock's fencing
+token, so a worker whose lease ran out while it was stalled cannot deploy over a newer
+holder.
 """
 
 from __future__ import annotations
@@ -21,7 +27,9 @@ from pathlib import Path
 import reactor
 
 LOCK = "deployment_lock"
-RELEASES = ["v1.2.3", "v1.3.0"]
+RELEASES = ["v1.2.3", "v1.3.0", "v1.3.0", "v1.3.1", "v1.4.0"]  # v1.3.0 put twice
+BROKEN = "v1.4.0"  # a release whose deployment never works
+MAX_ATTEMPTS = 3
 DEPLOY_SECONDS = 0.15  # how long the pretend deployment takes
 
 _start = time.monotonic()
@@ -66,11 +74,17 @@ class DeployTarget:
             if token < self.highest_token:
                 raise StaleTokenError(f"token {token} < {self.highest_token}: refused")
             self.highest_token = token
+            if version == BROKEN:
+                raise RuntimeError("health check failed")
             self.version = version
 
 
 def deploy(state: reactor.State, target: DeployTarget, worker: str, version: str) -> bool:
-    """Deploy ``version`` unless it (or a newer one) is already out; return whether it did."""
+    """Deploy ``version`` unless it (or a newer one) is already out; return whether it did.
+
+    Raises:
+        RuntimeError: the deployment failed (the target's health check).
+    """
     deploys = state.scope("deploys")
     # A cheap check first: most of the time another worker already did the job.
     if version_key(deploys.get("last_deployed_version", "v0.0.0")) >= version_key(version):
@@ -97,6 +111,9 @@ def deploy(state: reactor.State, target: DeployTarget, worker: str, version: str
         try:
             time.sleep(DEPLOY_SECONDS)
             target.install(version, token)  # the target sees the token with every request
+        except RuntimeError:
+            deploys.set("deploy_status", "failed")
+            raise
         finally:
             target.end()
 
@@ -117,8 +134,22 @@ def deploy(state: reactor.State, target: DeployTarget, worker: str, version: str
 
 
 def worker_loop(state: reactor.State, target: DeployTarget, worker: str) -> None:
-    for version in RELEASES:
-        deploy(state, target, worker, version)
+    """Take releases until the queue has none left (ready, delayed or taken)."""
+    releases = state.queue("releases", max_attempts=MAX_ATTEMPTS)
+    while True:
+        job = releases.take(timeout=0.1, lease=10)
+        if job is None:
+            counts = releases.stats()
+            if counts["ready"] + counts["delayed"] + counts["taken"] == 0:
+                return
+            continue
+        try:
+            deploy(state, target, worker, job.item["version"])
+        except RuntimeError as exc:
+            say(worker, f"{job.item['version']} failed ({exc}), attempt {job.attempts}")
+            job.nack(delay=0.05)  # back to the queue; dead after MAX_ATTEMPTS tries
+        else:
+            job.ack()
 
 
 def stale_holder(state: reactor.State, target: DeployTarget) -> None:
@@ -130,7 +161,7 @@ def stale_holder(state: reactor.State, target: DeployTarget) -> None:
     say("slow", f"has the lock (token {token}), then stalls past its 0.2 s lease")
     time.sleep(0.3)  # a long GC pause, a suspended VM, a slow disk...
 
-    deploy(state, target, "ci-3", "v1.3.1")  # the lease expired: ci-3 gets the lock
+    deploy(state, target, "ci-3", "v1.3.2")  # the lease expired: ci-3 gets the lock
 
     try:
         target.install("v1.2.9", token)  # the stalled worker wakes up and carries on
@@ -146,7 +177,18 @@ def run(path: Path) -> None:
     with reactor.open(path) as state:
         deploys = state.scope("deploys")
         deploys.clear()  # start afresh when the same file is used twice
+        releases = state.queue("releases", max_attempts=MAX_ATTEMPTS)
+        releases.retry_dead()
+        while (job := releases.take(timeout=0)) is not None:
+            job.ack()
         target = DeployTarget()
+
+        queued: set[int] = set()
+        for version in RELEASES:  # CI, release after release (and one retried)
+            job_id = releases.put({"version": version}, key=version)
+            again = " (the same job: it was queued already)" if job_id in queued else ""
+            queued.add(job_id)
+            say("ci", f"queued {version}{again}")
 
         workers = [
             threading.Thread(target=worker_loop, args=(state, target, name))
@@ -164,8 +206,10 @@ def run(path: Path) -> None:
         print("status:", deploys.get("deploy_status"), "| deploys:", deploys.get("total_deploys"))
         for entry in deploys.get("deploy_history"):
             print("history:", entry)
-        assert deploys.get("total_deploys") == len(RELEASES) + 1
-        assert target.version == "v1.3.1"
+        dead = [(job.item["version"], job.attempts) for job in releases.dead()]
+        print("dead letters:", dead)
+        assert dead == [(BROKEN, MAX_ATTEMPTS)]
+        assert target.version == "v1.3.2"
 
 
 def main() -> None:

@@ -36,12 +36,13 @@ EXPECTED: dict[str, list[str]] = {
         "timers fired: 2",
     ],
     "deploy_pipeline": [
+        "queued v1.3.0 (the same job: it was queued already)",
         "deploying v1.2.3 over v0.0.0",
-        "deploying v1.3.1 over v1.3.0",
+        "v1.4.0 failed (health check failed), attempt 3",
         "the target refused its deployment: token",
         "release: LockNotOwnedError, the lease had expired",
-        "last deployed: v1.3.1",
-        "status: completed | deploys: 3",
+        "last deployed: v1.3.2",
+        "dead letters: [('v1.4.0', 3)]",
     ],
     "global_counter": ["8 threads x 250: done = 2000", "+ 2 processes x 250: done = 2500"],
     "order_fulfilment": [
