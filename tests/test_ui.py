@@ -22,6 +22,7 @@ import pytest
 
 import reactor
 from reactor._ui import server
+from reactor._ui.app import TIMER_TEXT_MAX, TIMERS_MAX
 from reactor._ui.changes import MAX_DIFF_CHARS, MAX_DIFF_OPS, diff
 from reactor._ui.guard import allowed_hosts, host_refusal, is_loopback
 from tests._ui_support import (
@@ -149,7 +150,7 @@ def test_keys_of_an_empty_scope_and_bad_requests(client: Client, seeded: Any) ->
     assert empty.json()["error"] == "InvalidKeyError"
 
 
-def test_a_value_with_its_ttl(client: Client, seeded: Any) -> None:
+def test_a_value_with_its_ttl_and_versions(client: Client, seeded: Any) -> None:
     ui = client()
     order = ui.get("/api/value", params={"scope": "orders", "key": "o-1"})
     assert order.status_code == 200
@@ -159,7 +160,15 @@ def test_a_value_with_its_ttl(client: Client, seeded: Any) -> None:
         "value": {"total": 120, "status": "new"},
         "text": '{\n  "total": 120,\n  "status": "new"\n}',
         "ttl": None,
+        "version": 1,
+        "revision": 1,
+        "created_revision": 1,
     }
+    with reactor.open(seeded) as state:
+        state.scope("orders").update("o-1", [{"type": "increment", "path": "total"}])  # 5
+        state.scope("orders").set("o-1", {"total": 0})  # 6
+    changed = ui.get("/api/value", params={"scope": "orders", "key": "o-1"}).json()
+    assert (changed["version"], changed["revision"], changed["created_revision"]) == (3, 6, 1)
     rate = ui.get("/api/value", params={"scope": "cache", "key": "rate"}).json()
     assert rate["text"] == "1.0"  # a float stays a float, for the page too
     assert isinstance(rate["value"], float)
@@ -185,6 +194,7 @@ WRITES = [
     ("/api/set", {"scope": "orders", "key": "o-3", "value": 1}),
     ("/api/update", {"scope": "orders", "key": "o-1", "ops": [{"type": "remove", "path": ""}]}),
     ("/api/delete", {"scope": "orders", "key": "o-1"}),
+    ("/api/cancel_timer", {"id": "0" * 32}),
 ]
 
 
@@ -493,6 +503,8 @@ def test_a_keys_history_newest_first_with_what_changed(client: Client, db_path: 
         {"op": "replace", "path": "/status", "old": '"new"', "value": '"paid"'},
     ]
     assert changes[4]["timestamp"].endswith("+00:00")
+    assert [c["version"] for c in changes] == [1, 0, 3, 2, 1]  # 0: deleted
+    assert [c["timer"] for c in changes] == [None] * 5
     assert [c["revision"] for c in history(limit="2")["changes"]] == [7, 6]
     assert history(key="o-9")["changes"] == []
     for params, error in [
@@ -578,6 +590,148 @@ def test_the_durable_subscribers_lag(client: Client, db_path: Any) -> None:
     assert stats["durable_subscribers"] == {
         "mailer": {"position": 3, "lag": 4, "delivered": 3, "failed": 0}
     }
+
+
+# -- timers ----------------------------------------------------------------------------
+def test_the_pending_timers_earliest_first_with_what_they_write(
+    client: Client, db_path: Any
+) -> None:
+    ui = client()
+    assert ui.get("/api/timers").json() == {"timers": [], "pending": 0}
+    with reactor.open(db_path) as state:
+        jobs = state.scope("jobs")
+        report = jobs.schedule("report", {"state": "due", "rate": 1.0}, after=3600)
+        beat = state.scope("health").schedule(
+            "beats", ops=[{"type": "increment", "path": ""}], every=600
+        )
+        late = jobs.schedule(
+            "j-1", ops=[{"op": "replace", "path": "/state", "value": "late"}], at=time.time() + 1200
+        )
+        big = jobs.schedule("big", "é" * 1000, after=7200)
+    answer = ui.get("/api/timers")
+    assert answer.status_code == 200
+    assert answer.json()["pending"] == 4
+    listed = answer.json()["timers"]
+    assert [timer["id"] for timer in listed] == [beat.id, late.id, report.id, big.id]
+    assert listed[0] == {
+        "id": beat.id,
+        "scope": "health",
+        "key": "beats",
+        "due": beat.due,
+        "due_in": pytest.approx(600, abs=30),
+        "every": 600,
+        "value": None,
+        "ops": '[{"type":"increment","path":""}]',
+    }
+    assert (listed[1]["value"], listed[1]["every"]) == (None, None)
+    assert listed[1]["ops"] == '[{"op":"replace","path":"/state","value":"late"}]'
+    assert listed[1]["due"] == late.due
+    assert listed[2]["value"] == '{"state":"due","rate":1.0}'  # as stored: 1.0 stays 1.0
+    assert listed[2]["ops"] is None
+    # A long value is cut short, ending in "…" (which no JSON text ends in).
+    shown = listed[3]["value"]
+    assert len(shown) == TIMER_TEXT_MAX
+    assert shown == '"' + "é" * (TIMER_TEXT_MAX - 2) + "…"
+
+
+def test_at_most_so_many_timers_are_listed(client: Client, db_path: Any) -> None:
+    count = TIMERS_MAX + 5
+    write_elsewhere(
+        db_path,
+        f"""
+        for n in range({count}):
+            state.scope("jobs").schedule(f"j-{{n}}", n, after=3600 + n)
+        """,
+    )
+    answer = client().get("/api/timers").json()
+    assert answer["pending"] == count
+    assert [timer["key"] for timer in answer["timers"]] == [f"j-{n}" for n in range(TIMERS_MAX)]
+
+
+def test_cancelling_a_timer_is_refused_without_write(client: Client, db_path: Any) -> None:
+    with reactor.open(db_path) as state:
+        timer = state.scope("jobs").schedule("j-1", 1, after=3600)
+        answer = client().post("/api/cancel_timer", json={"id": timer.id}, headers=HEADERS)
+        assert answer.status_code == 403
+        assert answer.json()["error"] == "Forbidden"
+        assert "--write" in answer.json()["message"]
+        assert state.timers() == [timer]
+
+
+def test_cancelling_a_timer_with_write(client: Client, db_path: Any) -> None:
+    with reactor.open(db_path) as state:
+        jobs = state.scope("jobs")
+        keep = jobs.schedule("j-1", 1, after=3600)
+        drop = jobs.schedule("j-2", ops=[{"type": "increment", "path": "n"}], after=60, every=60)
+        ui = client(write=True)
+        body = json.dumps({"id": drop.id})
+        # As every write: only from the page (JSON, and the dashboard's header).
+        plain = {"Content-Type": "application/json"}
+        assert ui.post("/api/cancel_timer", content=body, headers=plain).status_code == 403
+        assert state.timers() == [drop, keep]
+        answer = ui.post("/api/cancel_timer", content=body, headers=HEADERS)
+        assert answer.status_code == 200, answer.text
+        assert answer.json() == {"cancelled": True}
+        assert state.timers() == [keep]
+        assert [timer["id"] for timer in ui.get("/api/timers").json()["timers"]] == [keep.id]
+        again = ui.post("/api/cancel_timer", content=body, headers=HEADERS)
+        assert again.status_code == 404
+        assert again.json()["error"] == "NotFound"
+        assert f"no pending timer {drop.id!r}" in again.json()["message"]
+        assert state.timers() == [keep]
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "error"),
+    [
+        ('{"id": 7}', 400, "InvalidArgumentError"),
+        ('{"id": null}', 400, "InvalidArgumentError"),
+        ('{"id": ["x"]}', 400, "InvalidArgumentError"),
+        ('{"id": ""}', 400, "InvalidArgumentError"),
+        ('{"id": "a\\u0000b"}', 400, "InvalidArgumentError"),  # PostgreSQL's text refuses NUL
+        ('{"id": "\\ud800"}', 400, "InvalidArgumentError"),  # a lone surrogate: not UTF-8
+        (json.dumps({"id": "x" * 201}), 400, "InvalidArgumentError"),
+        ("{}", 400, "InvalidRequest"),
+        ('{"id": "x", "scope": "jobs"}', 400, "InvalidRequest"),
+        ('{"id": "' + "0" * 32 + '"}', 404, "NotFound"),
+    ],
+)
+def test_cancelling_a_timer_by_a_bad_id(
+    client: Client, db_path: Any, body: str, status: int, error: str
+) -> None:
+    with reactor.open(db_path) as state:
+        timer = state.scope("jobs").schedule("j-1", 1, after=3600)
+        answer = client(write=True).post("/api/cancel_timer", content=body, headers=HEADERS)
+        assert answer.status_code == status, answer.text
+        assert answer.json()["error"] == error
+        assert len(answer.json()["message"]) < 200  # a long id is not repeated whole
+        assert state.timers() == [timer]
+
+
+def test_a_timers_write_is_marked_in_the_feed_and_the_history(db_path: Any) -> None:
+    with (
+        dashboard_thread(db_path) as url,
+        httpx.Client(base_url=url, timeout=TIMEOUT) as ui,
+        feed(url) as events,
+    ):
+        assert next(events).event == "ready"
+        with reactor.open(db_path) as state:
+            jobs = state.scope("jobs")
+            jobs.set("j-1", {"tries": 0})
+            timer = jobs.schedule("j-1", ops=[{"type": "increment", "path": "tries"}], after=0.05)
+            assert jobs.wait_for("j-1", lambda job: job["tries"] == 1, timeout=20)
+        created, fired = (event.json() for event in take(events, 2))
+        history = ui.get("/api/history", params={"scope": "jobs", "key": "j-1"}).json()
+        value = ui.get("/api/value", params={"scope": "jobs", "key": "j-1"}).json()
+        timers = ui.get("/api/timers").json()
+    assert (created["timer"], created["version"]) == (None, 1)
+    assert (fired["timer"], fired["version"], fired["type"]) == (timer.id, 2, "updated")
+    assert [(c["revision"], c["version"], c["timer"]) for c in history["changes"]] == [
+        (2, 2, timer.id),
+        (1, 1, None),
+    ]
+    assert (value["version"], value["revision"], value["created_revision"]) == (2, 2, 1)
+    assert timers == {"timers": [], "pending": 0}
 
 
 # -- what a change shows ----------------------------------------------------------
@@ -684,6 +838,7 @@ def test_the_feed_shows_writes_from_another_process(db_path: Any) -> None:
         "created",
     ]
     assert (data["old_value"], data["new_value"]) == (None, {"total": 120})
+    assert (data["version"], data["timer"]) == (1, None)
 
 
 def test_the_feed_filters_by_scope_and_key_globs(db_path: Any) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -321,9 +322,139 @@ def test_the_page_shows_the_locks_held_and_the_subscribers_lag(
     assert process.returncode == 0, err
 
 
+# Run in another process, which closes before the first is due: a timer that will come
+# due with no process that writes to fire it, one to cancel, and a recurring one.
+SCHEDULE = """
+import time
+
+jobs = state.scope("jobs")
+jobs.schedule("j-1", ops=[{"type": "increment", "path": "tries"}], at=time.time() + 1)
+jobs.schedule("report", {"state": "late", "rate": 1.0}, after=600)
+state.scope("health").schedule("beats", ops=[{"type": "increment", "path": ""}], every=3600)
+"""
+
+
+def _timer_row(driver: Any, timer_id: str) -> str:
+    """The text of the timers panel's row for ``timer_id`` ("" if none)."""
+    from selenium.common.exceptions import StaleElementReferenceException
+    from selenium.webdriver.common.by import By
+
+    try:
+        found = driver.find_elements(By.CSS_SELECTOR, f'#timers tr[data-id="{timer_id}"]')
+        return " ".join(found[0].text.split()) if found else ""
+    except StaleElementReferenceException:
+        return ""  # drawn anew meanwhile
+
+
+def _attribute(driver: Any, css: str, name: str) -> str:
+    """The attribute ``name`` of the element at ``css``, once there."""
+    from selenium.common.exceptions import StaleElementReferenceException
+    from selenium.webdriver.common.by import By
+
+    def read() -> str | None:
+        try:
+            found = driver.find_elements(By.CSS_SELECTOR, css)
+            return found[0].get_attribute(name) if found else None
+        except StaleElementReferenceException:
+            return None
+
+    value: str = wait_for(read, timeout=WAIT, interval=0.05)
+    return value
+
+
+def test_the_page_shows_the_timers_marks_their_writes_and_cancels_one(
+    browser: Any, db_path: Any, tmp_path: Path
+) -> None:
+    from selenium.webdriver.common.by import By
+
+    with reactor.open(db_path) as state:
+        state.scope("jobs").set("j-1", {"tries": 0})
+    # Read-only, the dashboard fires no timer: a process that writes does.
+    process, url, _ = start_cli(db_path, cwd=tmp_path)
+    try:
+        browser.get(url)
+        _until(browser, "connection", "live")
+        _until(browser, "timers-empty", "No timer pending.")
+        write_elsewhere(db_path, SCHEDULE)
+        with reactor.open(db_path) as state:
+            retry, report, beat = state.timers()
+        assert [timer.key for timer in (retry, report, beat)] == ["j-1", "report", "beats"]
+
+        # Earliest first, each with its due time (local), how soon, what it writes.
+        _until(browser, "timers", _in_order("j-1", "report", "beats"))
+        due = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(report.due))
+        row = wait_for(lambda: _timer_row(browser, report.id), timeout=WAIT)
+        assert row.startswith((due + " in 9 min", due + " in 10 min")), row
+        assert 'jobs report set {"state":"late","rate":1.0} once ' + report.id[:8] in row
+        row = _timer_row(browser, beat.id)
+        assert 'health beats update [{"type":"increment","path":""}] every 1 h' in row
+        # No process that writes has the database open: the first one stays, overdue.
+        wait_for(lambda: "overdue" in _timer_row(browser, retry.id), timeout=WAIT)
+        _until(browser, "timers-figures", "3 pending · fired here 0 · failed here 0")
+        assert browser.find_elements(By.CSS_SELECTOR, "#timers button") == []  # read-only
+
+        # A process that writes opens the database: the timer fires. Its change is marked
+        # in the feed, with the timer's id on hover, and it leaves the panel.
+        write_elsewhere(
+            db_path,
+            'assert state.scope("jobs").wait_for("j-1", lambda job: job["tries"] == 1, timeout=30)',
+        )
+        badge = f'#feed tr[data-timer="{retry.id}"] .tag'
+        assert _attribute(browser, badge, "title") == f"written by the timer {retry.id}"
+        assert "timer" in _text(browser, "feed")
+        wait_for(lambda: _timer_row(browser, retry.id) == "", timeout=WAIT)
+        _until(browser, "timers-figures", "2 pending")
+
+        # The key's versions, and its history: each change's version, the timer's marked.
+        with reactor.open(db_path) as state:
+            entry = state.scope("jobs").entry("j-1")
+        assert entry is not None
+        _show(browser, "jobs", "j-1", '"tries": 1')
+        _until(
+            browser,
+            "value-version",
+            f"version 2 · revision #{entry.revision} · created at #{entry.created_revision}",
+        )
+        history = _until(browser, "history", _in_order(f"#{entry.revision}", "updated", "v2"))
+        assert "v1" in history
+        assert _attribute(browser, "#history .tag", "title") == f"written by the timer {retry.id}"
+    finally:
+        _, err = stop_cli(process)
+    assert process.returncode == 0, err
+
+    # With --write: a button cancels a timer, after asking.
+    process, url, _ = start_cli(db_path, "--write", cwd=tmp_path)
+    try:
+        browser.get(url)
+        _until(browser, "mode", "read-write")
+        button = f'#timers tr[data-id="{report.id}"] button'
+        _click(browser, button)
+        _until(browser, "timer-question", f"Cancel the timer {report.id} (jobs / report)?")
+        assert _visible(browser, "timer-confirm")
+        _click(browser, "#timer-no")
+        _until(browser, "timers-message", "not cancelled")
+        assert not _visible(browser, "timer-confirm")
+        with reactor.open(db_path) as state:
+            assert [timer.id for timer in state.timers()] == [report.id, beat.id]
+        _click(browser, button)
+        _until(browser, "timer-question", report.id)
+        _click(browser, "#timer-yes")
+        _until(browser, "timers-message", f"cancelled the timer {report.id}")
+        assert _class(browser, "timers-message") == "message ok"
+        wait_for(lambda: _timer_row(browser, report.id) == "", timeout=WAIT)
+        assert "beats" in _timer_row(browser, beat.id)
+        with reactor.open(db_path) as state:
+            assert state.timers() == [beat]
+        browser.save_screenshot(str(_artifacts() / "dashboard-timers.png"))
+    finally:
+        _, err = stop_cli(process)
+    assert process.returncode == 0, err
+
+
 def test_a_screenshot_with_realistic_data(browser: Any, db_path: Any, tmp_path: Path) -> None:
     """The documentation's picture: orders, a counter, a cached rate and its history, a
-    durable subscriber behind, a lock held, a live feed."""
+    durable subscriber behind, a lock held, timers pending, a live feed with a timer's
+    write."""
     with reactor.open(db_path) as state:
         orders = state.scope("orders")
         for n, (total, status) in enumerate([(120, "paid"), (80, "new"), (310, "shipped")]):
@@ -335,6 +466,13 @@ def test_a_screenshot_with_realistic_data(browser: Any, db_path: Any, tmp_path: 
         cache.set("gbp-usd", {"rate": 1.2715, "source": "ecb", "at": "2026-11-23T11:58Z"}, ttl=3600)
         cache.set("session:7f3a", {"user": "c-8", "cart": ["sku-1", "sku-9"]}, ttl=900)
         state.scope("jobs").set("nightly-report", {"state": "queued", "attempts": 0})
+        orders.schedule(
+            "o-1002", ops=[{"type": "set", "path": "status", "value": "timed out"}], after=1800
+        )
+        state.scope("health").schedule("beats", ops=[{"type": "increment", "path": ""}], every=60)
+        tonight = time.time() + 6 * 3600
+        queued = {"state": "queued", "attempts": 0}
+        state.scope("jobs").schedule("nightly-report", queued, at=tonight)
     write_elsewhere(db_path, MAILER_AND_LOCK)
     process, url, _ = start_cli(db_path, cwd=tmp_path)
     try:
@@ -347,6 +485,9 @@ def test_a_screenshot_with_realistic_data(browser: Any, db_path: Any, tmp_path: 
             orders.set("o-1004", {"customer": "c-12", "total": 45, "status": "new"})
             orders.increment("count")
             orders.update("o-1002", [{"type": "set", "path": "status", "value": "paid"}])
+            remind = [{"type": "set", "path": "status", "value": "reminded"}]
+            orders.schedule("o-1004", ops=remind, after=0.1)  # fired here: a timer's write
+            orders.wait_for("o-1004", lambda order: order["status"] == "reminded", timeout=30)
             state.scope("jobs").update("nightly-report", [
                 {"type": "set", "path": "state", "value": "running"},
                 {"type": "increment", "path": "attempts"},
@@ -366,8 +507,10 @@ def test_a_screenshot_with_realistic_data(browser: Any, db_path: Any, tmp_path: 
         _until(browser, "history", "replace /rate 1.0842 → 1.0851")
         _until(browser, "subscribers", "mailer")
         _until(browser, "locks", "nightly-report")
+        _until(browser, "timers", _in_order("beats", "o-1002", "nightly-report"))
+        _until(browser, "feed", "timer")
         _until(browser, "stats", "revision")
-        browser.set_window_size(1400, 1120)  # the panels, without the empty page below
+        browser.set_window_size(1400, 1380)  # the panels, without the empty page below
         picture = _artifacts() / "dashboard.png"
         browser.save_screenshot(str(picture))
         if os.environ.get("REACTOR_DOCS_SCREENSHOT") == "1":

@@ -5,15 +5,19 @@ GET  /                    the page (static HTML, JS and CSS under /static)
 GET  /api/info            {"database", "write", "version"}
 GET  /api/scopes          {"scopes": {name: key count}}
 GET  /api/keys?scope=S&pattern=GLOB           {"scope", "pattern", "keys": [...]}
-GET  /api/value?scope=S&key=K                 {"scope", "key", "value", "text", "ttl"}
+GET  /api/value?scope=S&key=K
+     {"scope", "key", "value", "text", "ttl", "version", "revision", "created_revision"}
 GET  /api/history?scope=S&key=K&limit=N     {"scope", "key", "changes": [...], "compacted"}
 GET  /api/locks           {"locks": [{"name", "holder", "token", "expires_in"}], "held"}
+GET  /api/timers          {"timers": [{"id", "scope", "key", "due", "due_in", "every",
+                                       "value", "ops"}], "pending"}
 GET  /api/stats           state.stats() (durable subscribers' lag included)
 GET  /api/events?scope=GLOB&key=GLOB&since=R  the change feed, as Server-Sent Events
 POST /api/set     {"scope", "key", "value", "ttl"?, "keep_ttl"?}  {"old_value", "new_value"}
 POST /api/update  {"scope", "key", "ops", "atomic"?}
                   {"old_value", "new_value", "errors", "applied": "all" | "some" | "none"}
 POST /api/delete  {"scope", "key"}                     {"deleted", "old_value"}
+POST /api/cancel_timer  {"id"}                         {"cancelled": true}; 404 if not pending
 ```
 
 A change (in the feed and in a key's history) is ``changes.change_view``: the event's
@@ -21,7 +25,7 @@ fields, its values as JSON text, and an update's JSON Patch.
 
 A refused or failed request answers ``{"error": NAME, "message": TEXT}``: 400 with the
 name of reactor's error for bad input (nothing is written), 403 for a write the server
-does not allow (see ``guard``), 404 for a missing key.
+does not allow (see ``guard``), 404 for a missing key or a timer no longer pending.
 """
 
 from __future__ import annotations
@@ -45,11 +49,16 @@ from reactor._events import ChangeEvent
 from reactor._exchange import parse_json
 from reactor._keys import check_key
 from reactor._ops import op_style
-from reactor._store import ChangeRecord, Store
+from reactor._store import ChangeRecord, Store, TimerRow
 from reactor._version import __version__
 from reactor.aio import AsyncState
 from reactor.aio import open as open_async
-from reactor.errors import ConflictError, ReactorError, RevisionCompactedError
+from reactor.errors import (
+    ConflictError,
+    InvalidArgumentError,
+    ReactorError,
+    RevisionCompactedError,
+)
 
 from .changes import change_view
 from .feed import DEFAULT_PING, events
@@ -61,7 +70,9 @@ STATIC: Final = Path(__file__).resolve().parent / "static"
 HISTORY_LIMIT: Final = 50  # changes of a key shown by default
 HISTORY_MAX: Final = 500
 LOCKS_MAX: Final = 200  # locks listed, at most (``held`` counts them all)
-_ABSENT: Final = object()
+TIMERS_MAX: Final = 200  # timers listed, at most (``pending`` counts them all)
+TIMER_TEXT_MAX: Final = 200  # characters of a timer's value or ops sent, at most
+TIMER_ID_MAX: Final = 200  # characters of a timer id looked up, at most (reactor's are 32)
 T = TypeVar("T")
 # The page loads nothing from elsewhere, and no other site may frame it.
 _PAGE_HEADERS: Final = {
@@ -131,11 +142,13 @@ def create_app(
             Route("/api/value", _value),
             Route("/api/history", _history),
             Route("/api/locks", _locks),
+            Route("/api/timers", _timers),
             Route("/api/stats", _stats),
             Route("/api/events", events),
             Route("/api/set", guarded(_set), methods=["POST"]),
             Route("/api/update", guarded(_update), methods=["POST"]),
             Route("/api/delete", guarded(_delete), methods=["POST"]),
+            Route("/api/cancel_timer", guarded(_cancel_timer), methods=["POST"]),
             Mount("/static", StaticFiles(directory=STATIC), name="static"),
         ],
         middleware=[Middleware(HostGuard, allowed_hosts=hosts or [*LOOPBACK_NAMES])],
@@ -222,19 +235,22 @@ async def _keys(request: Request) -> Response:
 
 async def _value(request: Request) -> Response:
     scope, key = _param(request, "scope"), _param(request, "key")
-    handle = state_of(request).scope(scope)
-    value = await handle.get(key, _ABSENT)
-    left = await handle.ttl(key) if value is not _ABSENT else -2
-    if left == -2:  # absent, or expired between the two reads
+    handle = state_of(request)
+    entry = await handle.scope(scope).entry(key)  # one read: the value and its versions
+    if entry is None:
         raise Problem(404, "NotFound", f"no key {key!r} in scope {scope!r}")
+    now = engine_of(await handle._sync()).now()
     return JSONResponse(
         {
             "scope": scope,
             "key": key,
-            "value": value,
+            "value": entry.value,
             # As stored: the page shows (and edits) 1.0 as 1.0, not as JavaScript's 1.
-            "text": json.dumps(value, indent=2, ensure_ascii=False),
-            "ttl": None if left == -1 else round(left, 3),
+            "text": json.dumps(entry.value, indent=2, ensure_ascii=False),
+            "ttl": None if entry.expires_at is None else round(max(0.0, entry.expires_at - now), 3),
+            "version": entry.version,
+            "revision": entry.revision,
+            "created_revision": entry.created_revision,
         }
     )
 
@@ -287,6 +303,37 @@ async def _locks(request: Request) -> Response:
     return JSONResponse({"locks": listed, "held": count})
 
 
+async def _timers(request: Request) -> Response:
+    def read(store: Store, now: float) -> tuple[list[dict[str, Any]], int]:
+        pending = store.timers()  # earliest first
+        return [_timer_view(row, now) for row in pending[:TIMERS_MAX]], len(pending)
+
+    listed, count = await _store_read(request, read)
+    return JSONResponse({"timers": listed, "pending": count})
+
+
+def _timer_view(row: TimerRow, now: float) -> dict[str, Any]:
+    """A pending timer as the page shows it: what it writes as JSON text (the value's,
+    or the ops'; the other None), cut short past ``TIMER_TEXT_MAX`` characters."""
+    return {
+        "id": row.id,
+        "scope": row.scope,
+        "key": row.key,
+        "due": row.due,
+        "due_in": round(row.due - now, 3),  # below zero: overdue (no process fires it)
+        "every": row.every,
+        "value": _shortened(row.value),
+        "ops": _shortened(row.ops),
+    }
+
+
+def _shortened(text: str | None) -> str | None:
+    """``text``, or its start ending in "…" (which JSON text never ends in) if long."""
+    if text is None or len(text) <= TIMER_TEXT_MAX:
+        return text
+    return text[: TIMER_TEXT_MAX - 1] + "…"
+
+
 async def _stats(request: Request) -> Response:
     return JSONResponse(await state_of(request).stats())
 
@@ -334,3 +381,31 @@ async def _delete(request: Request) -> Response:
     existed = await scope.exists(data["key"])
     old = await scope.delete(data["key"])
     return JSONResponse({"deleted": existed or old is not None, "old_value": old})
+
+
+async def _cancel_timer(request: Request) -> Response:
+    data = await _body(request, ("id",), ())
+    timer_id = data["id"]
+    if type(timer_id) is str and not _storable_id(timer_id):
+        # No timer has such an id; and the database could not even look it up.
+        raise InvalidArgumentError(f"not a timer id: {_clipped(timer_id)!r}")
+    if not await state_of(request).cancel_timer(timer_id):  # not a str: 400
+        message = f"no pending timer {_clipped(timer_id)!r} (it fired, or was cancelled)"
+        raise Problem(404, "NotFound", message)
+    return JSONResponse({"cancelled": True})
+
+
+def _storable_id(text: str) -> bool:
+    """Whether ``text`` can be looked up: not too long, and UTF-8 text without NUL (which
+    PostgreSQL's text refuses)."""
+    if not 0 < len(text) <= TIMER_ID_MAX or "\x00" in text:
+        return False
+    try:
+        text.encode()
+    except UnicodeEncodeError:  # a lone surrogate, which JSON's \ud800 can give
+        return False
+    return True
+
+
+def _clipped(text: str) -> str:
+    return text if len(text) <= 64 else text[:63] + "…"

@@ -20,6 +20,8 @@ const view = {
   pending: { keys: false, value: false }, // what the next refresh must reload
   deleting: null, // {scope, key} while the page asks whether to delete it
   lockDeadlines: [], // [cell, when the lease ends (ms since epoch)] of the locks shown
+  timerDeadlines: [], // [row, when the timer is due (ms since epoch)] of the timers shown
+  cancelling: null, // the timer {id, scope, key} while the page asks whether to cancel it
 };
 
 // -- the API ---------------------------------------------------------------------
@@ -99,6 +101,8 @@ async function loadInfo() {
   $("mode").textContent = view.writable ? "read-write" : "read-only";
   $("mode").className = "badge " + (view.writable ? "warn" : "");
   $("editor").hidden = !view.writable;
+  $("timers").classList.toggle("writable", view.writable);
+  if (view.writable) loadTimers(); // with its cancel buttons
 }
 
 async function loadScopes() {
@@ -155,9 +159,16 @@ async function loadValue(fillEditor) {
     $("value").textContent = "";
     view.ttlDeadline = null;
     $("value-ttl").textContent = result.status === 404 ? "no such key" : errorText(result);
+    $("value-version").textContent = "";
     return;
   }
   $("value").textContent = result.body.text;
+  $("value-version").textContent =
+    "version " + result.body.version + " · revision #" + result.body.revision +
+    " · created at #" + result.body.created_revision;
+  $("value-version").title =
+    "version: 1 at creation, +1 per change; revision: of its last change (what " +
+    "if_revision= compares with); created at: the revision that created the key";
   const ttl = result.body.ttl;
   view.ttlDeadline = ttl === null ? null : Date.now() + ttl * 1000;
   showTTL();
@@ -206,6 +217,7 @@ async function loadStats() {
     ["size", formatBytes(stats.database_bytes)],
     ["locks held", stats.locks_held],
     ["keys expired", stats.keys_expired],
+    ["timers pending", stats.timers ? stats.timers.pending : 0],
     ["durable subscribers", Object.keys(stats.durable_subscribers || {}).length],
     ["largest lag", lagging],
   ];
@@ -220,6 +232,7 @@ async function loadStats() {
   );
   $("stats-json").textContent = JSON.stringify(stats, null, 2);
   showSubscribers(stats);
+  showTimerFigures(stats.timers);
 }
 
 // Each durable subscriber: where it is in the log, and how far behind the database.
@@ -272,6 +285,127 @@ function showLocksLeft() {
   }
 }
 
+// -- timers ----------------------------------------------------------------------
+// The pending timers, earliest first: when each is due (local time, and how soon),
+// what it writes, its period; with --write, a button to cancel it.
+async function loadTimers() {
+  const result = await getJSON("timers");
+  if (!result.ok) return;
+  const now = Date.now();
+  view.timerDeadlines = [];
+  const list = result.body.timers.map((timer) => {
+    const row = document.createElement("tr");
+    row.dataset.id = timer.id;
+    const writes =
+      timer.ops === null ? "set " + clip(timer.value, 60) : "update " + clip(timer.ops, 60);
+    const id = cell(timer.id.slice(0, 8));
+    id.title = timer.id;
+    row.append(
+      cell(formatTime(timer.due * 1000)),
+      cell(""),
+      cell(timer.scope),
+      cell(timer.key),
+      cell(writes),
+      cell(timer.every === null ? "once" : "every " + formatSeconds(timer.every)),
+      id,
+    );
+    row.cells[4].title = timer.ops === null ? timer.value : timer.ops;
+    if (view.writable) {
+      const button = document.createElement("button");
+      button.type = "button";
+      button.className = "danger";
+      button.textContent = "Cancel";
+      button.title = "cancel this timer (asks first)";
+      button.addEventListener("click", () => askCancelTimer(timer));
+      const td = document.createElement("td");
+      td.append(button);
+      row.append(td);
+    }
+    view.timerDeadlines.push([row, now + timer.due_in * 1000]);
+    return row;
+  });
+  rows($("timers"), list, "timers-empty");
+  if (result.body.pending > list.length) {
+    $("timers-empty").hidden = false;
+    $("timers-empty").textContent = "and " + (result.body.pending - list.length) + " more";
+  } else {
+    $("timers-empty").textContent = "No timer pending.";
+  }
+  showTimersLeft();
+}
+
+// "in 12 s", counting down; a timer past due by more than the second it may take to
+// fire is overdue (no process that writes has the database open).
+function showTimersLeft() {
+  const now = Date.now();
+  for (const [row, deadline] of view.timerDeadlines) {
+    const left = (deadline - now) / 1000;
+    row.cells[1].textContent =
+      left > 0 ? "in " + formatSeconds(left) : left > -2 ? "due" : "overdue " + formatSeconds(-left);
+    row.classList.toggle("overdue", left <= -2);
+  }
+}
+
+function showTimerFigures(figures) {
+  if (!figures) return;
+  $("timers-figures").textContent =
+    figures.pending + " pending · fired here " + figures.fired + " · failed here " + figures.failed;
+  $("timers-figures").className = figures.failed > 0 ? "muted bad" : "muted";
+}
+
+// Seconds as "0.5 s", "42 s", "29 min 59 s", "3 h 12 min", "2 d 3 h".
+function formatSeconds(seconds) {
+  if (seconds < 10) return String(Math.round(seconds * 10) / 10) + " s";
+  if (seconds < 60) return Math.round(seconds) + " s";
+  const units = [
+    [86400, "d"],
+    [3600, "h"],
+    [60, "min"],
+    [1, "s"],
+  ];
+  const whole = Math.round(seconds);
+  const first = units.findIndex(([size]) => whole >= size);
+  const [size, unit] = units[first];
+  const [next, nextUnit] = units[first + 1];
+  const rest = Math.floor((whole % size) / next);
+  return Math.floor(whole / size) + " " + unit + (rest > 0 ? " " + rest + " " + nextUnit : "");
+}
+
+// Cancel asks first: the timer named now is the one cancelled on "Yes, cancel it".
+function askCancelTimer(timer) {
+  view.cancelling = timer;
+  $("timer-question").textContent =
+    "Cancel the timer " + timer.id + " (" + timer.scope + " / " + timer.key + ")?";
+  $("timer-confirm").hidden = false;
+  timersSay("", "");
+  $("timer-no").focus();
+}
+
+function keepTimer() {
+  view.cancelling = null;
+  $("timer-confirm").hidden = true;
+}
+
+async function doCancelTimer() {
+  const timer = view.cancelling;
+  keepTimer();
+  if (timer === null) return;
+  const result = await post("cancel_timer", JSON.stringify({ id: timer.id }));
+  if (result.ok) {
+    timersSay("cancelled the timer " + timer.id, "ok");
+  } else if (result.status === 404) {
+    timersSay("the timer " + timer.id + " was no longer pending (it fired, or was cancelled)", "warn");
+  } else {
+    timersSay(errorText(result), "error");
+  }
+  await Promise.all([loadTimers(), loadStats()]);
+}
+
+function timersSay(text, kind) {
+  $("timers-message").textContent = text;
+  $("timers-message").className = "message " + (kind || "");
+}
+
 // -- a key's history ---------------------------------------------------------------
 async function loadHistory() {
   if (view.scope === null || view.key === null) return;
@@ -288,7 +422,9 @@ async function loadHistory() {
   const changes = result.body.changes;
   rows(
     $("history"),
-    changes.map((event) => changeRow(event, [formatTime(event.timestamp)])),
+    changes.map((event) =>
+      changeRow(event, [event.version === null ? "" : "v" + event.version, formatTime(event.timestamp)]),
+    ),
   );
   const compacted = result.body.compacted;
   const oldest = changes.length ? changes[changes.length - 1].revision : null;
@@ -302,8 +438,9 @@ async function loadHistory() {
   }
 }
 
-function formatTime(iso) {
-  const at = new Date(iso);
+// A time (ISO text, or ms since the epoch) as local time.
+function formatTime(when) {
+  const at = new Date(when);
   const two = (n) => String(n).padStart(2, "0");
   return (
     at.getFullYear() + "-" + two(at.getMonth() + 1) + "-" + two(at.getDate()) + " " +
@@ -365,7 +502,17 @@ function changeRow(event, middle) {
   const row = document.createElement("tr");
   row.className = "event " + event.type;
   row.dataset.revision = String(event.revision);
-  row.append(cell("#" + event.revision), cell(event.type), ...middle.map(cell));
+  const type = cell(event.type);
+  if (event.timer) {
+    // Written by a timer (its write, as scheduled): the id on hover.
+    const badge = document.createElement("span");
+    badge.className = "tag timer";
+    badge.textContent = "timer";
+    badge.title = "written by the timer " + event.timer;
+    type.append(badge);
+    row.dataset.timer = event.timer;
+  }
+  row.append(cell("#" + event.revision), type, ...middle.map(cell));
   const what = document.createElement("td");
   what.className = "change";
   for (const line of changeLines(event)) {
@@ -414,6 +561,7 @@ function changed(event) {
     loadScopes();
     loadStats();
     loadLocks();
+    loadTimers(); // a timer that fired is gone (or, recurring, moved on)
     if (pending.keys) loadKeys();
     if (pending.value) {
       loadValue(false);
@@ -540,19 +688,30 @@ function start() {
   $("delete-confirm").addEventListener("keydown", (event) => {
     if (event.key === "Escape") $("delete-no").click();
   });
+  $("timer-yes").addEventListener("click", doCancelTimer);
+  $("timer-no").addEventListener("click", () => {
+    keepTimer();
+    timersSay("not cancelled", "");
+  });
+  $("timer-confirm").addEventListener("keydown", (event) => {
+    if (event.key === "Escape") $("timer-no").click();
+  });
   loadInfo();
   loadScopes();
   loadStats();
   loadLocks();
+  loadTimers();
   follow(true);
   setInterval(() => {
     showTTL();
     showLocksLeft();
+    showTimersLeft();
   }, 1000);
   setInterval(() => {
     loadScopes();
     loadStats();
     loadLocks();
+    loadTimers();
   }, REFRESH_MS);
 }
 
