@@ -883,9 +883,11 @@ class SQLStore:
         found = self._query(sql + " ORDER BY due, id LIMIT ?", (*params, limit))
         return [(timer_id, scope) for timer_id, scope in found]
 
-    def timers(self) -> list[TimerRow]:
-        """Every pending timer, earliest first."""
-        return [TimerRow(*row) for row in self._query(TIMERS, ())]
+    def timers(self, limit: int | None = None) -> list[TimerRow]:
+        """The pending timers, earliest first (the first ``limit`` of them)."""
+        if limit is None:
+            return [TimerRow(*row) for row in self._query(TIMERS, ())]
+        return [TimerRow(*row) for row in self._query(TIMERS + " LIMIT ?", (limit,))]
 
     def timer(self, timer_id: str) -> TimerRow | None:
         found = self._query(TIMER, (timer_id,))

@@ -17,7 +17,7 @@ from ._results import Timer
 from ._scope import Scope
 from ._stats import engine_stats
 from ._subscriptions import DEFAULT_BUFFER, Filter, Subscription, Watch, check_since
-from ._timers import drop_timer, timer_of
+from ._timers import check_timer_id, drop_timer, timer_of
 from ._transaction import MultiTransaction, in_transaction
 from .errors import InvalidArgumentError, ReentrancyError, RevisionCompactedError
 
@@ -263,8 +263,7 @@ class State:
                 the transaction's ``cancel_timer``).
         """
         engine = engine_of(self)
-        if type(timer_id) is not str:
-            raise InvalidArgumentError(f"a timer id is a str, not {type(timer_id).__name__}")
+        check_timer_id(timer_id)
         row = engine.store.timer(timer_id)
         if row is None:
             return False

@@ -30,12 +30,12 @@ from ._results import Timer, UpdateResult
 from ._store import TimerRow, Work, WriteTxn
 from ._values import MISSING, decode
 from ._writes import check_ttl
-from .errors import InvalidArgumentError, StorageError
+from .errors import InvalidArgumentError, ReactorError, StorageError
 
 if TYPE_CHECKING:
     from ._options import Options
 
-__all__ = ["Fired", "drop_timer", "fire", "next_due", "schedule", "timer_of"]
+__all__ = ["Fired", "check_timer_id", "drop_timer", "fire", "next_due", "schedule", "timer_of"]
 
 logger = logging.getLogger("reactor")
 
@@ -100,6 +100,23 @@ def schedule(
         return timer_of(row)
 
     return Work(work)
+
+
+def check_timer_id(timer_id: object) -> str:
+    """``timer_id`` if it is a str that could name a timer.
+
+    Raises:
+        InvalidArgumentError: not a str, or holding NUL or a lone surrogate (no timer
+            has such an id; a database could not even compare it).
+    """
+    if type(timer_id) is not str:
+        raise InvalidArgumentError(f"a timer id is a str, not {type(timer_id).__name__}")
+    if timer_id:
+        try:
+            check_key(timer_id, "timer id")
+        except ReactorError as exc:
+            raise InvalidArgumentError(str(exc)) from None
+    return timer_id
 
 
 def drop_timer(timer_id: str) -> Work[bool]:

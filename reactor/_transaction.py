@@ -34,6 +34,7 @@ from ._keys import Pattern, check_key
 from ._results import Snapshot
 from ._sql import TransactionReader
 from ._store import Row, WriteTxn
+from ._timers import check_timer_id
 from ._verbs import ScopeVerbs, verb
 from .errors import (
     ClosedError,
@@ -266,18 +267,17 @@ class Hold:
     def cancel_timer(self, timer_id: object) -> bool:
         """Cancel a timer with the commit (see ``Transaction.cancel_timer``)."""
         self.usable()
-        if type(timer_id) is not str:
-            raise InvalidArgumentError(f"a timer id is a str, not {type(timer_id).__name__}")
+        checked = check_timer_id(timer_id)
         txn = self.txn
         assert txn is not None
-        row = txn.statements.fetch_timer(timer_id)
+        row = txn.statements.fetch_timer(checked)
         if row is None:
             return False
         if row.scope not in self.names:
             self.locks.add(row.scope)  # the commit holds it, ordered with the firing
 
         def drop(commit: WriteTxn) -> None:
-            commit.statements.drop_timer(timer_id)  # gone already if it fired meanwhile
+            commit.statements.drop_timer(checked)  # gone already if it fired meanwhile
 
         txn.defer(drop)
         return True

@@ -63,10 +63,10 @@ from ._results import Change, Entry, Snapshot, Timer, UpdateResult
 from ._scope import Scope
 from ._state import Events, State, Where
 from ._subscriptions import _PAGE, DEFAULT_BUFFER, Subscription, Watch
-from ._timers import drop_timer
+from ._timers import check_timer_id, drop_timer
 from ._values import MISSING
 from ._writes import Work
-from .errors import ClosedError, InvalidArgumentError
+from .errors import ClosedError
 
 __all__ = [
     "AsyncJob",
@@ -406,8 +406,7 @@ class AsyncState:
     async def cancel_timer(self, timer_id: str) -> bool:
         """``State.cancel_timer``: cancel a pending timer; whether it was pending."""
         state = await self._sync()
-        if type(timer_id) is not str:
-            raise InvalidArgumentError(f"a timer id is a str, not {type(timer_id).__name__}")
+        check_timer_id(timer_id)
         engine = engine_of(state)
         row = await self._run(engine.store.timer, timer_id)
         if row is None:

@@ -775,7 +775,9 @@ def _said(text: str) -> Any:
     show_default=True,
     help="The port to listen on (0: any free port).",
 )
-@click.option("--write", is_flag=True, help="Allow set, update and delete from the page.")
+@click.option(
+    "--write", is_flag=True, help="Allow set, update, delete and cancelling timers from the page."
+)
 @click.option(
     "--allow-host",
     "allow_hosts",

@@ -375,3 +375,14 @@ def test_the_command_line(db_path: Any, tmp_path: Any) -> None:
     assert "Traceback" not in bad.stderr
     with reactor.open(db_path) as state:
         assert [t.id for t in state.timers()] == [beat["id"]]
+
+
+@pytest.mark.parametrize("bad", ["a\x00b", "\ud800", "x" * 2000])
+def test_a_timer_id_that_no_timer_could_have_is_refused(state: reactor.State, bad: str) -> None:
+    timer = state.scope("s").schedule("k", 1, after=100)
+    with pytest.raises(reactor.InvalidArgumentError):
+        state.cancel_timer(bad)
+    with pytest.raises(reactor.InvalidArgumentError), state.scope("s").transaction() as tx:
+        tx.cancel_timer(bad)
+    assert state.cancel_timer("") is False
+    assert state.timers() == [timer]

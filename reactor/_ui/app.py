@@ -305,8 +305,9 @@ async def _locks(request: Request) -> Response:
 
 async def _timers(request: Request) -> Response:
     def read(store: Store, now: float) -> tuple[list[dict[str, Any]], int]:
-        pending = store.timers()  # earliest first
-        return [_timer_view(row, now) for row in pending[:TIMERS_MAX]], len(pending)
+        pending = store.timers(TIMERS_MAX)  # earliest first
+        count = len(pending) if len(pending) < TIMERS_MAX else store.timers_pending()
+        return [_timer_view(row, now) for row in pending], count
 
     listed, count = await _store_read(request, read)
     return JSONResponse({"timers": listed, "pending": count})
