@@ -53,9 +53,10 @@ if TYPE_CHECKING:
     from ._dispatch import Dispatcher
     from ._engine import Engine
     from ._events import ChangeEvent
+    from ._sql import SQLJobs
     from ._state import State
 
-__all__ = ["Job", "Queue", "queue_names", "take_async"]
+__all__ = ["Job", "Queue", "counts", "take_async"]
 
 logger = logging.getLogger("reactor")
 T = TypeVar("T")
@@ -244,15 +245,16 @@ class Queue:
 
 def _counts(engine: Engine, name: str) -> dict[str, int]:
     """``Queue.stats``: jobs by state, as of now."""
-    jobs = engine.store.reader().jobs()
+    return counts(engine.store.reader().jobs(), name, engine.now())[1]
+
+
+def counts(jobs: SQLJobs, name: str, now: float) -> tuple[int, dict[str, int]]:
+    """Queue ``name``'s ``max_attempts`` (as stored, else the default) and its jobs by
+    state at ``now``, as ``Queue.stats`` counts them, read with ``jobs`` (the store's
+    reads: the dashboard's too)."""
     found = jobs.queue(name)
     max_attempts = _jobs.DEFAULT_MAX_ATTEMPTS if found is None else found[0]
-    return jobs.counts(name, engine.now(), max_attempts)
-
-
-def queue_names(state: State) -> list[str]:
-    """The names of the queues of the database (any that was ever written), sorted."""
-    return engine_of(state).store.reader().jobs().queue_names()
+    return max_attempts, jobs.counts(name, now, max_attempts)
 
 
 def _writable(state: State) -> Engine:

@@ -114,6 +114,11 @@ class State:
         engine_of(self)
         return Queue(self, name, max_attempts)
 
+    def queues(self) -> list[str]:
+        """The names of the queues in the database, sorted: every queue that ever had
+        a job (a put, a transaction's enqueue), empty or not."""
+        return engine_of(self).store.reader().jobs().queue_names()
+
     def subscribe(
         self,
         callback: Callable[[ChangeEvent], Any],

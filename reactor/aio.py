@@ -361,6 +361,10 @@ class AsyncState:
         """
         return AsyncQueue(self, name, max_attempts)
 
+    async def queues(self) -> list[str]:
+        """``State.queues``: the names of the queues in the database, sorted."""
+        return await self._run((await self._sync()).queues)
+
     def on(
         self,
         scope: str | None = None,

@@ -45,7 +45,6 @@ from ._cli_output import (
 )
 from ._keys import compile_pattern
 from ._locate import locate
-from ._queues import queue_names
 from ._state import State
 from .errors import ReactorError, ReadOnlyError
 
@@ -726,7 +725,7 @@ def queue_stats(name: str | None) -> None:
     if name is not None:
         _output().show(state.queue(name).stats(), lambda data: queue_stats_view({name: data}))
         return
-    counts = {found: state.queue(found).stats() for found in queue_names(state)}
+    counts = {found: state.queue(found).stats() for found in state.queues()}
     _output().show(counts, queue_stats_view)
 
 
@@ -776,7 +775,9 @@ def _said(text: str) -> Any:
     help="The port to listen on (0: any free port).",
 )
 @click.option(
-    "--write", is_flag=True, help="Allow set, update, delete and cancelling timers from the page."
+    "--write",
+    is_flag=True,
+    help=("Allow set, update, delete, cancelling timers and retrying dead letters from the page."),
 )
 @click.option(
     "--allow-host",

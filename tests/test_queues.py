@@ -149,7 +149,27 @@ def test_ids_are_per_queue_and_never_reused(state: reactor.State) -> None:
         take_now(emails).ack()
     assert emails.put("after") == 4  # the queue is empty, its ids go on
     assert state.queue("emails").put("again") == 5  # another handle, the same counter
-    assert sorted(_queues.queue_names(state)) == ["emails", "sms"]
+    assert state.queues() == ["emails", "sms"]
+
+
+def test_queues_are_the_queues_written_sorted(state: reactor.State) -> None:
+    assert state.queues() == []
+    state.queue("unused")  # a handle writes nothing
+    assert state.queue("unused").take(timeout=0) is None  # nor a take that finds no job
+    assert state.queues() == []
+    names = ["sms", "emails", "Zebra", "é-mails", "a b", "queue:x", "emails-2"]
+    for name in names:
+        state.queue(name).put(1)
+    assert state.queues() == sorted(names)  # by code point, on both backends
+    take_now(state.queue("sms")).ack()
+    assert "sms" in state.queues()  # empty, it is still a queue
+    with state.scope("orders").transaction() as tx:
+        tx.enqueue("outbox", 1)
+        assert "outbox" not in state.queues()  # not before the commit
+    assert state.queues() == sorted([*names, "outbox"])
+    state.close()
+    with pytest.raises(reactor.ClosedError):
+        state.queues()
 
 
 def test_items_are_json_values_checked_before_anything_is_written(
@@ -782,7 +802,7 @@ def test_a_read_only_engine_reads_queues_and_refuses_writes(db_path: Any) -> Non
                 write()
         with pytest.raises(reactor.ReadOnlyError), reader.scope("s").transaction() as tx:
             tx.enqueue("q", "x")
-        assert _queues.queue_names(reader) == ["q"]
+        assert reader.queues() == ["q"]
 
 
 # -- persistence and stats ----------------------------------------------------------------
@@ -961,6 +981,16 @@ async def test_async_closing_ends_a_waiting_take(db_path: Any) -> None:
     await asyncio.wait_for(state.close(), PATIENCE)
     with pytest.raises(reactor.ClosedError):
         await asyncio.wait_for(taker, PATIENCE)
+
+
+async def test_async_queues(db_path: Any) -> None:
+    async with reactor.aio.open(db_path) as state:
+        assert await state.queues() == []
+        await state.queue("sms").put(1)
+        await state.queue("emails").put(2)
+        assert await state.queues() == ["emails", "sms"]
+    with pytest.raises(reactor.ClosedError):
+        await state.queues()
 
 
 async def test_async_read_only(db_path: Any) -> None:

@@ -22,7 +22,7 @@ import pytest
 
 import reactor
 from reactor._ui import server
-from reactor._ui.app import TIMER_TEXT_MAX, TIMERS_MAX
+from reactor._ui.app import JOB_TEXT_MAX, QUEUES_MAX, TIMER_TEXT_MAX, TIMERS_MAX
 from reactor._ui.changes import MAX_DIFF_CHARS, MAX_DIFF_OPS, diff
 from reactor._ui.guard import allowed_hosts, host_refusal, is_loopback
 from tests._ui_support import (
@@ -195,6 +195,7 @@ WRITES = [
     ("/api/update", {"scope": "orders", "key": "o-1", "ops": [{"type": "remove", "path": ""}]}),
     ("/api/delete", {"scope": "orders", "key": "o-1"}),
     ("/api/cancel_timer", {"id": "0" * 32}),
+    ("/api/retry_dead", {"queue": "emails"}),
 ]
 
 
@@ -732,6 +733,238 @@ def test_a_timers_write_is_marked_in_the_feed_and_the_history(db_path: Any) -> N
     ]
     assert (value["version"], value["revision"], value["created_revision"]) == (2, 2, 1)
     assert timers == {"timers": [], "pending": 0}
+
+
+# -- queues --------------------------------------------------------------------------
+def _queues(ui: httpx.Client) -> dict[str, Any]:
+    answer = ui.get("/api/queues")
+    assert answer.status_code == 200, answer.text
+    found: dict[str, Any] = answer.json()
+    return found
+
+
+def _counts(listed: dict[str, Any]) -> dict[str, tuple[int, ...]]:
+    """Each queue's ready, delayed, taken, dead and max_attempts."""
+    return {
+        queue["name"]: tuple(
+            queue[name] for name in ("ready", "delayed", "taken", "dead", "max_attempts")
+        )
+        for queue in listed["queues"]
+    }
+
+
+def test_the_queues_with_their_counts(client: Client, db_path: Any) -> None:
+    ui = client()
+    assert _queues(ui) == {"queues": [], "count": 0, "dead": 0}
+    with reactor.open(db_path) as state:
+        emails = state.queue("emails", max_attempts=2)
+        for n in range(3):
+            emails.put({"n": n})
+        emails.put("later", delay=600)
+        state.queue("sms").put("x")
+        listed = _queues(ui)
+        assert [queue["name"] for queue in listed["queues"]] == ["emails", "sms"]
+        assert _counts(listed) == {"emails": (3, 1, 0, 0, 2), "sms": (1, 0, 0, 0, 5)}
+        assert (listed["count"], listed["dead"]) == (2, 0)
+        first = listed["queues"][0]
+        fields = "name max_attempts ready delayed taken dead oldest_ready_age"
+        assert list(first) == fields.split()
+        assert 0 <= first["oldest_ready_age"] < 60
+
+        # Taken, then given back until dead: each count as Queue.stats() has it.
+        job = emails.take(timeout=0)
+        assert job is not None
+        assert _counts(_queues(ui))["emails"] == (2, 1, 1, 0, 2)
+        job.nack()
+        assert _counts(_queues(ui))["emails"] == (3, 1, 0, 0, 2)
+        job = emails.take(timeout=0)
+        assert job is not None
+        assert job.attempts == 1  # n=1 was first in line: n=0 went back behind n=2
+        for _ in range(2):
+            took = emails.take(timeout=0)
+            assert took is not None
+            took.ack()
+        job.ack()
+        again = emails.take(timeout=0)  # nothing ready: the delayed one is not due
+        assert again is None
+        emails.put("poison")
+        for _ in range(2):
+            took = emails.take(timeout=0)
+            assert took is not None
+            took.nack()  # the second time, its last attempt: dead
+        listed = _queues(ui)
+        assert _counts(listed)["emails"] == (0, 1, 0, 1, 2) == (*emails.stats().values(), 2)
+        assert listed["dead"] == 1
+        # No job ready now: no age (the delayed job is not in line yet).
+        assert listed["queues"][0]["oldest_ready_age"] is None
+        # Reads write nothing.
+        revision = state.stats()["revision"]
+        _queues(ui)
+        ui.get("/api/dead", params={"queue": "emails"})
+        assert state.stats()["revision"] == revision
+
+
+def test_at_most_so_many_queues_are_listed(client: Client, db_path: Any) -> None:
+    count = QUEUES_MAX + 5
+    write_elsewhere(
+        db_path,
+        f"""
+        with state.scope("s").transaction() as tx:
+            for n in range({count}):
+                tx.enqueue(f"q-{{n:04}}", n)
+        """,
+    )
+    listed = _queues(client())
+    assert listed["count"] == count
+    assert [queue["name"] for queue in listed["queues"]] == [f"q-{n:04}" for n in range(QUEUES_MAX)]
+
+
+def test_the_dead_letters_of_a_queue(client: Client, db_path: Any) -> None:
+    ui = client()
+    with reactor.open(db_path) as state:
+        flaky = state.queue("flaky", max_attempts=1)
+        items = [{"n": 1.0}, "x" * (JOB_TEXT_MAX + 10), [1, 2]]
+        for item in items:
+            flaky.put(item)
+        flaky.put("fine")
+        deaths = []
+        for _ in items:
+            job = flaky.take(timeout=0)
+            assert job is not None
+            job.nack()  # its one attempt: dead
+            deaths.append(time.time())
+        answer = ui.get("/api/dead", params={"queue": "flaky"})
+        assert answer.status_code == 200, answer.text
+        dead = answer.json()
+        assert (dead["queue"], dead["dead"]) == ("flaky", 3)
+        assert [(job["id"], job["attempts"]) for job in dead["jobs"]] == [(1, 1), (2, 1), (3, 1)]
+        # The item as stored JSON text (1.0 stays 1.0), a long one cut short with "…".
+        assert dead["jobs"][0]["item"] == '{"n":1.0}'
+        long = dead["jobs"][1]["item"]
+        assert len(long) == JOB_TEXT_MAX
+        assert long == '"' + "x" * (JOB_TEXT_MAX - 2) + "…"
+        assert dead["jobs"][2]["item"] == "[1,2]"
+        # When each died, in the order they died.
+        died = [job["died"] for job in dead["jobs"]]
+        assert died == sorted(died)
+        for when, after in zip(died, deaths, strict=True):
+            assert after - 30 < when <= after + 1
+        # As many as asked; a queue without dead letters; a queue that does not exist.
+        two = ui.get("/api/dead", params={"queue": "flaky", "limit": "2"}).json()
+        assert ([job["id"] for job in two["jobs"]], two["dead"]) == ([1, 2], 3)
+        state.queue("calm").put(1)
+        assert ui.get("/api/dead", params={"queue": "calm"}).json() == {
+            "queue": "calm",
+            "jobs": [],
+            "dead": 0,
+        }
+        missing = ui.get("/api/dead", params={"queue": "nothing"})
+        assert missing.status_code == 404
+        assert missing.json() == {"error": "NotFound", "message": "no queue 'nothing'"}
+        for limit in ("0", "501", "-1", "x", "1.5"):
+            bad = ui.get("/api/dead", params={"queue": "flaky", "limit": limit})
+            assert bad.status_code == 400, limit
+            assert bad.json()["error"] == "InvalidRequest"
+        assert ui.get("/api/dead").json()["error"] == "InvalidRequest"  # no queue named
+
+
+def test_retrying_dead_letters_is_refused_without_write(client: Client, db_path: Any) -> None:
+    with reactor.open(db_path) as state:
+        flaky = state.queue("flaky", max_attempts=1)
+        flaky.put("x")
+        job = flaky.take(timeout=0)
+        assert job is not None
+        job.nack()
+        revision = state.stats()["revision"]
+        answer = client().post("/api/retry_dead", json={"queue": "flaky"}, headers=HEADERS)
+        assert answer.status_code == 403
+        assert answer.json()["error"] == "Forbidden"
+        assert "--write" in answer.json()["message"]
+        assert flaky.stats()["dead"] == 1
+        assert state.stats()["revision"] == revision
+
+
+def test_retrying_dead_letters_with_write(db_path: Any) -> None:
+    with reactor.open(db_path) as state:
+        flaky = state.queue("flaky", max_attempts=1)
+        for n in range(3):
+            flaky.put(n)
+        for _ in range(2):
+            job = flaky.take(timeout=0)
+            assert job is not None
+            job.nack()
+        assert flaky.stats() == {"ready": 1, "delayed": 0, "taken": 0, "dead": 2}
+        with (
+            dashboard_thread(db_path, write=True) as url,
+            httpx.Client(base_url=url, timeout=TIMEOUT) as ui,
+            feed(url, {"scope": "queue:*"}) as events,
+        ):
+            assert next(events).event == "ready"
+            body = json.dumps({"queue": "flaky"})
+            # As every write: only from the page (JSON, and the dashboard's header).
+            plain = {"Content-Type": "application/json"}
+            assert ui.post("/api/retry_dead", content=body, headers=plain).status_code == 403
+            assert flaky.stats()["dead"] == 2
+            answer = ui.post("/api/retry_dead", content=body, headers=HEADERS)
+            assert answer.status_code == 200, answer.text
+            assert answer.json() == {"retried": 2}
+            changes = [event.json() for event in take(events, 2)]
+            listed = _counts(_queues(ui))
+            again = ui.post("/api/retry_dead", content=body, headers=HEADERS)
+            assert again.json() == {"retried": 0}
+            missing = ui.post("/api/retry_dead", json={"queue": "nothing"}, headers=HEADERS)
+            assert missing.status_code == 404
+            assert missing.json()["error"] == "NotFound"
+        assert flaky.stats() == {"ready": 3, "delayed": 0, "taken": 0, "dead": 0}
+        assert listed == {"flaky": (3, 0, 0, 0, 1)}
+        assert state.queues() == ["flaky"]  # "nothing" was not created
+        # Ready again, attempts back to 0: one change each, of scope queue:NAME.
+        assert [(c["scope"], c["key"], c["type"]) for c in changes] == [
+            ("queue:flaky", "1", "updated"),
+            ("queue:flaky", "2", "updated"),
+        ]
+        assert [(c["new_value"]["state"], c["new_value"]["attempts"]) for c in changes] == [
+            ("ready", 0),
+            ("ready", 0),
+        ]
+        jobs = [flaky.take(timeout=0) for _ in range(3)]
+        assert [job.item for job in jobs if job is not None] == [2, 0, 1]
+
+
+@pytest.mark.parametrize(
+    ("body", "name", "error"),
+    [
+        ('{"queue": ""}', "", "InvalidKeyError"),
+        ('{"queue": "a\\u0000b"}', "a\x00b", "InvalidKeyError"),  # PostgreSQL refuses NUL
+        ('{"queue": "\\ud800"}', None, "InvalidKeyError"),  # a lone surrogate: not UTF-8
+        # Too long: its events' scope, queue:NAME, would be too.
+        (json.dumps({"queue": "q" * 1019}), "q" * 1019, "InvalidKeyError"),
+        ('{"queue": 7}', None, "InvalidKeyError"),
+        ('{"queue": null}', None, "InvalidKeyError"),
+        ("{}", None, "InvalidRequest"),
+        ('{"queue": "flaky", "max_attempts": 9}', None, "InvalidRequest"),
+    ],
+)
+def test_a_bad_queue_name_is_400(
+    client: Client, db_path: Any, body: str, name: str | None, error: str
+) -> None:
+    with reactor.open(db_path) as state:
+        flaky = state.queue("flaky", max_attempts=1)
+        flaky.put("x")
+        job = flaky.take(timeout=0)
+        assert job is not None
+        job.nack()
+        ui = client(write=True)
+        answer = ui.post("/api/retry_dead", content=body, headers=HEADERS)
+        assert answer.status_code == 400, answer.text
+        assert answer.json()["error"] == error
+        assert len(answer.json()["message"]) < 200  # a long name is not repeated whole
+        if name is not None:
+            read = ui.get("/api/dead", params={"queue": name})
+            assert read.status_code == 400, read.text
+            assert read.json()["error"] == error
+        assert flaky.stats()["dead"] == 1
+        assert state.queues() == ["flaky"]
 
 
 # -- what a change shows ----------------------------------------------------------

@@ -451,10 +451,153 @@ def test_the_page_shows_the_timers_marks_their_writes_and_cancels_one(
     assert process.returncode == 0, err
 
 
+# Run in another process: a worker that takes the jobs of queue "emails" (max_attempts
+# 2), acks two, gives one back until it is dead, and keeps the last one (its lease
+# outlives the process).
+WORKER = """
+emails = state.queue("emails")
+first = emails.take(timeout=5)
+assert first.item == {"to": "ada@example.com"}
+first.ack()
+bounced = emails.take(timeout=5)
+bounced.nack()  # attempt 1 of 2: ready again, behind the third
+emails.take(timeout=5).ack()
+again = emails.take(timeout=5)
+assert (again.item, again.attempts) == ({"to": "bob@example"}, 2)
+again.nack()  # attempt 2 of 2: dead
+emails.put({"to": "eve@example.com"})
+assert emails.take(timeout=5, lease=600).item == {"to": "eve@example.com"}
+"""
+
+
+# Counts the page's requests for the queues' listing, in window.queueFetches.
+COUNT_FETCHES = """
+window.queueFetches = 0;
+const original = window.fetch;
+window.fetch = (resource, ...rest) => {
+  if (String(resource).startsWith("api/queues")) window.queueFetches += 1;
+  return original(resource, ...rest);
+};
+"""
+
+
+def _queue_row(driver: Any, name: str) -> str:
+    """The text of the queues panel's row for queue ``name`` ("" if none)."""
+    from selenium.common.exceptions import StaleElementReferenceException
+    from selenium.webdriver.common.by import By
+
+    try:
+        found = driver.find_elements(By.CSS_SELECTOR, f'#queues tr[data-queue="{name}"]')
+        return " ".join(found[0].text.split()) if found else ""
+    except StaleElementReferenceException:
+        return ""  # drawn anew meanwhile
+
+
+def _figures(text: str) -> str:
+    return " ".join(text.split())
+
+
+def test_the_page_shows_the_queues_their_dead_letters_and_retries_them(
+    browser: Any, db_path: Any, tmp_path: Path
+) -> None:
+    from selenium.webdriver.common.by import By
+
+    with reactor.open(db_path) as state:
+        state.scope("orders").set("o-1", 1)
+    process, url, _ = start_cli(db_path, cwd=tmp_path)
+    try:
+        browser.get(url)
+        _until(browser, "connection", "live")
+        _until(browser, "queues-empty", "No queue.")
+        # Filled by another process: name, ready, delayed, taken, dead, max attempts,
+        # how long the first in line has waited.
+        write_elsewhere(
+            db_path,
+            """
+            emails = state.queue("emails", max_attempts=2)
+            for to in ("ada@example.com", "bob@example", "cy@example.com"):
+                emails.put({"to": to})
+            emails.put({"to": "later@example.com"}, delay=600)
+            """,
+        )
+        row = wait_for(lambda: _queue_row(browser, "emails"), timeout=WAIT)
+        assert row.startswith("emails 3 1 0 0 2 "), row
+        assert row.endswith(" s"), row
+        _until(browser, "stats", lambda text: "queues 1 dead letters 0" in _figures(text))
+        # Worked by another: the counts change, a dead letter appears.
+        write_elsewhere(db_path, WORKER)
+        wait_for(lambda: _queue_row(browser, "emails") == "emails 0 1 1 1 2 —", timeout=WAIT)
+        _until(browser, "stats", lambda text: "queues 1 dead letters 1" in _figures(text))
+        _until(browser, "queues-figures", "1 queue · 1 dead letter")
+        assert not _visible(browser, "dead-letters")
+        _click(browser, '#queues tr[data-queue="emails"] button.name')
+        dead = _until(browser, "dead", "bob@example")
+        died = _figures(dead.splitlines()[-1])
+        assert died.startswith('2 {"to":"bob@example"} 2 ' + time.strftime("%Y-%m-%d")), died
+        assert _attribute(browser, '#dead tr[data-id="2"] td:nth-child(2)', "title") == (
+            '{"to":"bob@example"}'
+        )
+        assert browser.find_elements(By.CSS_SELECTOR, "#queues button.danger") == []  # read-only
+        # Clicked again, the queue's dead letters fold away.
+        _click(browser, '#queues tr[data-queue="emails"] button.name')
+        wait_for(lambda: not _visible(browser, "dead-letters"), timeout=WAIT)
+
+        # A burst of 1,000 job events refreshes the panel a few times, not 1,000.
+        browser.execute_script(COUNT_FETCHES)
+        write_elsewhere(db_path, 'for n in range(1000): state.queue("bulk").put(n)')
+        wait_for(lambda: _queue_row(browser, "bulk").startswith("bulk 1000 0 0 0 5 "), WAIT)
+        _until(browser, "feed", "queue:bulk")
+        fetched = browser.execute_script("return window.queueFetches")
+        assert 1 <= fetched <= 30, fetched
+    finally:
+        _, err = stop_cli(process)
+    assert process.returncode == 0, err
+
+    # With --write: a button retries a queue's dead letters, after asking.
+    process, url, _ = start_cli(db_path, "--write", cwd=tmp_path)
+    try:
+        browser.get(url)
+        _until(browser, "mode", "read-write")
+        button = '#queues tr[data-queue="emails"] button.danger'
+        _click(browser, button)
+        _until(
+            browser,
+            "retry-question",
+            "Retry the 1 dead letter of queue emails? They become ready again",
+        )
+        assert _visible(browser, "retry-confirm")
+        _click(browser, "#retry-no")
+        _until(browser, "queues-message", "not retried")
+        assert not _visible(browser, "retry-confirm")
+        with reactor.open(db_path) as state:
+            assert state.queue("emails").stats()["dead"] == 1
+        _click(browser, '#queues tr[data-queue="emails"] button.name')
+        _until(browser, "dead", "bob@example")
+        _click(browser, button)
+        _until(browser, "retry-question", "emails")
+        _click(browser, "#retry-yes")
+        _until(browser, "queues-message", "retried 1 dead letter of emails")
+        assert _class(browser, "queues-message") == "message ok"
+        wait_for(lambda: _queue_row(browser, "emails").startswith("emails 1 1 1 0 2 "), WAIT)
+        _until(browser, "dead-note", "No dead letter.")
+        _until(browser, "feed", "queue:emails")
+        assert _attribute(browser, button, "disabled") == "true"  # nothing left to retry
+        with reactor.open(db_path) as state:
+            emails = state.queue("emails")
+            assert emails.stats() == {"ready": 1, "delayed": 1, "taken": 1, "dead": 0}
+            job = emails.take(timeout=0)
+            assert job is not None
+            assert (job.item, job.attempts) == ({"to": "bob@example"}, 1)
+        browser.save_screenshot(str(_artifacts() / "dashboard-queues.png"))
+    finally:
+        _, err = stop_cli(process)
+    assert process.returncode == 0, err
+
+
 def test_a_screenshot_with_realistic_data(browser: Any, db_path: Any, tmp_path: Path) -> None:
     """The documentation's picture: orders, a counter, a cached rate and its history, a
-    durable subscriber behind, a lock held, timers pending, a live feed with a timer's
-    write."""
+    durable subscriber behind, a lock held, timers pending, queues with a dead letter,
+    a live feed with a timer's write."""
     with reactor.open(db_path) as state:
         orders = state.scope("orders")
         for n, (total, status) in enumerate([(120, "paid"), (80, "new"), (310, "shipped")]):
@@ -473,6 +616,19 @@ def test_a_screenshot_with_realistic_data(browser: Any, db_path: Any, tmp_path: 
         tonight = time.time() + 6 * 3600
         queued = {"state": "queued", "attempts": 0}
         state.scope("jobs").schedule("nightly-report", queued, at=tonight)
+        emails = state.queue("emails", max_attempts=3)
+        emails.put({"to": "c-9@example", "template": "receipt", "order": "o-1003"})
+        for _ in range(3):  # a bounced address: dead after its third attempt
+            job = emails.take(timeout=0)
+            assert job is not None
+            job.nack()
+        for n, customer in enumerate(["c-7", "c-8", "c-12", "c-7"]):
+            receipt = {"to": f"{customer}@example.com", "template": "receipt"}
+            emails.put({**receipt, "order": f"o-{1001 + n}"})
+        emails.put({"to": "c-8@example.com", "template": "reminder"}, delay=3600)
+        working = emails.take(timeout=0, lease=600)  # a worker's, under its lease
+        assert working is not None
+        state.queue("webhooks").put({"url": "https://shop.example/hooks/paid", "order": "o-1002"})
     write_elsewhere(db_path, MAILER_AND_LOCK)
     process, url, _ = start_cli(db_path, cwd=tmp_path)
     try:
@@ -510,7 +666,15 @@ def test_a_screenshot_with_realistic_data(browser: Any, db_path: Any, tmp_path: 
         _until(browser, "timers", _in_order("beats", "o-1002", "nightly-report"))
         _until(browser, "feed", "timer")
         _until(browser, "stats", "revision")
-        browser.set_window_size(1400, 1380)  # the panels, without the empty page below
+        wait_for(lambda: _queue_row(browser, "emails").startswith("emails 3 1 1 1 3 "), WAIT)
+        _click(browser, '#queues tr[data-queue="emails"] button.name')
+        _until(browser, "dead", "c-9@example")
+        _until(browser, "stats", lambda text: "dead letters 1" in _figures(text))
+        # The panels, without the empty page below.
+        height = browser.execute_script(
+            "return document.documentElement.scrollHeight + window.outerHeight - window.innerHeight"
+        )
+        browser.set_window_size(1400, height)
         picture = _artifacts() / "dashboard.png"
         browser.save_screenshot(str(picture))
         if os.environ.get("REACTOR_DOCS_SCREENSHOT") == "1":

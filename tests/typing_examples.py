@@ -167,6 +167,7 @@ def queues(state: reactor.State) -> None:
     assert_type(emails.stats(), dict[str, int])
     assert_type(emails.dead(), list[reactor.Job])
     assert_type(emails.retry_dead(), int)
+    assert_type(state.queues(), list[str])
     with state.scope("orders").transaction() as tx:
         assert_type(tx.enqueue("emails", {"order": "o-1"}, delay=None, key="o-1"), None)
     with state.transaction("orders", "ledger") as both:
@@ -191,6 +192,7 @@ async def queues_async(state: reactor.aio.AsyncState) -> None:
     assert_type(await emails.stats(), dict[str, int])
     assert_type(await emails.dead(), list[reactor.aio.AsyncJob])
     assert_type(await emails.retry_dead(), int)
+    assert_type(await state.queues(), list[str])
     async with state.scope("orders").transaction() as tx:
         await tx.enqueue("emails", 1)
     async with state.transaction("orders", "ledger") as both:

@@ -11,6 +11,9 @@ GET  /api/history?scope=S&key=K&limit=N     {"scope", "key", "changes": [...], "
 GET  /api/locks           {"locks": [{"name", "holder", "token", "expires_in"}], "held"}
 GET  /api/timers          {"timers": [{"id", "scope", "key", "due", "due_in", "every",
                                        "value", "ops"}], "pending"}
+GET  /api/queues          {"queues": [{"name", "max_attempts", "ready", "delayed", "taken",
+                                       "dead", "oldest_ready_age"}], "count", "dead"}
+GET  /api/dead?queue=Q&limit=N  {"queue", "jobs": [{"id", "item", "attempts", "died"}], "dead"}
 GET  /api/stats           state.stats() (durable subscribers' lag included)
 GET  /api/events?scope=GLOB&key=GLOB&since=R  the change feed, as Server-Sent Events
 POST /api/set     {"scope", "key", "value", "ttl"?, "keep_ttl"?}  {"old_value", "new_value"}
@@ -18,6 +21,7 @@ POST /api/update  {"scope", "key", "ops", "atomic"?}
                   {"old_value", "new_value", "errors", "applied": "all" | "some" | "none"}
 POST /api/delete  {"scope", "key"}                     {"deleted", "old_value"}
 POST /api/cancel_timer  {"id"}                         {"cancelled": true}; 404 if not pending
+POST /api/retry_dead    {"queue"}                      {"retried": N}; 404 if no such queue
 ```
 
 A change (in the feed and in a key's history) is ``changes.change_view``: the event's
@@ -25,7 +29,8 @@ fields, its values as JSON text, and an update's JSON Patch.
 
 A refused or failed request answers ``{"error": NAME, "message": TEXT}``: 400 with the
 name of reactor's error for bad input (nothing is written), 403 for a write the server
-does not allow (see ``guard``), 404 for a missing key or a timer no longer pending.
+does not allow (see ``guard``), 404 for a missing key, a timer no longer pending or a
+queue that does not exist.
 """
 
 from __future__ import annotations
@@ -44,12 +49,15 @@ from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from reactor import _queues
 from reactor._engine import engine_of
 from reactor._events import ChangeEvent
 from reactor._exchange import parse_json
+from reactor._jobs import check_queue
 from reactor._keys import check_key
 from reactor._ops import op_style
-from reactor._store import ChangeRecord, Store, TimerRow
+from reactor._sql import SQLJobs
+from reactor._store import ChangeRecord, JobRow, Store, TimerRow
 from reactor._version import __version__
 from reactor.aio import AsyncState
 from reactor.aio import open as open_async
@@ -73,6 +81,10 @@ LOCKS_MAX: Final = 200  # locks listed, at most (``held`` counts them all)
 TIMERS_MAX: Final = 200  # timers listed, at most (``pending`` counts them all)
 TIMER_TEXT_MAX: Final = 200  # characters of a timer's value or ops sent, at most
 TIMER_ID_MAX: Final = 200  # characters of a timer id looked up, at most (reactor's are 32)
+QUEUES_MAX: Final = 200  # queues listed, at most (``count`` counts them all)
+DEAD_LIMIT: Final = 50  # dead letters of a queue listed by default
+DEAD_MAX: Final = 500
+JOB_TEXT_MAX: Final = 2000  # characters of a dead letter's item sent, at most
 T = TypeVar("T")
 # The page loads nothing from elsewhere, and no other site may frame it.
 _PAGE_HEADERS: Final = {
@@ -143,12 +155,15 @@ def create_app(
             Route("/api/history", _history),
             Route("/api/locks", _locks),
             Route("/api/timers", _timers),
+            Route("/api/queues", _queue_list),
+            Route("/api/dead", _dead),
             Route("/api/stats", _stats),
             Route("/api/events", events),
             Route("/api/set", guarded(_set), methods=["POST"]),
             Route("/api/update", guarded(_update), methods=["POST"]),
             Route("/api/delete", guarded(_delete), methods=["POST"]),
             Route("/api/cancel_timer", guarded(_cancel_timer), methods=["POST"]),
+            Route("/api/retry_dead", guarded(_retry_dead), methods=["POST"]),
             Mount("/static", StaticFiles(directory=STATIC), name="static"),
         ],
         middleware=[Middleware(HostGuard, allowed_hosts=hosts or [*LOOPBACK_NAMES])],
@@ -328,11 +343,69 @@ def _timer_view(row: TimerRow, now: float) -> dict[str, Any]:
     }
 
 
-def _shortened(text: str | None) -> str | None:
-    """``text``, or its start ending in "…" (which JSON text never ends in) if long."""
-    if text is None or len(text) <= TIMER_TEXT_MAX:
+def _shortened(text: str | None, most: int = TIMER_TEXT_MAX) -> str | None:
+    """``text``, or its start ending in "…" (which JSON text never ends in) if longer
+    than ``most`` characters."""
+    if text is None or len(text) <= most:
         return text
-    return text[: TIMER_TEXT_MAX - 1] + "…"
+    return text[: most - 1] + "…"
+
+
+async def _queue_list(request: Request) -> Response:
+    def read(store: Store, now: float) -> tuple[list[dict[str, Any]], int]:
+        jobs = store.reader().jobs()
+        names = jobs.queue_names()  # sorted
+        return [_queue_view(jobs, name, now) for name in names[:QUEUES_MAX]], len(names)
+
+    listed, count = await _store_read(request, read)
+    # The dead letters of the queues listed (all of them, unless more than QUEUES_MAX).
+    dead = sum(queue["dead"] for queue in listed)
+    return JSONResponse({"queues": listed, "count": count, "dead": dead})
+
+
+def _queue_view(jobs: SQLJobs, name: str, now: float) -> dict[str, Any]:
+    """A queue as the page shows it: ``Queue.stats()``'s counts, its ``max_attempts``,
+    and how long the job first in line has been ready (None: no job is ready now); each
+    a seek or a range of the jobs' index."""
+    max_attempts, counts = _queues.counts(jobs, name, now)
+    first, _ = jobs.next_times(name)  # the earliest ready_at of the ready jobs
+    waited = None if first is None or first > now else round(now - first, 3)
+    return {"name": name, "max_attempts": max_attempts, **counts, "oldest_ready_age": waited}
+
+
+async def _dead(request: Request) -> Response:
+    name = check_queue(_param(request, "queue"))
+    given = _param(request, "limit", str(DEAD_LIMIT))
+    if not (given.isascii() and given.isdigit() and 1 <= int(given) <= DEAD_MAX):
+        raise Problem(400, "InvalidRequest", f"limit must be 1 to {DEAD_MAX}, not {given!r}")
+
+    def read(store: Store, now: float) -> tuple[list[JobRow], int] | None:
+        jobs = store.reader().jobs()
+        if jobs.queue(name) is None:
+            return None
+        # In the order they died; ``dead`` also counts a lease run out after the last
+        # attempt, which the sweeper has yet to move.
+        return jobs.in_state(name, "dead", int(given)), _queues.counts(jobs, name, now)[1]["dead"]
+
+    found = await _store_read(request, read)
+    if found is None:
+        raise Problem(404, "NotFound", f"no queue {_clipped(name)!r}")
+    rows, dead = found
+    return JSONResponse(
+        {
+            "queue": name,
+            "jobs": [
+                {
+                    "id": row.id,
+                    "item": _shortened(row.item, JOB_TEXT_MAX),  # JSON text, as stored
+                    "attempts": row.attempts,
+                    "died": row.ready_at,  # epoch seconds
+                }
+                for row in rows
+            ],
+            "dead": dead,
+        }
+    )
 
 
 async def _stats(request: Request) -> Response:
@@ -394,6 +467,19 @@ async def _cancel_timer(request: Request) -> Response:
         message = f"no pending timer {_clipped(timer_id)!r} (it fired, or was cancelled)"
         raise Problem(404, "NotFound", message)
     return JSONResponse({"cancelled": True})
+
+
+async def _retry_dead(request: Request) -> Response:
+    data = await _body(request, ("queue",), ())
+    queue = state_of(request).queue(data["queue"])  # a bad name: InvalidKeyError, 400
+    name = queue.name
+
+    def exists(store: Store, _now: float) -> bool:
+        return store.reader().jobs().queue(name) is not None
+
+    if not await _store_read(request, exists):
+        raise Problem(404, "NotFound", f"no queue {_clipped(name)!r}")
+    return JSONResponse({"retried": await queue.retry_dead()})
 
 
 def _storable_id(text: str) -> bool:

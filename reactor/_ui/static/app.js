@@ -6,7 +6,10 @@
 
 const FEED_ROWS = 200; // rows kept in the change feed
 const HISTORY_ROWS = 50; // changes of a key shown, newest first
+const DEAD_ROWS = 50; // dead letters of a queue shown, in the order they died
 const REFRESH_MS = 5000; // scopes and stats are also refreshed this often
+const SETTLE_MS = 150; // a burst of changes refreshes the panels once, this long after it
+const BURST_MS = 1000; // ... or this long after its first change, if it goes on
 const $ = (id) => document.getElementById(id);
 
 const view = {
@@ -17,11 +20,16 @@ const view = {
   feed: null, // the EventSource
   lastRevision: null, // the last revision the feed delivered
   refreshTimer: null,
-  pending: { keys: false, value: false }, // what the next refresh must reload
+  refreshFirst: null, // when the first change the next refresh is for came (ms since epoch)
+  pending: { keys: false, value: false, queues: false }, // what the next refresh must reload
   deleting: null, // {scope, key} while the page asks whether to delete it
   lockDeadlines: [], // [cell, when the lease ends (ms since epoch)] of the locks shown
   timerDeadlines: [], // [row, when the timer is due (ms since epoch)] of the timers shown
   cancelling: null, // the timer {id, scope, key} while the page asks whether to cancel it
+  queue: null, // the queue whose dead letters are shown
+  queueAges: [], // [cell, since when its first job is ready (ms since epoch)] of the queues shown
+  queueTotals: null, // {queues, dead, partial} of the last listing, for the stats panel
+  retrying: null, // the queue {name, dead} while the page asks whether to retry its dead letters
 };
 
 // -- the API ---------------------------------------------------------------------
@@ -102,7 +110,11 @@ async function loadInfo() {
   $("mode").className = "badge " + (view.writable ? "warn" : "");
   $("editor").hidden = !view.writable;
   $("timers").classList.toggle("writable", view.writable);
-  if (view.writable) loadTimers(); // with its cancel buttons
+  $("queues").classList.toggle("writable", view.writable);
+  if (view.writable) {
+    loadTimers(); // with its cancel buttons
+    loadQueues(); // with its retry buttons
+  }
 }
 
 async function loadScopes() {
@@ -218,6 +230,8 @@ async function loadStats() {
     ["locks held", stats.locks_held],
     ["keys expired", stats.keys_expired],
     ["timers pending", stats.timers ? stats.timers.pending : 0],
+    ["queues", ""], // from the queues panel's listing (showQueueTotals)
+    ["dead letters", ""],
     ["durable subscribers", Object.keys(stats.durable_subscribers || {}).length],
     ["largest lag", lagging],
   ];
@@ -227,9 +241,11 @@ async function loadStats() {
       dt.textContent = name;
       const dd = document.createElement("dd");
       dd.textContent = String(value);
+      dd.dataset.figure = name;
       return [dt, dd];
     }),
   );
+  showQueueTotals();
   $("stats-json").textContent = JSON.stringify(stats, null, 2);
   showSubscribers(stats);
   showTimerFigures(stats.timers);
@@ -406,6 +422,183 @@ function timersSay(text, kind) {
   $("timers-message").className = "message " + (kind || "");
 }
 
+// -- queues ----------------------------------------------------------------------
+// Every queue (up to 200): its jobs by state (as ``Queue.stats()`` counts them), its
+// max_attempts, how long its first job in line has been ready; a click on its name
+// shows its dead letters. With --write, a button per queue retries its dead letters.
+async function loadQueues() {
+  const result = await getJSON("queues");
+  if (!result.ok) return;
+  const now = Date.now();
+  view.queueAges = [];
+  const listed = result.body.queues;
+  const list = listed.map((queue) => {
+    const row = document.createElement("tr");
+    row.dataset.queue = queue.name;
+    row.className = queue.name === view.queue ? "selected" : "";
+    const name = document.createElement("td");
+    const pick = document.createElement("button");
+    pick.type = "button";
+    pick.className = "name";
+    pick.textContent = queue.name;
+    pick.title = "show its dead letters";
+    pick.addEventListener("click", () => pickQueue(queue.name));
+    name.append(pick);
+    const age = cell("");
+    row.append(
+      name,
+      cell(String(queue.ready)),
+      cell(String(queue.delayed)),
+      cell(String(queue.taken)),
+      cell(String(queue.dead)),
+      cell(String(queue.max_attempts)),
+      age,
+    );
+    if (queue.dead > 0) row.cells[4].className = "bad";
+    if (queue.oldest_ready_age !== null) {
+      view.queueAges.push([age, now - queue.oldest_ready_age * 1000]);
+    } else {
+      age.textContent = "—";
+    }
+    if (view.writable) {
+      const button = document.createElement("button");
+      button.type = "button";
+      button.className = "danger";
+      button.textContent = "Retry dead letters";
+      button.title = "make its dead letters ready again, attempts back to 0 (asks first)";
+      button.disabled = queue.dead === 0;
+      button.addEventListener("click", () => askRetry(queue));
+      const td = document.createElement("td");
+      td.append(button);
+      row.append(td);
+    }
+    return row;
+  });
+  rows($("queues"), list, "queues-empty");
+  const count = result.body.count;
+  if (count > listed.length) {
+    $("queues-empty").hidden = false;
+    $("queues-empty").textContent = "and " + (count - listed.length) + " more";
+  } else {
+    $("queues-empty").textContent = "No queue.";
+  }
+  const partial = count > listed.length; // the dead letters of the queues listed only
+  const dead = result.body.dead;
+  view.queueTotals = { queues: count, dead, partial };
+  $("queues-figures").textContent =
+    count + (count === 1 ? " queue" : " queues") + " · " + dead + (partial ? "+" : "") +
+    (dead === 1 && !partial ? " dead letter" : " dead letters");
+  showQueueTotals();
+  showQueueAges();
+  if (view.queue !== null) loadDead();
+}
+
+// How long each queue's first job in line has been ready, counting up.
+function showQueueAges() {
+  const now = Date.now();
+  for (const [age, since] of view.queueAges) age.textContent = formatSeconds(Math.max(0, now - since) / 1000);
+}
+
+// The stats panel's queue figures, from the last listing (the dead letters of the
+// queues listed: "+" when there are more).
+function showQueueTotals() {
+  const totals = view.queueTotals;
+  if (totals === null) return;
+  const queues = $("stats").querySelector('dd[data-figure="queues"]');
+  const dead = $("stats").querySelector('dd[data-figure="dead letters"]');
+  if (queues) queues.textContent = String(totals.queues);
+  if (dead) dead.textContent = totals.dead + (totals.partial ? "+" : "");
+}
+
+// A click on the queue shown closes its dead letters; on another, shows its.
+function pickQueue(name) {
+  view.queue = view.queue === name ? null : name;
+  for (const row of $("queues").tBodies[0].rows) {
+    row.className = row.dataset.queue === view.queue ? "selected" : "";
+  }
+  $("dead-letters").hidden = view.queue === null;
+  if (view.queue !== null) {
+    $("dead-queue").textContent = view.queue;
+    rows($("dead"), []);
+    $("dead-note").textContent = "";
+    loadDead();
+  }
+}
+
+async function loadDead() {
+  const name = view.queue;
+  if (name === null) return;
+  const result = await getJSON("dead", { queue: name, limit: DEAD_ROWS });
+  if (view.queue !== name) return; // picked another since
+  if (!result.ok) {
+    rows($("dead"), []);
+    $("dead-note").textContent = errorText(result);
+    return;
+  }
+  const jobs = result.body.jobs;
+  rows(
+    $("dead"),
+    jobs.map((job) => {
+      const row = document.createElement("tr");
+      row.dataset.id = String(job.id);
+      row.append(
+        cell(String(job.id)),
+        cell(clip(job.item, 100)),
+        cell(String(job.attempts)),
+        cell(formatTime(job.died * 1000)),
+      );
+      row.cells[1].title = job.item; // all of it (up to 2,000 characters)
+      return row;
+    }),
+  );
+  const dead = result.body.dead;
+  if (jobs.length === 0) {
+    $("dead-note").textContent = "No dead letter.";
+  } else if (dead > jobs.length) {
+    $("dead-note").textContent = "The first " + jobs.length + " of " + dead + ", in the order they died.";
+  } else {
+    $("dead-note").textContent = "";
+  }
+}
+
+// Retry asks first: the queue named now is the one whose dead letters are retried.
+function askRetry(queue) {
+  view.retrying = queue;
+  $("retry-question").textContent =
+    "Retry the " + queue.dead + " dead letter" + (queue.dead === 1 ? "" : "s") + " of queue " +
+    queue.name + "? They become ready again, attempts back to 0.";
+  $("retry-confirm").hidden = false;
+  queuesSay("", "");
+  $("retry-no").focus();
+}
+
+function keepDead() {
+  view.retrying = null;
+  $("retry-confirm").hidden = true;
+}
+
+async function doRetry() {
+  const queue = view.retrying;
+  keepDead();
+  if (queue === null) return;
+  const result = await post("retry_dead", JSON.stringify({ queue: queue.name }));
+  if (result.ok) {
+    const count = result.body.retried;
+    queuesSay(
+      "retried " + count + " dead letter" + (count === 1 ? "" : "s") + " of " + queue.name,
+      count > 0 ? "ok" : "warn",
+    );
+  } else {
+    queuesSay(errorText(result), "error");
+  }
+  await loadQueues();
+}
+
+function queuesSay(text, kind) {
+  $("queues-message").textContent = text;
+  $("queues-message").className = "message " + (kind || "");
+}
+
 // -- a key's history ---------------------------------------------------------------
 async function loadHistory() {
   if (view.scope === null || view.key === null) return;
@@ -550,24 +743,30 @@ function changeLines(event) {
   return lines;
 }
 
-// A change may concern what is on show: refresh it a little later, once for a burst.
+// A change may concern what is on show: refresh it a little later, once for a burst
+// (when it settles, or a second after it began if it goes on: a queue worked steadily).
 function changed(event) {
   const pending = view.pending;
   pending.keys ||= event.scope === view.scope;
   pending.value ||= event.scope === view.scope && event.key === view.key;
+  pending.queues ||= event.scope.startsWith("queue:"); // a job's change (key: its id)
+  const now = Date.now();
+  if (view.refreshFirst === null) view.refreshFirst = now;
   clearTimeout(view.refreshTimer);
   view.refreshTimer = setTimeout(() => {
-    view.pending = { keys: false, value: false };
+    view.pending = { keys: false, value: false, queues: false };
+    view.refreshFirst = null;
     loadScopes();
     loadStats();
     loadLocks();
     loadTimers(); // a timer that fired is gone (or, recurring, moved on)
+    if (pending.queues) loadQueues();
     if (pending.keys) loadKeys();
     if (pending.value) {
       loadValue(false);
       loadHistory();
     }
-  }, 150);
+  }, Math.max(0, Math.min(SETTLE_MS, view.refreshFirst + BURST_MS - now)));
 }
 
 // -- writes ----------------------------------------------------------------------
@@ -696,22 +895,33 @@ function start() {
   $("timer-confirm").addEventListener("keydown", (event) => {
     if (event.key === "Escape") $("timer-no").click();
   });
+  $("retry-yes").addEventListener("click", doRetry);
+  $("retry-no").addEventListener("click", () => {
+    keepDead();
+    queuesSay("not retried", "");
+  });
+  $("retry-confirm").addEventListener("keydown", (event) => {
+    if (event.key === "Escape") $("retry-no").click();
+  });
   loadInfo();
   loadScopes();
   loadStats();
   loadLocks();
   loadTimers();
+  loadQueues();
   follow(true);
   setInterval(() => {
     showTTL();
     showLocksLeft();
     showTimersLeft();
+    showQueueAges();
   }, 1000);
   setInterval(() => {
     loadScopes();
     loadStats();
     loadLocks();
     loadTimers();
+    loadQueues();
   }, REFRESH_MS);
 }
 
