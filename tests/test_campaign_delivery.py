@@ -74,10 +74,17 @@ CONSUMER = """
     threading.Thread(target=iterate, daemon=True).start()
     print(json.dumps({"start": start}), flush=True)
     final = int(sys.stdin.readline())  # the writers are done: the last revision
-    deadline = time.monotonic() + patience  # a durable subscriber saves each position
-    while time.monotonic() < deadline:
+    # A durable subscriber saves each position (a commit per event): it catches up at
+    # the database's commit rate. Patience counts from the last progress, up to 5 min.
+    deadline = time.monotonic() + patience
+    give_up = time.monotonic() + 300
+    progress = None
+    while time.monotonic() < min(deadline, give_up):
         if all(items and items[-1][0] >= final for items in seen.values()):
             break
+        now = [len(items) for items in seen.values()]
+        if now != progress:
+            progress, deadline = now, time.monotonic() + patience
         time.sleep(0.05)
     time.sleep(0.3)  # a repeat, if any, would arrive now
     watch.close()
@@ -215,7 +222,7 @@ def _run_campaign(
         consumer.stdin.write(f"{final}\n")
         consumer.stdin.flush()
     for consumer in consumers:
-        _, err = consumer.communicate(timeout=patience + 60)
+        _, err = consumer.communicate(timeout=360)
         assert consumer.returncode == 0, err
     kinds: dict[str, int] = {}
     for item in log.values():
@@ -256,7 +263,10 @@ def _settled_revision(engine: Any) -> int:
 def test_every_consumer_sees_the_change_log_exactly(
     db_path: Any, tmp_path: Path, processes: list[Any]
 ) -> None:
-    _run_campaign(db_path, tmp_path, processes, seconds=6.0)
+    # PostgreSQL commits a durable subscriber's positions a few times slower: less to
+    # catch up on keeps the run short.
+    postgres = str(db_path).startswith("postgresql")
+    _run_campaign(db_path, tmp_path, processes, seconds=3.0 if postgres else 6.0, patience=30.0)
 
 
 @pytest.mark.slow
