@@ -35,6 +35,13 @@ PAYMENT_TIMEOUT = 0.6  # seconds an order waits for its payment (hours, in real 
 MAX_ATTEMPTS = 3  # sends of one email before it goes to the dead letters
 APPROVAL_OVER = 200.0  # orders above this total need a manager's approval
 TIMEOUT = 15.0  # seconds any step of this demo may take, at most
+_printing = threading.Lock()  # the worker thread prints too: whole lines, one at a time
+
+
+def say(*parts: object) -> None:
+    with _printing:
+        print(*parts, flush=True)
+
 
 MANAGER = """
 import sys, time, reactor
@@ -93,7 +100,7 @@ def email_worker(state: reactor.State, stop: threading.Event, sent: list[str]) -
         try:
             send(job.item)
         except (ConnectionError, TimeoutError) as exc:
-            print(f"email  attempt {job.attempts}: {job.item['about']} failed ({exc})")
+            say(f"email  attempt {job.attempts}: {job.item['about']} failed ({exc})")
             job.nack(delay=0.05)  # back to the queue; dead after MAX_ATTEMPTS
         else:
             job.ack()
@@ -115,7 +122,7 @@ def run(path: Path) -> None:
             with state.transaction("orders") as tx:
                 order = tx["orders"].get(event.key)
                 tx.enqueue("emails", {"to": order["email"], "about": f"{event.key} cancelled"})
-            print(f"timer  {event.key}: {event.old_value['status']} -> cancelled")
+            say(f"timer  {event.key}: {event.old_value['status']} -> cancelled")
 
         stop, sent = threading.Event(), []
         worker = threading.Thread(target=email_worker, args=(state, stop, sent))
@@ -124,14 +131,14 @@ def run(path: Path) -> None:
             place(state, "o-1", 120.0, "ada@example.com")
             place(state, "o-2", 35.5, "bob@example.com")  # never paid: the timer cancels it
             place(state, "o-3", 480.0, "cy@nowhere.invalid")  # large: needs an approval
-            print("timers:", [timer.key for timer in state.timers("orders")])
-            print("o-1 paid:", pay(state, "o-1"), "| o-3 paid:", pay(state, "o-3"))
+            say("timers:", [timer.key for timer in state.timers("orders")])
+            say("o-1 paid:", pay(state, "o-1"), "| o-3 paid:", pay(state, "o-3"))
 
             # o-3 waits for a manager, in another process.
             manager = subprocess.Popen([sys.executable, "-c", MANAGER, str(path), "o-3"])  # noqa: S603 - our own code
             approval = state.scope("approvals").wait_for("o-3", timeout=TIMEOUT)
             manager.wait(timeout=TIMEOUT)
-            print("o-3 approved by", approval["by"])
+            say("o-3 approved by", approval["by"])
             orders.update("o-3", [ops.set("status", "approved")])
 
             orders.wait_for("o-2", lambda order: order["status"] == "cancelled", timeout=TIMEOUT)
@@ -144,10 +151,10 @@ def run(path: Path) -> None:
             stop.set()
             worker.join(timeout=TIMEOUT)
         for name, order in orders.list().items():
-            print(f"{name}: {order['status']}")
-        print("sent:", sorted(sent))
-        print("dead letters:", [(job.item["about"], job.attempts) for job in emails.dead()])
-        print("queue:", emails.stats())
+            say(f"{name}: {order['status']}")
+        say("sent:", sorted(sent))
+        say("dead letters:", [(job.item["about"], job.attempts) for job in emails.dead()])
+        say("queue:", emails.stats())
 
 
 def main() -> None:
