@@ -326,7 +326,9 @@ class WriteTxn:
     ) -> int:
         self._count += 1
         record = ChangeRecord(scope, key, kind, old, new, ops, -self._count, self.now, version)
-        record.timer, record.expires_at = self.timer, expires_at
+        # An expiry the write meets is the deadline's doing, not the timer's.
+        record.timer = self.timer if kind != "expired" else None
+        record.expires_at = expires_at
         self._changes.append(record)
         return -self._count
 
