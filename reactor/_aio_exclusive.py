@@ -27,14 +27,14 @@ from collections.abc import Callable, Iterable, Mapping
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
+from ._aio_reads import AsyncReads
 from ._engine import engine_of
-from ._events import ChangeEvent
 from ._keys import check_key
 from ._locks import Lock
-from ._results import Change, Entry, Snapshot, Timer, UpdateResult
+from ._results import Change, Snapshot, Timer, UpdateResult
 from ._transaction import Hold, MultiTransaction, Transaction, part_of, scope_names
 from ._values import MISSING
-from ._verbs import check_ttl
+from ._verbs import ScopeVerbs, check_ttl
 from .errors import (
     ClosedError,
     InvalidArgumentError,
@@ -147,7 +147,7 @@ async def _engine_for(handle: AsyncState, names: tuple[str, ...]) -> tuple[State
     return state, engine
 
 
-class AsyncTransaction:
+class AsyncTransaction(AsyncReads):
     """``async with scope.transaction() as tx:``: ``tx`` has every verb of a scope, as
     coroutines, staged in the transaction and committed together when the block ends
     (nothing if it raises). See ``Scope.transaction``. In a transaction over several
@@ -194,47 +194,10 @@ class AsyncTransaction:
             raise ClosedError("this transaction has not begun: use async with")
         return await self._handle._run(verb, tx)
 
-    # -- the verbs of Scope, as coroutines (see ScopeVerbs for what each does) -------
-    async def get(self, key: str, default: Any = None, *, at_revision: int | None = None) -> Any:
-        """The value of ``key`` as this transaction sees it (as committed at
-        ``at_revision``), or ``default``."""
-        return await self._call(lambda tx: tx.get(key, default, at_revision=at_revision))
+    async def _read(self, read: Callable[[ScopeVerbs], T]) -> T:
+        return await self._call(read)
 
-    async def entry(self, key: str) -> Entry | None:
-        """The value of ``key`` with its revisions and version, as this transaction sees it."""
-        return await self._call(lambda tx: tx.entry(key))
-
-    async def history(
-        self, key: str, since: int | None = None, limit: int | None = None
-    ) -> builtins.list[ChangeEvent]:
-        """The committed events of ``key``, oldest first."""
-        return await self._call(lambda tx: tx.history(key, since, limit))
-
-    async def get_many(self, keys: Iterable[str]) -> dict[str, Any]:
-        """The values of those of ``keys`` that exist."""
-        wanted = list(keys) if not isinstance(keys, str) else keys
-        return await self._call(lambda tx: tx.get_many(wanted))
-
-    async def exists(self, key: str) -> bool:
-        """Whether ``key`` holds a live value."""
-        return await self._call(lambda tx: tx.exists(key))
-
-    async def list(self) -> dict[str, Any]:
-        """Every live key and its value, sorted by key."""
-        return await self._call(lambda tx: tx.list())
-
-    async def keys(self, pattern: str = "*") -> builtins.list[str]:
-        """The live keys matching the glob ``pattern``, sorted."""
-        return await self._call(lambda tx: tx.keys(pattern))
-
-    async def ttl(self, key: str) -> float:
-        """Seconds left before ``key`` expires; ``-1`` without expiry, ``-2`` if absent."""
-        return await self._call(lambda tx: tx.ttl(key))
-
-    async def length(self, key: str) -> int:
-        """The length of the list at ``key``; 0 when it is absent."""
-        return await self._call(lambda tx: tx.length(key))
-
+    # -- the verbs of Scope, as coroutines: the reads are AsyncReads' ----------------
     async def snapshot(self) -> Snapshot:
         """The scope as this transaction sees it, with the revision it began at."""
         return await self._call(lambda tx: tx.snapshot())

@@ -106,6 +106,7 @@ class Combiner:
             if not self._wait_turn(slot):
                 if slot in self._queue:
                     self._queue.remove(slot)
+                    self._ready.notify_all()  # the next in line may lead now
                     raise BusyError(
                         f"this process's writer stayed busy for more than {self._timeout} s"
                     )
@@ -119,10 +120,12 @@ class Combiner:
 
     def _wait_turn(self, slot: _Slot[Any]) -> bool:
         """Wait (with the condition held) until ``slot`` is done, or this thread may
-        lead; False after the timeout."""
+        lead: none leads, and ``slot`` is the first in line (in the order they came, so
+        that a thread writing in a loop cannot lead again and again ahead of the
+        threads it woke); False after the timeout."""
         remaining = self._timeout
         while not slot.done:
-            if not self._leading:
+            if not self._leading and self._queue and self._queue[0] is slot:
                 self._leading = True
                 return True
             if remaining <= 0:

@@ -104,6 +104,11 @@ def _show_start(state: State, console: Console, run: int) -> None:
     )
 
 
+def _shown(value: object) -> str:
+    """A ledger value as the feed shows it: ``-`` where there is none."""
+    return "-" if value is None else str(value)
+
+
 def _print_event(console: Console, event: ChangeEvent) -> None:
     style = STYLES.get(event.type, "white")
     if event.scope == "orders":
@@ -111,7 +116,7 @@ def _print_event(console: Console, event: ChangeEvent) -> None:
         after = (event.new_value or {}).get("status", "-")
         what = f"status {before} → {after}"
     elif event.scope == "ledger":
-        what = f"{event.old_value} → {event.new_value}"
+        what = f"{_shown(event.old_value)} → {_shown(event.new_value)}"
     else:
         what = "cached" if event.type == "created" else event.type
     where = f"{event.scope}/{event.key}"

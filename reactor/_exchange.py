@@ -1,63 +1,104 @@
-"""Export and import: keys as JSON Lines, a backup that round-trips.
+"""Export and import: a database as JSON Lines, a backup that round-trips.
 
-Each line is one key: ``{"scope": ..., "key": ..., "value": ..., "ttl": ...}``, where
-``ttl`` is the seconds the key had left when it was exported, or null for no expiry.
+Each line is one JSON object; its fields tell its kind:
+
+- a key: ``{"scope", "key", "value", "ttl"}``, ``ttl`` the seconds the key had left (null:
+  no expiry);
+- a pending timer: ``{"timer": ID, "scope", "key", "value" or "ops", "due_in", "every"}``,
+  ``due_in`` the seconds it had until due (<= 0: overdue, it fires once imported) and
+  ``every`` its period (null: it fires once);
+- a queue: ``{"queue": NAME, "max_attempts": N}``, before its jobs;
+- a job: ``{"queue": NAME, "item", "attempts", "state", "ready_in", "key"}``, ``state``
+  ``"ready"`` (``ready_in`` seconds on) or ``"dead"``, ``key`` its idempotency key (null:
+  none). A job taken at export time is written as if its lease had run out: ready at
+  once, or dead if it has had its ``max_attempts`` takes (its take counts in
+  ``attempts``): no worker holds it in a restored database.
+
+Times are seconds from the export's clock; they count again from the import's commit.
+Keys come sorted by scope and key, then timers, earliest first, then each queue (by
+name) with its jobs, in the order they are taken. An export of some scopes (a glob other
+than ``*``) has the timers of those scopes and no queue (a queue belongs to no scope).
+
+An import checks every line, then writes it all in one transaction: keys are set,
+timers put back under their ids (replacing a timer of that id), queue settings saved,
+and jobs added to their queues as new jobs (new ids, in file order, their attempts and
+state kept), but for a job whose idempotency key a job of the queue holds already.
 
 ```python
 from reactor._exchange import dump_file, load
 
-dump_file(state, "backup.jsonl")           # every live key, scope by scope
+dump_file(state, "backup.jsonl")           # keys, timers, queues and jobs
 with open("backup.jsonl", "rb") as file:
-    load(other, file)                      # every line checked, then all set in one commit
+    load(other, file)                      # every line checked, then all in one commit
 ```
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import stat
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Collection, Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, Final, NamedTuple, Protocol
+from typing import IO, TYPE_CHECKING, Any, Final, Protocol
 
 import orjson
 
+from . import _jobs, _timers
+from ._backup_lines import Backup, Entry, JobEntry, QueueEntry, TimerEntry, entry_of, parse_json
 from ._engine import engine_of
-from ._keys import check_key, compile_pattern
-from ._values import DEFAULT_MAX_DEPTH, DEFAULT_MAX_VALUE_BYTES, encode
+from ._keys import compile_pattern
 from .errors import InvalidArgumentError, InvalidValueError, ReactorError
 
 if TYPE_CHECKING:
+    from ._engine import Engine
+    from ._results import Timer
     from ._state import State
-    from ._store import WriteTxn
+    from ._store import JobRow, TimerRow, Work, WriteTxn
 
 __all__ = [
+    "KINDS",
+    "Backup",
     "Entry",
+    "JobEntry",
     "Progress",
+    "QueueEntry",
+    "Tally",
+    "TimerEntry",
     "dump",
     "dump_file",
     "entries",
+    "job_lines",
     "load",
     "parse_json",
     "read",
+    "timer_lines",
     "write",
 ]
 
-FIELDS: Final = frozenset({"scope", "key", "value", "ttl"})
+KINDS: Final = ("keys", "timers", "queues")  # what an export may hold
 MAX_REPORTED: Final = 10  # bad lines named in one error; the rest are counted
 BATCH: Final = 1000  # keys read ahead in one statement on import; also the progress step
 
 
-class Entry(NamedTuple):
-    """One key of an export: where it lives, its value, and its seconds left (or None)."""
+@dataclass(slots=True)
+class Tally:
+    """What an export or an import wrote: keys, timers, queues (their settings lines)
+    and jobs; and, of an import, the jobs left out because a job of their queue held
+    their idempotency key."""
 
-    scope: str
-    key: str
-    value: Any
-    ttl: float | None
+    keys: int = 0
+    timers: int = 0
+    queues: int = 0
+    jobs: int = 0
+    skipped: int = 0
+
+    @property
+    def total(self) -> int:
+        """Keys, timers and jobs (a queue's settings are not counted)."""
+        return self.keys + self.timers + self.jobs
 
 
 class Progress(Protocol):
@@ -68,22 +109,6 @@ class Progress(Protocol):
 
     def advance(self, steps: int) -> None:
         """``steps`` more steps of the current stage are done."""
-
-
-def parse_json(text: str | bytes) -> Any:
-    """Parse strict JSON: no NaN or Infinity, which Python's parser would let through.
-
-    Raises:
-        ValueError: the text is not JSON (``json.JSONDecodeError`` is a ``ValueError``).
-    """
-    try:
-        return json.loads(text, parse_constant=_no_constant)
-    except RecursionError:
-        raise ValueError("nested too deeply") from None
-
-
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
 
 
 # -- export ----------------------------------------------------------------------
@@ -106,17 +131,81 @@ def entries(state: State, scope: str = "*") -> Iterator[Entry]:
             yield Entry(name, key, value, None if left < 0 else max(round(left, 3), 0.001))
 
 
-def dump(state: State, file: IO[str], scope: str = "*", progress: Progress | None = None) -> int:
-    """Write the keys of the scopes matching ``scope`` to ``file`` as JSON Lines;
-    return how many."""
+def _seconds(seconds: float) -> float:
+    """Seconds as an export writes them: to the millisecond, and 0.0 rather than -0.0."""
+    return round(seconds, 3) + 0.0
+
+
+def timer_lines(state: State, scope: str = "*") -> list[dict[str, Any]]:
+    """The pending timers of the scopes matching the glob ``scope``, earliest first, as
+    lines of an export (read in one statement)."""
+    engine = engine_of(state)
+    match = compile_pattern(scope)
+    rows = engine.store.timers()
+    now = engine.now()
+    return [_timer_line(row, now) for row in rows if match.matches(row.scope)]
+
+
+def _timer_line(row: TimerRow, now: float) -> dict[str, Any]:
+    # What it writes goes as the JSON text stored, not parsed and encoded again.
+    name, text = ("value", row.value) if row.ops is None else ("ops", row.ops)
+    assert text is not None  # a timer writes a value or applies ops
+    return {
+        "timer": row.id,
+        "scope": row.scope,
+        "key": row.key,
+        name: orjson.Fragment(text),
+        "due_in": _seconds(row.due - now),
+        "every": row.every,
+    }
+
+
+def job_lines(state: State, queues: Iterable[str] | None = None) -> Iterator[dict[str, Any]]:
+    """Each queue of ``queues`` (None: every queue of the database, by name) as lines
+    of an export: its settings, then its jobs in the order they are taken (each queue's
+    jobs read in one statement)."""
+    engine = engine_of(state)
+    jobs = engine.store.reader().jobs()
+    for name in jobs.queue_names() if queues is None else queues:
+        found = jobs.queue(name)
+        max_attempts = _jobs.DEFAULT_MAX_ATTEMPTS if found is None else found[0]
+        rows = jobs.listing(name)
+        now = engine.now()
+        yield {"queue": name, "max_attempts": max_attempts}
+        for row, key in rows:
+            yield _job_line(name, row, key, max_attempts, now)
+
+
+def _job_line(
+    queue: str, row: JobRow, key: str | None, max_attempts: int, now: float
+) -> dict[str, Any]:
+    state = row.state
+    if state == "taken":  # as its lease running out would leave it (_jobs.expire), now
+        state = "ready" if row.attempts < max_attempts else "dead"
+    ready_in = max(_seconds(row.ready_at - now), 0.0) if row.state == "ready" else 0.0
+    return {
+        "queue": queue,
+        "item": orjson.Fragment(row.item),
+        "attempts": row.attempts,
+        "state": state,
+        "ready_in": ready_in,
+        "key": key,
+    }
+
+
+def _emit(
+    file: IO[str],
+    lines: Iterable[dict[str, Any]],
+    progress: Progress | None,
+    stage: str,
+    total: int | None,
+) -> int:
+    """Write ``lines`` to ``file``, as one stage of ``progress``; how many."""
     if progress is not None:
-        engine = engine_of(state)
-        match = compile_pattern(scope)
-        counts = engine.store.counts(engine.now())
-        progress.start("exporting", sum(n for name, n in counts.items() if match.matches(name)))
+        progress.start(stage, total)
     count = 0
-    for entry in entries(state, scope):
-        file.write(orjson.dumps(entry._asdict()).decode())
+    for line in lines:
+        file.write(orjson.dumps(line).decode())
         file.write("\n")
         count += 1
         if progress is not None and count % BATCH == 0:
@@ -126,10 +215,48 @@ def dump(state: State, file: IO[str], scope: str = "*", progress: Progress | Non
     return count
 
 
+def dump(
+    state: State,
+    file: IO[str],
+    scope: str = "*",
+    progress: Progress | None = None,
+    kinds: Collection[str] = KINDS,
+) -> Tally:
+    """Write the keys, timers and queues (those of ``kinds``) of the scopes matching
+    ``scope`` to ``file`` as JSON Lines; what it wrote. Queues go only in an export of
+    every scope (``scope`` a glob that matches all).
+
+    Raises:
+        InvalidKeyError: a bad pattern.
+    """
+    engine = engine_of(state)
+    match = compile_pattern(scope)
+    tally = Tally()
+    if "keys" in kinds:
+        total = None
+        if progress is not None:
+            counts = engine.store.counts(engine.now())
+            total = sum(n for name, n in counts.items() if match.matches(name))
+        lines = (entry._asdict() for entry in entries(state, scope))
+        tally.keys = _emit(file, lines, progress, "exporting keys", total)
+    if "timers" in kinds:
+        timers = timer_lines(state, scope)
+        tally.timers = _emit(file, timers, progress, "exporting timers", len(timers))
+    if "queues" in kinds and match.matches_all:
+        queues = engine.store.reader().jobs().queue_names()
+        written = _emit(file, job_lines(state, queues), progress, "exporting queues", None)
+        tally.queues, tally.jobs = len(queues), written - len(queues)
+    return tally
+
+
 def dump_file(
-    state: State, path: str | os.PathLike[str], scope: str = "*", progress: Progress | None = None
-) -> int:
-    """``dump`` to ``path``; return how many keys were written.
+    state: State,
+    path: str | os.PathLike[str],
+    scope: str = "*",
+    progress: Progress | None = None,
+    kinds: Collection[str] = KINDS,
+) -> Tally:
+    """``dump`` to ``path``; what it wrote.
 
     A regular file (or no file) is replaced only once the export is complete, keeping
     its permission bits: a failure leaves what was there before. Anything else (a
@@ -154,21 +281,30 @@ def dump_file(
                 f"cannot export to {str(target)!r}: it leads to a directory"
             ) from None
         with file:
-            return dump(state, file, scope, progress)
-    handle, temporary = tempfile.mkstemp(
-        prefix=f".{target.name}.", suffix=".tmp", dir=target.parent
-    )
+            return dump(state, file, scope, progress, kinds)
+    try:
+        handle, temporary = tempfile.mkstemp(
+            prefix=f".{target.name}.", suffix=".tmp", dir=target.parent
+        )
+    except OSError as exc:  # name the user's file and folder, not the temporary one
+        folder = str(target.parent)
+        raise type(exc)(
+            exc.errno,
+            f"cannot export to {str(target)!r}: cannot create a file in {folder!r} "
+            f"({exc.strerror}); an export writes a new file there, then puts it in "
+            "place of the old one",
+        ) from None
     try:
         if found is not None:
             _keep_owner_and_mode(handle, found)
         with os.fdopen(handle, "w", encoding="utf-8", newline="\n") as file:
-            count = dump(state, file, scope, progress)
+            tally = dump(state, file, scope, progress, kinds)
         os.replace(temporary, target)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(temporary)
         raise
-    return count
+    return tally
 
 
 def _keep_owner_and_mode(handle: int, was: os.stat_result) -> None:
@@ -180,16 +316,16 @@ def _keep_owner_and_mode(handle: int, was: os.stat_result) -> None:
 
 
 # -- import ----------------------------------------------------------------------
-def read(lines: Iterable[str | bytes], progress: Progress | None = None) -> list[Entry]:
+def read(lines: Iterable[str | bytes], progress: Progress | None = None) -> Backup:
     """Parse and check exported lines (blank lines are skipped).
 
     Raises:
-        InvalidArgumentError: some lines are not entries; the message names them by
-            line number (the first ten, and how many more).
+        InvalidArgumentError: some lines are not keys, timers, queues or jobs; the
+            message names them by line number (the first ten, and how many more).
     """
     if progress is not None:
         progress.start("reading", None)
-    found: list[Entry] = []
+    found = Backup()
     bad: list[str] = []
     number = 0
     for number, line in enumerate(lines, 1):
@@ -198,7 +334,7 @@ def read(lines: Iterable[str | bytes], progress: Progress | None = None) -> list
         if not line.strip():
             continue
         try:
-            found.append(_entry(line))
+            found.add(entry_of(line))
         except (ValueError, ReactorError) as exc:
             bad.append(f"line {number}: {exc}")
     if progress is not None:
@@ -213,45 +349,64 @@ def read(lines: Iterable[str | bytes], progress: Progress | None = None) -> list
     return found
 
 
-class _BadLine(ValueError):
-    """A line that is JSON but not an entry."""
+def write(state: State, found: Backup, progress: Progress | None = None) -> Tally:
+    """Write everything ``found`` holds in one write transaction; what it wrote.
 
-
-def _entry(line: str | bytes) -> Entry:
-    try:
-        data = parse_json(line)
-    except ValueError as exc:
-        raise ValueError(f"not JSON ({exc})") from None
-    if not isinstance(data, dict):
-        raise _BadLine(f"expected an object, not {type(data).__name__}")
-    missing = sorted({"scope", "key", "value"} - data.keys())
-    if missing:
-        raise _BadLine(f"missing {', '.join(map(repr, missing))}")
-    unknown = sorted(data.keys() - FIELDS)
-    if unknown:
-        raise _BadLine(f"unknown field {', '.join(map(repr, unknown))}")
-    ttl = data.get("ttl")
-    if ttl is not None and (type(ttl) not in (int, float) or not 0 < ttl < float("inf")):
-        raise _BadLine(f"'ttl' must be a number of seconds > 0 or null, not {ttl!r}")
-    value = data["value"]
-    encode(value, max_depth=DEFAULT_MAX_DEPTH, max_bytes=DEFAULT_MAX_VALUE_BYTES)
-    scope = check_key(data["scope"], "scope name")
-    return Entry(scope, check_key(data["key"]), value, None if ttl is None else float(ttl))
-
-
-def write(state: State, found: Iterable[Entry], progress: Progress | None = None) -> int:
-    """Set every entry in one write transaction; return how many keys were set.
-
-    All or nothing: if anything fails before the commit (Ctrl-C included), no key is
-    set. A TTL counts from the commit's clock; a key given twice takes its last entry.
-    The commit publishes its changes to subscribers, as any write does.
+    Keys are set (a key given twice takes its last entry); timers put back under their
+    ids (replacing a timer of that id; given twice: the last); queue settings saved;
+    jobs added as new jobs of their queue, in order, but those whose idempotency key a
+    job of the queue holds. Times (TTLs, timers, delayed jobs) count from the commit's
+    clock. All or nothing: if anything fails before the commit (Ctrl-C included),
+    nothing is written. The commit publishes its changes to subscribers (the jobs'
+    as ``queue:NAME`` events), as any write does.
 
     Raises:
-        InvalidValueError: a value is beyond this database's limits (checked before
-            the transaction begins).
-        BusyError, StorageError: the database failed; nothing was set.
+        InvalidValueError: a value, ops or item is beyond this database's limits
+            (checked before the transaction begins).
+        BusyError, StorageError: the database failed; nothing was written.
     """
     engine = engine_of(state)
+    keys = _keys_to_set(engine, found.keys)
+    timers = _timers_to_restore(engine, found.timers)
+    settings = {entry.queue: entry.max_attempts for entry in found.queues}
+    jobs = _jobs_to_add(engine, found.jobs)
+    queues = list(dict.fromkeys([*settings, *jobs]))
+    tally = Tally(keys=sum(map(len, keys.values())), timers=len(timers), queues=len(queues))
+    if not (keys or timers or queues):
+        return tally
+
+    def work(txn: WriteTxn) -> int:
+        if progress is not None:
+            progress.start("importing", tally.keys + tally.timers + len(found.jobs))
+        _set_keys(txn, keys, progress)
+        for done, (_, restore) in enumerate(timers, 1):
+            restore(txn)
+            if progress is not None and done % BATCH == 0:
+                progress.advance(BATCH)
+        if progress is not None:
+            progress.advance(len(timers) % BATCH)
+        added = sum(_add_jobs(txn, name, settings, jobs.get(name, []), progress) for name in queues)
+        if progress is not None:
+            progress.start("committing", None)  # the rows and log go in as work returns
+        return added
+
+    # What it writes is locked for it from the start (on PostgreSQL: the scopes of its
+    # keys and timers, and its queues; SQLite locks the whole file anyway), as for any
+    # write; the engine publishes the changes once committed.
+    scopes = {*keys, *(scope for scope, _ in timers), *map(_jobs.lock_name, queues)}
+    tally.jobs, _ = engine.store.write(work, engine.now(), engine.publish, scopes=scopes)
+    tally.skipped = len(found.jobs) - tally.jobs
+    return tally
+
+
+def _keys_to_set(
+    engine: Engine, found: Iterable[Entry]
+) -> dict[str, list[tuple[str, str, float | None]]]:
+    """The keys to set, by scope: (key, JSON text, TTL), the last entry of each.
+
+    Raises:
+        InvalidValueError: a value beyond the database's limits.
+    """
     latest = {(entry.scope, entry.key): entry for entry in found}
     by_scope: dict[str, list[tuple[str, str, float | None]]] = {}
     for (scope, key), entry in latest.items():
@@ -260,37 +415,90 @@ def write(state: State, found: Iterable[Entry], progress: Progress | None = None
         except InvalidValueError as exc:
             raise InvalidValueError(f"scope {scope!r}, key {key!r}: {exc}") from None
         by_scope.setdefault(scope, []).append((key, text, entry.ttl))
-    if not latest:
-        return 0
-
-    def work(txn: WriteTxn) -> None:
-        if progress is not None:
-            progress.start("importing", len(latest))
-        for scope, items in by_scope.items():
-            for start in range(0, len(items), BATCH):
-                batch = items[start : start + BATCH]
-                txn.prefetch([(scope, key) for key, _, _ in batch])
-                for key, text, ttl in batch:
-                    old = txn.live_row(scope, key)
-                    txn.write(scope, key, old, text, None if ttl is None else txn.now + ttl)
-                if progress is not None:
-                    progress.advance(len(batch))
-        if progress is not None:
-            progress.start("committing", None)  # the rows and log go in as work returns
-
-    # The scopes it writes are locked for it from the start (on PostgreSQL; SQLite
-    # locks the whole file anyway), as for any write; the engine publishes the changes
-    # once committed.
-    engine.store.write(work, engine.now(), engine.publish, scopes=list(by_scope))
-    return len(latest)
+    return by_scope
 
 
-def load(state: State, lines: Iterable[str | bytes], progress: Progress | None = None) -> int:
-    """Check every line (``read``), then write them all in one commit (``write``);
-    return how many keys were set.
+def _set_keys(
+    txn: WriteTxn,
+    by_scope: dict[str, list[tuple[str, str, float | None]]],
+    progress: Progress | None,
+) -> None:
+    for scope, items in by_scope.items():
+        for start in range(0, len(items), BATCH):
+            batch = items[start : start + BATCH]
+            txn.prefetch([(scope, key) for key, _, _ in batch])
+            for key, text, ttl in batch:
+                old = txn.live_row(scope, key)
+                txn.write(scope, key, old, text, None if ttl is None else txn.now + ttl)
+            if progress is not None:
+                progress.advance(len(batch))
+
+
+def _timers_to_restore(
+    engine: Engine, found: Iterable[TimerEntry]
+) -> list[tuple[str, Work[Timer]]]:
+    """The work that puts back each timer (the last entry of each id), with its scope.
 
     Raises:
-        InvalidArgumentError: some lines are not entries; nothing was written.
+        InvalidValueError: a value or ops beyond the database's limits.
+    """
+    latest = {entry.timer: entry for entry in found}
+    restored: list[tuple[str, Work[Timer]]] = []
+    for timer_id, entry in latest.items():
+        try:
+            work = _timers.restore(engine.options, *entry)
+        except InvalidValueError as exc:
+            raise InvalidValueError(f"timer {timer_id!r}: {exc}") from None
+        restored.append((entry.scope, work))
+    return restored
+
+
+def _jobs_to_add(engine: Engine, found: Iterable[JobEntry]) -> dict[str, list[_jobs.Restored]]:
+    """The jobs to add, by queue, in order.
+
+    Raises:
+        InvalidValueError: an item beyond the database's limits.
+    """
+    by_queue: dict[str, list[_jobs.Restored]] = {}
+    for entry in found:
+        jobs = by_queue.setdefault(entry.queue, [])
+        try:
+            _, (text, delay, key) = _jobs.check_put(
+                engine.options, entry.queue, entry.item, entry.ready_in, entry.key
+            )
+        except InvalidValueError as exc:
+            raise InvalidValueError(
+                f"queue {entry.queue!r}, its job {len(jobs) + 1} in the file: {exc}"
+            ) from None
+        jobs.append((text, delay, key, entry.attempts, entry.state))
+    return by_queue
+
+
+def _add_jobs(
+    txn: WriteTxn,
+    queue: str,
+    settings: dict[str, int | None],
+    jobs: list[_jobs.Restored],
+    progress: Progress | None,
+) -> int:
+    """Save a queue's settings (if given) and add its jobs; how many were added."""
+    if queue in settings:
+        _jobs.save_settings(txn, queue, settings[queue])
+    added = 0
+    for start in range(0, len(jobs), BATCH):
+        batch = jobs[start : start + BATCH]
+        added += _jobs.restore(txn, queue, batch)
+        if progress is not None:
+            progress.advance(len(batch))
+    return added
+
+
+def load(state: State, lines: Iterable[str | bytes], progress: Progress | None = None) -> Tally:
+    """Check every line (``read``), then write them all in one commit (``write``);
+    what it wrote.
+
+    Raises:
+        InvalidArgumentError: some lines are bad; nothing was written.
         the errors of ``write``; nothing was written.
     """
     return write(state, read(lines, progress), progress)

@@ -40,6 +40,7 @@ __all__ = [
     "READY",
     "Entry",
     "Outbox",
+    "Restored",
     "ack",
     "check_lease",
     "check_max_attempts",
@@ -53,6 +54,7 @@ __all__ = [
     "extend",
     "lock_name",
     "nack",
+    "restore",
     "retry_dead",
     "take",
     "untake",
@@ -69,6 +71,8 @@ RETRY_BATCH: Final = 1000  # dead jobs revived per transaction
 
 # What a put or an enqueue stores: the item's JSON text, its delay, its idempotency key.
 Entry = tuple[str, float | None, str | None]
+# What an import restores: an entry, then the job's takes so far and its state.
+Restored = tuple[str, float | None, str | None, int, str]
 
 
 def lock_name(queue: str) -> str:
@@ -211,21 +215,37 @@ def enqueue(
     """Add a job for each entry, in order (creating the queue if need be); their ids.
     An entry whose idempotency key a job of the queue holds (in any state, dead too:
     a job holds its key until it is acknowledged) adds nothing and gets that job's id."""
+    return _add(txn, queue, [(*entry, 0, "ready") for entry in entries], max_attempts)[0]
+
+
+def restore(txn: WriteTxn, queue: str, entries: list[Restored]) -> int:
+    """Add the jobs of an import, in order, each with its takes so far and its state
+    (``"ready"`` or ``"dead"``; ready or dead ``delay`` seconds from now), as new jobs
+    of the queue (creating it if need be); how many were added. An entry whose
+    idempotency key a job of the queue holds adds nothing, as in ``enqueue``."""
+    return _add(txn, queue, entries, None)[1]
+
+
+def _add(
+    txn: WriteTxn, queue: str, entries: list[Restored], max_attempts: int | None
+) -> tuple[list[int], int]:
+    """``enqueue`` of entries that carry their takes and state: the ids, and how many
+    jobs were added."""
     jobs = txn.statements.jobs()
     attempts, next_id, stored = _settle(jobs, queue, max_attempts)
-    keys = [key for _, _, key in entries if key is not None]
+    keys = [entry[2] for entry in entries if entry[2] is not None]
     holding = jobs.ids_by_key(queue, keys) if keys else {}
     ids: list[int] = []
     rows: list[tuple[Any, ...]] = []
     now = txn.now
-    for text, delay, key in entries:
+    for text, delay, key, taken, state in entries:
         if key is not None and key in holding:
             ids.append(holding[key])
             continue
         job_id, next_id = next_id, next_id + 1
         if key is not None:
             holding[key] = job_id
-        rows.append((queue, job_id, text, "ready", now + (delay or 0.0), 0, None, key, now))
+        rows.append((queue, job_id, text, state, now + (delay or 0.0), taken, None, key, now))
         ids.append(job_id)
     # Reads first, then the writes: nothing here can fail half-way but the database.
     _save(jobs, queue, attempts, next_id, stored, used=bool(rows))
@@ -234,7 +254,7 @@ def enqueue(
         scope = lock_name(queue)
         for _, job_id, text, state, ready_at, count, *_ in rows:
             txn.log(scope, str(job_id), "created", None, document(state, count, ready_at, text))
-    return ids
+    return ids, len(rows)
 
 
 def expire(txn: WriteTxn, queue: str, limit: int = EXPIRE_BATCH) -> int:

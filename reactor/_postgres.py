@@ -70,6 +70,8 @@ T = TypeVar("T")
 # revisions after the last committed one (b.base + n for the n-th), rows staged with a
 # provisional revision (-n) take theirs, deleted rows go, and the notification says
 # the last revision. Compaction always keeps the newest record (``_schema.changes``).
+# The arrays go in binary (``%b``): psycopg's text form escapes every quote and
+# backslash of a JSON text through a regular expression, seconds for a few megabytes.
 _FLUSH: Final = """
 WITH b AS (SELECT COALESCE(MAX(revision), 0) AS base FROM reactor_changes),
 logged AS (
@@ -78,13 +80,13 @@ logged AS (
          expires_at)
     SELECT b.base + v.n, v.scope, v.key, v.type, v.old_value, v.new_value, v.ops, v.ts,
            v.version, v.timer, v.expires_at
-    FROM b, unnest(%s::text[], %s::text[], %s::text[], %s::text[], %s::text[],
-                   %s::text[], %s::float8[], %s::bigint[], %s::text[], %s::float8[])
+    FROM b, unnest(%b::text[], %b::text[], %b::text[], %b::text[], %b::text[],
+                   %b::text[], %b::float8[], %b::bigint[], %b::text[], %b::float8[])
         WITH ORDINALITY
         AS v(scope, key, type, old_value, new_value, ops, ts, version, timer, expires_at, n)
 ),
 gone AS (
-    DELETE FROM reactor_kv AS k USING unnest(%s::text[], %s::text[]) AS d(scope, key)
+    DELETE FROM reactor_kv AS k USING unnest(%b::text[], %b::text[]) AS d(scope, key)
     WHERE k.scope = d.scope AND k.key = d.key
 ),
 kept AS (
@@ -93,8 +95,8 @@ kept AS (
            CASE WHEN u.revision < 0 THEN b.base - u.revision ELSE u.revision END,
            CASE WHEN u.created < 0 THEN b.base - u.created ELSE u.created END,
            u.version
-    FROM b, unnest(%s::text[], %s::text[], %s::text[], %s::float8[], %s::bigint[],
-                   %s::bigint[], %s::bigint[])
+    FROM b, unnest(%b::text[], %b::text[], %b::text[], %b::float8[], %b::bigint[],
+                   %b::bigint[], %b::bigint[])
         AS u(scope, key, value, expires_at, revision, created, version)
     ON CONFLICT (scope, key) DO UPDATE SET value = excluded.value,
         expires_at = excluded.expires_at, revision = excluded.revision,
@@ -105,8 +107,8 @@ kept AS (
 # the driver, every time, at about 6 ms a hundred rows.
 ADD_JOBS: Final = (
     "INSERT INTO reactor_jobs (queue, id, item, state, ready_at, attempts, owner, key, "
-    "created_at) SELECT * FROM unnest(%s::text[], %s::bigint[], %s::text[], %s::text[], "
-    "%s::float8[], %s::int[], %s::text[], %s::text[], %s::float8[])"
+    "created_at) SELECT * FROM unnest(%b::text[], %b::bigint[], %b::text[], %b::text[], "
+    "%b::float8[], %b::int[], %b::text[], %b::text[], %b::float8[])"
 )
 READ_AHEAD: Final = (
     "SELECT key, value, expires_at, revision, created_revision, version FROM reactor_kv "
@@ -123,6 +125,13 @@ SIZE: Final = (
     "'reactor_queues', 'reactor_jobs')"
 )
 MIGRATION_LOCK: Final = int.from_bytes(b"reactor", "big")  # one advisory lock key
+# The writer prepares a statement on the server at its second run (planning the flush
+# took a quarter of a commit); see PostgresStore.reconnect_writer.
+WRITER_PREPARE_THRESHOLD: Final = 1
+# A statement of more rows than this (the rows read as a write begins, the rows of a
+# flush) is planned for its size, not prepared: the prepared plan, made for a few rows,
+# made batches of 100 asyncio writes half as fast again to begin.
+PREPARED_ROWS: Final = 8
 SYNCHRONOUS_COMMIT: Final = {"normal": "on", "full": "on", "memory": "off"}
 
 _converted: dict[str, str] = {}
@@ -181,9 +190,24 @@ class _Statements(SQLStatements):
     What a flush writes (log records, rows) is held back and sent with the commit, in
     one round trip (``commit``): there the order lock is taken, the revisions follow
     the last committed one, and the commit is flushed, all on the server.
+
+    Statements whose answer nothing waits for (the begin of a transaction that reads
+    nothing ahead, the writes of work queues: ``_send``) are pending until the next
+    statement that is answered, and go with it in one round trip: in order, so that
+    every read sees what was sent before it.
     """
 
-    __slots__ = ("_ahead", "_changes", "_conn", "_queued", "_store")
+    __slots__ = (
+        "_ahead",
+        "_changes",
+        "_conn",
+        "_failed",
+        "_flush_rows",
+        "_pending",
+        "_queued",
+        "_store",
+        "_unbegun",
+    )
 
     SET_COMPACTED = "UPDATE reactor_meta SET value = GREATEST(value, ?) WHERE name = 'compacted'"
 
@@ -192,24 +216,62 @@ class _Statements(SQLStatements):
         conn: psycopg.Connection[Any],
         store: PostgresStore,
         ahead: dict[tuple[str, str], Row | None],
+        begin: list[str] | None = None,
     ) -> None:
         self._conn = conn
         self._store = store
         self._ahead = ahead  # rows read with the begin
         self._queued: list[tuple[str, list[tuple[Any, ...]]]] = []
         self._changes: tuple[Any, ...] | None = None  # CHANGES' parameters, if any
+        # Sent with the next answered statement: the begin (if not sent yet), writes.
+        self._pending: list[tuple[str, tuple[Any, ...]]] = [(sql, ()) for sql in begin or ()]
+        self._unbegun = bool(begin)  # nothing sent yet: a dropped connection is replaced
+        self._failed = False  # the server failed a statement: the connection goes (abort)
+        self._flush_rows = 0  # the most rows of one kind the flush writes
 
     def _all(self, sql: str, params: tuple[Any, ...]) -> list[Any]:
         try:
-            return self._conn.execute(_pg(sql), params).fetchall()
+            return self._answer(_pg(sql), params).fetchall()
         except psycopg.Error as exc:
+            self._failed = True
             raise translate(exc) from exc
 
     def _run(self, sql: str, params: tuple[Any, ...]) -> int:
         try:
-            return self._conn.execute(_pg(sql), params).rowcount
+            return self._answer(_pg(sql), params).rowcount
         except psycopg.Error as exc:
+            self._failed = True
             raise translate(exc) from exc
+
+    def _send(self, sql: str, params: tuple[Any, ...]) -> None:
+        """Run ``sql`` with the next answered statement (its errors are raised there)."""
+        self._pending.append((_pg(sql), params))
+
+    def _answer(self, sql: str, params: tuple[Any, ...]) -> psycopg.Cursor[Any]:
+        """Run what is pending, then ``sql``, in one round trip; ``sql``'s cursor. A
+        writer connection the server dropped before the transaction began is replaced
+        once (nothing was applied on it)."""
+        if not self._pending:
+            return self._conn.execute(sql, params)
+        pending, self._pending = self._pending, []
+        unbegun, self._unbegun = self._unbegun, False
+        try:
+            return self._pipelined(pending, sql, params)
+        except psycopg.OperationalError:
+            if not unbegun or not self._conn.closed:
+                raise
+            self._conn = self._store.reconnect_writer()
+            return self._pipelined(pending, sql, params)
+
+    def _pipelined(
+        self, pending: list[tuple[str, tuple[Any, ...]]], sql: str, params: tuple[Any, ...]
+    ) -> psycopg.Cursor[Any]:
+        conn = self._conn
+        with conn.pipeline():
+            for statement, values in pending:
+                conn.execute(statement, values)
+            cursor = conn.execute(sql, params)
+        return cursor
 
     def _many(self, sql: str, rows: list[tuple[Any, ...]]) -> None:
         self._queued.append((_pg(sql), rows))
@@ -231,6 +293,7 @@ class _Statements(SQLStatements):
         records after the last committed revision and writes them with the rows."""
         for n, record in enumerate(records, 1):
             assert record.revision == -n  # provisional: the n-th change
+        self._flush_rows = max(len(records), len(upserts), len(deletes))
         self._changes = (
             [r.scope for r in records],
             [r.key for r in records],
@@ -265,9 +328,14 @@ class _Statements(SQLStatements):
             OutcomeUnknownError: the connection went during the commit, which may have
                 been applied before it went.
         """
+        if self._unbegun:  # a transaction that read nothing: begin it on its own first
+            self._all("SELECT 1", ())
         conn = self._conn
+        pending, self._pending = self._pending, []
         try:
             with conn.pipeline():
+                for sql, values in pending:
+                    conn.execute(sql, values)
                 with conn.cursor() as cursor:
                     for sql, rows in self._queued:
                         cursor.executemany(sql, rows)
@@ -276,7 +344,12 @@ class _Statements(SQLStatements):
                     if records:
                         conn.execute(self._store.order_lock)
                     written = conn.cursor()
-                    written.execute(CHANGES if records else ROWS_ONLY, self._changes)
+                    # A few rows: the prepared plan; a big batch is planned for its size.
+                    written.execute(
+                        CHANGES if records else ROWS_ONLY,
+                        self._changes,
+                        prepare=self._flush_rows <= PREPARED_ROWS,
+                    )
                 conn.execute("COMMIT")
             if records:
                 assert written is not None
@@ -284,6 +357,7 @@ class _Statements(SQLStatements):
                 for record in records:
                     record.revision = base - record.revision
         except psycopg.Error as exc:
+            self._failed = True
             if _connection_lost(conn, exc):
                 # Its notification, if it committed, came from this process's writer:
                 # the follower reads the log instead (``await_commits``).
@@ -295,20 +369,24 @@ class _Statements(SQLStatements):
             raise
 
     def abort(self) -> None:
-        self._store.abandon(self._conn)
+        if self._failed:  # its prepared statements may be out of step with psycopg's
+            self._store.drop_writer(self._conn)
+        else:
+            self._store.abandon(self._conn)
 
     def jobs(self) -> SQLJobs:
-        return _Jobs(self._all, self._run)
+        return _Jobs(self._all, self._run, self._send)
 
 
 class _Jobs(SQLJobs):
-    """The statements of work queues, with PostgreSQL's own insert of many jobs."""
+    """The statements of work queues, with PostgreSQL's own insert of many jobs; their
+    writes go with the next statement answered (``_Statements._send``)."""
 
     __slots__ = ()
 
     def add_jobs(self, rows: list[tuple[Any, ...]]) -> None:
         if rows:
-            self._run(ADD_JOBS, tuple(list(column) for column in zip(*rows, strict=True)))
+            self._send(ADD_JOBS, tuple(list(column) for column in zip(*rows, strict=True)))
 
 
 class PostgresStore(SQLStore):
@@ -344,8 +422,7 @@ class PostgresStore(SQLStore):
                 self._check_readable()
             else:
                 migrate(self._engine)
-                self._writer = self._connect()
-                self._writer_pid = self._writer.info.backend_pid
+                self.reconnect_writer()
             schema, database = self._query("SELECT current_schema(), current_database()", ())[0]
         except psycopg.Error as exc:
             self.close()
@@ -427,8 +504,7 @@ class PostgresStore(SQLStore):
         conn = proxy.driver_connection
         assert isinstance(conn, psycopg.Connection)
         conn.autocommit = True  # transactions are begun and committed here
-        # No server-side prepared statements: a pipeline that fails part-way leaves
-        # psycopg believing in statements the server never prepared.
+        # No server-side prepared statements but the writer's (``reconnect_writer``).
         conn.prepare_threshold = None
         return conn
 
@@ -440,8 +516,17 @@ class PostgresStore(SQLStore):
         return True
 
     def _discard(self, conn: psycopg.Connection[Any]) -> None:
+        """Close ``conn``, a connection that failed, and forget it (``close()`` would
+        keep it until the store closes: one a refused statement, for ever)."""
+        with self._opened_lock:
+            proxy = next((p for p in self._opened if p.driver_connection is conn), None)
+            if proxy is not None:
+                self._opened.remove(proxy)
         with contextlib.suppress(psycopg.Error):
             conn.close()
+        if proxy is not None:
+            with contextlib.suppress(Exception):
+                proxy.invalidate()  # the pool's record of it goes too
 
     def _query(self, sql: str, params: tuple[Any, ...]) -> list[Any]:
         statement = _pg(sql)
@@ -554,8 +639,9 @@ class PostgresStore(SQLStore):
     ) -> _Statements:
         """Begin a write transaction holding the locks of ``scopes`` (None: the order
         lock, which keeps out every other writer's commit), and read the rows of
-        ``reads``: one round trip. A writer connection the server dropped is replaced
-        (once: nothing was sent on it yet).
+        ``reads``: one round trip (with no ``reads``, none: the begin goes with the
+        transaction's first statement). A writer connection the server dropped is
+        replaced (once: nothing was sent on it yet).
 
         Two processes writing one scope take turns; writers of other scopes go on at
         once, and meet only at commit, on the order lock (``_Statements.commit``).
@@ -565,26 +651,31 @@ class PostgresStore(SQLStore):
             raise ReadOnlyError(
                 f"cannot write {self.location}: it is open read-only (readonly=True)"
             )
-        if scopes is None:
-            locks = [self.order_lock]
-        else:
-            keys = sorted({self._scope_keys(scope) for scope in scopes})
-            locks = [f"SELECT pg_advisory_xact_lock({key})" for key in keys]
+        locks = self._locks(scopes)
         by_scope: dict[str, list[str]] = {}
         for scope, key in reads:
             by_scope.setdefault(scope, []).append(key)
+        if not reads:  # nothing to read: the begin goes with the first statement
+            conn = self._writer
+            if conn is None or conn.closed:
+                conn = self.reconnect_writer()
+            return _Statements(conn, self, {}, begin=["BEGIN", *locks])
         for attempt in (1, 2):
             conn = self._writer
             if conn is None or conn.closed:
-                conn = self._writer = self._connect()
-                self._writer_pid = conn.info.backend_pid
+                conn = self.reconnect_writer()
             try:
                 with conn.pipeline():
                     conn.execute("BEGIN")
                     for lock in locks:
                         conn.execute(lock)
                     cursors = [
-                        (scope, conn.execute(READ_AHEAD, (scope, names)))
+                        (
+                            scope,
+                            conn.execute(
+                                READ_AHEAD, (scope, names), prepare=len(names) <= PREPARED_ROWS
+                            ),
+                        )
                         for scope, names in by_scope.items()
                     ]
                 ahead: dict[tuple[str, str], Row | None] = dict.fromkeys(reads)
@@ -593,13 +684,45 @@ class PostgresStore(SQLStore):
                         ahead[(scope, key)] = Row(*row)
                 return _Statements(conn, self, ahead)
             except psycopg.OperationalError as exc:
-                self.abandon(conn)
-                if attempt == 2 or not conn.closed:
+                lost = conn.closed
+                self.drop_writer(conn)
+                if attempt == 2 or not lost:
                     raise translate(exc) from exc
             except psycopg.Error as exc:
-                self.abandon(conn)
+                self.drop_writer(conn)
                 raise translate(exc) from exc
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def _locks(self, scopes: Collection[str] | None) -> list[str]:
+        """The statements that take the locks of ``scopes`` (None: the order lock), in
+        one order (sorted keys), so that writers never deadlock."""
+        if scopes is None:
+            return [self.order_lock]
+        keys = sorted({self._scope_keys(scope) for scope in scopes})
+        return [f"SELECT pg_advisory_xact_lock({key})" for key in keys]
+
+    def reconnect_writer(self) -> psycopg.Connection[Any]:
+        """A new writer connection, in place of the one the server dropped (if any).
+
+        The writer prepares the statements it runs again and again on the server (the
+        flush at commit is a long one to plan): a statement that failed in a pipeline
+        can leave psycopg's list of prepared statements out of step with the server's,
+        so a writer connection on which a statement failed is dropped (``drop_writer``).
+
+        Raises:
+            psycopg.Error: the server cannot be reached.
+        """
+        conn = self._writer = self._connect()
+        conn.prepare_threshold = WRITER_PREPARE_THRESHOLD
+        self._writer_pid = conn.info.backend_pid
+        return conn
+
+    def drop_writer(self, conn: psycopg.Connection[Any]) -> None:
+        """Close ``conn``, the writer connection a failed statement left in doubt; the
+        next write connects again."""
+        self._discard(conn)
+        if self._writer is conn:
+            self._writer = None
 
     def abandon(self, conn: psycopg.Connection[Any]) -> None:
         """Roll back what a failed write began (or drop the connection if it cannot)."""

@@ -176,6 +176,10 @@ NEXT_TIMES: Final = (
     f"SELECT {_FIRST_AT}'ready' ORDER BY ready_at LIMIT 1), "
     f"{_FIRST_AT}'taken' ORDER BY ready_at LIMIT 1)"
 )
+# Every job of a queue with its idempotency key, in the order of ready_at (an export's).
+QUEUE_JOBS: Final = (
+    f"SELECT {JOB_COLUMNS}, key FROM reactor_jobs WHERE queue = ? ORDER BY ready_at, id"
+)
 JOBS_BY_KEY: Final = "SELECT key, id FROM reactor_jobs WHERE queue = ? AND key IN ({})"
 ADD_JOBS: Final = (
     "INSERT INTO reactor_jobs (queue, id, item, state, ready_at, attempts, owner, key, "
@@ -303,18 +307,20 @@ class _RowReads:
 class SQLJobs:
     """The statements of work queues, on a connection: a write transaction's (``_all``
     and ``_run`` of ``SQLStatements``), or a plain read of the store's
-    (``TransactionReader``: its writes fail). Every statement runs at once, on both
-    backends: a job written is seen by the next statement of the transaction."""
+    (``TransactionReader``: its writes fail). A job written is seen by the next
+    statement of the transaction: writes run at once (``send``: or, on PostgreSQL,
+    with the next statement answered, in one round trip)."""
 
-    __slots__ = ("_all", "_run")
+    __slots__ = ("_all", "_send")
 
     def __init__(
         self,
         read: Callable[[str, tuple[Any, ...]], list[Any]],
-        run: Callable[[str, tuple[Any, ...]], int],
+        run: Callable[[str, tuple[Any, ...]], object],
+        send: Callable[[str, tuple[Any, ...]], object] | None = None,
     ) -> None:
         self._all = read
-        self._run = run
+        self._send = run if send is None else send
 
     # -- queues --------------------------------------------------------------------
     def queue(self, name: str) -> tuple[int, int] | None:
@@ -323,10 +329,10 @@ class SQLJobs:
         return (int(found[0][0]), int(found[0][1])) if found else None
 
     def add_queue(self, name: str, max_attempts: int, next_id: int) -> None:
-        self._run(ADD_QUEUE, (name, max_attempts, next_id))
+        self._send(ADD_QUEUE, (name, max_attempts, next_id))
 
     def set_queue(self, name: str, max_attempts: int, next_id: int) -> None:
-        self._run(SET_QUEUE, (max_attempts, next_id, name))
+        self._send(SET_QUEUE, (max_attempts, next_id, name))
 
     def queue_names(self) -> list[str]:
         return [name for (name,) in self._all(QUEUE_NAMES, ())]
@@ -353,6 +359,11 @@ class SQLJobs:
     def in_state(self, queue: str, state: str, limit: int) -> list[JobRow]:
         """Up to ``limit`` jobs in ``state``, by ``ready_at`` then id."""
         return [_job_row(row) for row in self._all(JOBS_IN_STATE, (queue, state, limit))]
+
+    def listing(self, queue: str) -> list[tuple[JobRow, str | None]]:
+        """Every job of ``queue``, in every state, with its idempotency key (None:
+        none), by ``ready_at`` then id; read in one statement."""
+        return [(_job_row(row[:6]), row[6]) for row in self._all(QUEUE_JOBS, (queue,))]
 
     def next_times(self, queue: str) -> tuple[float | None, float | None]:
         """The earliest ``ready_at`` of the ready jobs, and of the taken ones (the first
@@ -381,28 +392,28 @@ class SQLJobs:
         for start in range(0, len(rows), JOBS_PER_INSERT):
             chunk = rows[start : start + JOBS_PER_INSERT]
             sql = ADD_JOBS.format(", ".join([JOB_PLACES] * len(chunk)))
-            self._run(sql, tuple(value for row in chunk for value in row))
+            self._send(sql, tuple(value for row in chunk for value in row))
 
     def set_job(self, queue: str, row: JobRow) -> None:
         """Write the state, ``ready_at``, attempts and owner of ``row``."""
-        self._run(SET_JOB, (row.state, row.ready_at, row.attempts, row.owner, queue, row.id))
+        self._send(SET_JOB, (row.state, row.ready_at, row.attempts, row.owner, queue, row.id))
 
     def set_states(self, queue: str, ids: list[int], state: str) -> None:
         """Put the jobs ``ids`` in ``state``, with no owner (the rest as it is)."""
         for start in range(0, len(ids), IN_CHUNK):
             chunk = ids[start : start + IN_CHUNK]
             sql = SET_JOB_STATES.format(", ".join("?" * len(chunk)))
-            self._run(sql, (state, queue, *chunk))
+            self._send(sql, (state, queue, *chunk))
 
     def revive(self, queue: str, ids: list[int], now: float) -> None:
         """Make the jobs ``ids`` ready at ``now``, with no attempt used and no owner."""
         for start in range(0, len(ids), IN_CHUNK):
             chunk = ids[start : start + IN_CHUNK]
             sql = REVIVE_JOBS.format(", ".join("?" * len(chunk)))
-            self._run(sql, (now, queue, *chunk))
+            self._send(sql, (now, queue, *chunk))
 
     def delete_job(self, queue: str, job_id: int) -> None:
-        self._run(DELETE_JOB, (queue, job_id))
+        self._send(DELETE_JOB, (queue, job_id))
 
     def counts(self, queue: str, now: float, max_attempts: int) -> dict[str, int]:
         """How many jobs are ready now, delayed, taken and dead at ``now``: a lease

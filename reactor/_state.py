@@ -23,7 +23,7 @@ from .errors import InvalidArgumentError, ReentrancyError, RevisionCompactedErro
 
 __all__ = ["State"]
 
-F = TypeVar("F", bound=Callable[..., Any])
+F = TypeVar("F", bound=Callable[[ChangeEvent], Any])  # a callback of one event
 Where = Callable[[ChangeEvent], bool]
 Events = Collection[EventType] | EventType
 

@@ -204,8 +204,9 @@ class WriteTxn:
         self._staged: dict[Key, Row | None] = {}
         self._changes: list[ChangeRecord] = []
         self._undo: list[tuple[Key, Row | _Absent | None]] = []
-        # Work for the commit's transaction, of a transaction body (``defer``).
-        self._deferred: list[Callable[[WriteTxn], None]] = []
+        # Work for the commit's transaction, of a transaction body (``defer``), with how
+        # many changes the body had recorded before it: its place among them.
+        self._deferred: list[tuple[int, Callable[[WriteTxn], None]]] = []
 
     # -- reading -------------------------------------------------------------------
     def row(self, scope: str, key: str) -> Row | None:
@@ -303,11 +304,21 @@ class WriteTxn:
 
     def defer(self, work: Callable[[WriteTxn], None]) -> None:
         """Run ``work`` in the transaction that commits this one: at once on a write
-        transaction, at the commit for a transaction body (``adopt`` runs it there)."""
+        transaction, at the commit for a transaction body (``adopt`` runs it there, at
+        its place among the body's changes, so that what it records comes between
+        them as in the body). Deferred work writes other tables than the keys' (jobs,
+        timers): it must not read or write the body's keys."""
         if self.pending:
-            self._deferred.append(work)
+            self._deferred.append((len(self._changes), work))
         else:
             work(self)
+
+    def last_deferred(self) -> Callable[[WriteTxn], None] | None:
+        """The work deferred last, if no change was recorded since (more of the same
+        may join it, keeping the body's order); None otherwise."""
+        if self._deferred and self._deferred[-1][0] == len(self._changes):
+            return self._deferred[-1][1]
+        return None
 
     def _stage(self, key: Key, row: Row | None) -> None:
         self._undo.append((key, self._staged.get(key, _ABSENT)))
@@ -368,17 +379,26 @@ class WriteTxn:
 
     def adopt(self, other: WriteTxn, read_deadlines: dict[Key, float | None]) -> None:
         """Stage what ``other`` staged (a transaction body), and run what it deferred;
-        its changes come after this transaction's own, in their order.
+        its changes come after this transaction's own, in their order, what deferred
+        work records (jobs enqueued) at its place among them.
 
         A deadline the body set (one not among ``read_deadlines``, those of the rows it
         read) counted from the body's clock; it moves to count from this commit's.
         """
-        shift = self._count
-        for record in other._changes:
-            record.revision -= shift
+        renumbered: dict[int, int] = {}  # the body's provisional revisions: this one's
+        deferred = iter(other._deferred)
+        place, work = next(deferred, (len(other._changes), None))
+        for index, record in enumerate(other._changes):
+            while work is not None and place <= index:
+                work(self)
+                place, work = next(deferred, (len(other._changes), None))
+            self._count += 1
+            renumbered[record.revision] = record.revision = -self._count
             record.timestamp = self.now
             self._changes.append(record)
-        self._count += len(other._changes)
+        while work is not None:
+            work(self)
+            place, work = next(deferred, (len(other._changes), None))
         later = self.now - other.now
         for key, staged in other._staged.items():
             if staged is not None:
@@ -388,15 +408,11 @@ class WriteTxn:
                 staged = Row(  # noqa: PLW2901 - the body's row, as this transaction stages it
                     staged.value,
                     expires_at,
-                    staged.revision - shift if staged.revision < 0 else staged.revision,
-                    staged.created_revision - shift
-                    if staged.created_revision < 0
-                    else staged.created_revision,
+                    renumbered.get(staged.revision, staged.revision),
+                    renumbered.get(staged.created_revision, staged.created_revision),
                     staged.version,
                 )
             self._stage(key, staged)
-        for work in other._deferred:  # what the body deferred to its commit: now
-            work(self)
 
 
 class Work(Generic[T]):

@@ -35,7 +35,16 @@ from .errors import InvalidArgumentError, ReactorError, StorageError
 if TYPE_CHECKING:
     from ._options import Options
 
-__all__ = ["Fired", "check_timer_id", "drop_timer", "fire", "next_due", "schedule", "timer_of"]
+__all__ = [
+    "Fired",
+    "check_timer_id",
+    "drop_timer",
+    "fire",
+    "next_due",
+    "restore",
+    "schedule",
+    "timer_of",
+]
 
 logger = logging.getLogger("reactor")
 
@@ -61,10 +70,13 @@ def schedule(
     after: object,
     at: object,
     every: object,
+    *,
+    timer_id: str | None = None,
 ) -> Work[Timer]:
     """The work that schedules a write of ``value`` (or ``ops``) to ``key``: due
     ``after`` seconds from the write, or ``at`` an epoch time, or, with neither, one
-    period from now; again every ``every`` seconds if given.
+    period from now; again every ``every`` seconds if given. ``timer_id``: the
+    timer's id (None: a new one).
 
     Raises:
         InvalidArgumentError: not exactly one of value and ops, both after and at, or
@@ -88,7 +100,8 @@ def schedule(
     if ops is not None:
         op_style(ops)
         ops_text = _writes.encode_ops(options, ops)
-    timer_id = uuid.uuid4().hex
+    if timer_id is None:
+        timer_id = uuid.uuid4().hex
 
     def work(txn: WriteTxn) -> Timer:
         if due_at is not None:
@@ -98,6 +111,35 @@ def schedule(
         row = TimerRow(timer_id, scope, key, due, period, value_text, ops_text)
         txn.defer(lambda commit: commit.statements.add_timer(row, commit.now))
         return timer_of(row)
+
+    return Work(work)
+
+
+def restore(
+    options: Options,
+    timer_id: str,
+    scope: str,
+    key: str,
+    value: Any,
+    ops: object,
+    due_in: float,
+    every: float | None,
+) -> Work[Timer]:
+    """The work that puts back a timer of an export under its id (replacing a timer
+    of that id, as a key's value is replaced): due ``due_in`` seconds from the write
+    (<= 0: due at once), as ``schedule`` checks it.
+
+    Raises:
+        the errors of ``schedule``.
+    """
+    scheduled = schedule(options, scope, key, value, ops, due_in, None, every, timer_id=timer_id)
+
+    def drop(commit: WriteTxn) -> None:
+        commit.statements.drop_timer(timer_id)
+
+    def work(txn: WriteTxn) -> Timer:
+        txn.defer(drop)  # before the timer's row goes in: deferred too, in order
+        return scheduled(txn)
 
     return Work(work)
 

@@ -121,7 +121,6 @@ class Hold:
         # What else the commit holds against other processes (a queue the body enqueues
         # to): the names of PostgreSQL's scope locks, with the scopes'.
         self.locks: set[str] = set()
-        self.outbox: _jobs.Outbox | None = None  # the jobs the body enqueued
 
     def enqueue(
         self, queue: str, item: Any, delay: float | None = None, key: str | None = None
@@ -133,10 +132,11 @@ class Hold:
             name, entry = _jobs.check_put(engine.options, queue, item, delay, key)
             txn = self.txn
             assert txn is not None
-            if self.outbox is None:
-                self.outbox = _jobs.Outbox()
-                txn.defer(self.outbox)  # one for all the body's jobs, run in the commit
-            self.outbox.add(name, entry)
+            outbox = txn.last_deferred()  # enqueues in a row share one, run in the commit
+            if not isinstance(outbox, _jobs.Outbox):
+                outbox = _jobs.Outbox()
+                txn.defer(outbox)  # at its place among the body's writes
+            outbox.add(name, entry)
             self.locks.add(_jobs.lock_name(name))
         finally:
             engine.stats.record("queue.enqueue", perf_counter() - start)

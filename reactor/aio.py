@@ -38,7 +38,7 @@ import os
 import threading
 import time
 import weakref
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from time import perf_counter
 from types import TracebackType
@@ -53,18 +53,20 @@ from ._aio_exclusive import (
     check_not_held,
     wake_lock_lines,
 )
+from ._aio_reads import AsyncReads
 from ._clock import Clock
 from ._engine import Engine, engine_of, operation_timeout
 from ._events import ChangeEvent
 from ._keys import check_key
 from ._open import open as open_sync
 from ._options import Durability
-from ._results import Change, Entry, Snapshot, Timer, UpdateResult
+from ._results import Change, Snapshot, Timer, UpdateResult
 from ._scope import Scope
 from ._state import Events, State, Where
 from ._subscriptions import _PAGE, DEFAULT_BUFFER, Subscription, Watch
 from ._timers import check_timer_id, drop_timer
 from ._values import MISSING
+from ._verbs import ScopeVerbs
 from ._writes import Work
 from .errors import ClosedError
 
@@ -84,7 +86,7 @@ __all__ = [
 AsyncLock.__module__ = AsyncMultiTransaction.__module__ = AsyncTransaction.__module__ = __name__
 
 T = TypeVar("T")
-F = TypeVar("F", bound=Callable[..., Any])
+F = TypeVar("F", bound=Callable[[ChangeEvent], Any])  # a callback of one event
 # Worker threads per handle, for short blocking calls only: waits hold none.
 _WORKERS: Final = min(8, (os.cpu_count() or 1) + 2)
 
@@ -512,7 +514,7 @@ async def _in_thread(call: Callable[[], None], name: str) -> None:
         await asyncio.sleep(0.001)
 
 
-class AsyncScope:
+class AsyncScope(AsyncReads):
     """A scope's verbs as coroutines; the same results and errors as ``Scope``'s."""
 
     __slots__ = ("_handle", "_scope", "name")
@@ -560,53 +562,14 @@ class AsyncScope:
         """
         return AsyncTransaction(self._handle, self.name)
 
-    async def _read(self, read: Callable[[Scope], T]) -> T:
+    async def _read(self, read: Callable[[ScopeVerbs], T]) -> T:
         scope = await self._reader()
         return await self._handle._run(read, scope)
 
-    # -- reads ---------------------------------------------------------------------
-    async def get(self, key: str, default: Any = None, *, at_revision: int | None = None) -> Any:
-        """``Scope.get``: the value of ``key`` (at ``at_revision``), or ``default``."""
-        return await self._read(lambda scope: scope.get(key, default, at_revision=at_revision))
-
-    async def entry(self, key: str) -> Entry | None:
-        """``Scope.entry``: the value of ``key`` with its revisions and version."""
-        return await self._read(lambda scope: scope.entry(key))
-
-    async def history(
-        self, key: str, since: int | None = None, limit: int | None = None
-    ) -> builtins.list[ChangeEvent]:
-        """``Scope.history``: the retained events of ``key``, oldest first."""
-        return await self._read(lambda scope: scope.history(key, since, limit))
-
-    async def get_many(self, keys: Iterable[str]) -> dict[str, Any]:
-        """``Scope.get_many``: the values of those of ``keys`` that exist, in order."""
-        wanted = list(keys)
-        return await self._read(lambda scope: scope.get_many(wanted))
-
-    async def exists(self, key: str) -> bool:
-        """``Scope.exists``: whether ``key`` holds a live value."""
-        return await self._read(lambda scope: scope.exists(key))
-
-    async def list(self) -> dict[str, Any]:
-        """``Scope.list``: every live key and its value, sorted by key."""
-        return await self._read(lambda scope: scope.list())
-
-    async def keys(self, pattern: str = "*") -> builtins.list[str]:
-        """``Scope.keys``: the live keys matching the glob ``pattern``, sorted."""
-        return await self._read(lambda scope: scope.keys(pattern))
-
-    async def ttl(self, key: str) -> float:
-        """``Scope.ttl``: seconds left; ``-1`` without expiry, ``-2`` if absent."""
-        return await self._read(lambda scope: scope.ttl(key))
-
-    async def length(self, key: str) -> int:
-        """``Scope.length``: the length of the list at ``key``; 0 when absent."""
-        return await self._read(lambda scope: scope.length(key))
-
+    # -- reads: AsyncReads' --------------------------------------------------------
     async def snapshot(self) -> Snapshot:
         """``Scope.snapshot``: every live key-value and the revision they are current at."""
-        return await self._read(lambda scope: scope.snapshot())
+        return await self._handle._run(Scope.snapshot, await self._reader())
 
     # -- waiting -------------------------------------------------------------------
     async def wait_for(

@@ -15,6 +15,7 @@ commands use (rich, the demo, the dashboard, the bench) is imported in those com
 from __future__ import annotations
 
 import errno
+import os
 import signal
 import sys
 import threading
@@ -545,45 +546,71 @@ def watch(scope: str | None, key: str | None, since: int | None, count: int | No
 @click.option(
     "--scope", "pattern", metavar="GLOB", default="*", help="Only scopes matching this glob."
 )
+@click.option(
+    "--only",
+    "kinds",
+    type=click.Choice(_exchange.KINDS),
+    multiple=True,
+    help="Export only keys, timers or queues (repeat for more; default: all).",
+)
 @_options()
-def export(file: str, pattern: str) -> None:
-    """Write keys as JSON Lines (a backup).
+def export(file: str, pattern: str, kinds: tuple[str, ...]) -> None:
+    """Write keys, timers and queues as JSON Lines (a backup).
 
     One line per key: {"scope", "key", "value", "ttl"}, ttl being the seconds left
-    (null: no expiry), to FILE or stdout. A regular FILE is replaced once the export is
-    complete; anything else (a symlink, a FIFO, a device) is written through and stays
-    what it was. On a terminal, a long export shows its progress on stderr.
+    (null: no expiry); per pending timer: {"timer", "scope", "key", "value" or "ops",
+    "due_in", "every"}; per queue: {"queue", "max_attempts"}, then per job: {"queue",
+    "item", "attempts", "state", "ready_in", "key"}. With --scope, timers of the
+    matching scopes go too, queues do not. To FILE or stdout. A regular FILE is
+    replaced once the export is complete; anything else (a symlink, a FIFO, a device)
+    is written through and stays what it was. On a terminal, a long export shows its
+    progress on stderr.
     """
     from ._cli_progress import terminal_progress
 
+    if "queues" in kinds and not compile_pattern(pattern).matches_all:
+        raise click.UsageError("queues belong to no scope: export them without --scope")
+    chosen = kinds or _exchange.KINDS
     state = _state()
-    if file == "-":
+    if file == "-" or _is_stdout(file):  # /dev/stdout too: no summary among the lines
         # Lines going to the terminal would be mixed with the bar: drawn only when piped.
         with (
             terminal_progress(shown=not sys.stdout.isatty()) as progress,
             click.open_file("-", "w", encoding="utf-8") as stdout,
         ):
-            _exchange.dump(state, stdout, pattern, progress)
+            _exchange.dump(state, stdout, pattern, progress, chosen)
         return
     with terminal_progress() as progress:
-        count = _exchange.dump_file(state, file, pattern, progress)
+        tally = _exchange.dump_file(state, file, pattern, progress, chosen)
     from rich.text import Text
 
     _output().show(
-        {"exported": count, "file": file},
-        lambda data: Text(f"{data['exported']:,} keys written to {data['file']}"),
+        {"exported": tally.total, **_counted(tally), "file": file},
+        lambda data: Text(f"{_summary(data)} written to {data['file']}"),
     )
+
+
+def _is_stdout(path: str) -> bool:
+    """Whether ``path`` leads to this process's standard output (``/dev/stdout``, or
+    the file or pipe it is redirected to)."""
+    try:
+        there, out = os.stat(path), os.fstat(sys.stdout.fileno())
+    except (OSError, ValueError):
+        return False
+    return (there.st_dev, there.st_ino) == (out.st_dev, out.st_ino)
 
 
 @cli.command("import")
 @click.argument("file", type=click.Path(dir_okay=False, exists=True, allow_dash=True), default="-")
 @_options()
 def import_lines(file: str) -> None:
-    """Set the keys of an export (JSON Lines).
+    """Restore an export (JSON Lines): keys, timers, queues and jobs.
 
     Reads FILE or stdin. Every line is checked first: if one is bad, nothing is
-    imported. Then every key is set in one transaction: a failure, or Ctrl-C, leaves
-    the database as it was. Keys take the TTL they had left when exported. On a
+    imported. Then everything is written in one transaction: a failure, or Ctrl-C,
+    leaves the database as it was. Keys take the TTL they had left when exported,
+    timers the time they had until due. Jobs are added to their queues (with new ids),
+    but for one whose idempotency key a job of the queue holds: it is skipped. On a
     terminal, a long import shows its progress on stderr.
     """
     from ._cli_progress import terminal_progress
@@ -591,10 +618,35 @@ def import_lines(file: str) -> None:
     with terminal_progress() as progress:
         with click.open_file(file, "rb") as lines:
             found = _exchange.read(lines, progress)
-        count = _exchange.write(_state(create=True), found, progress)
+        tally = _exchange.write(_state(create=True), found, progress)
     from rich.text import Text
 
-    _output().show({"imported": count}, lambda data: Text(f"{data['imported']:,} keys imported"))
+    _output().show(
+        {"imported": tally.total, **_counted(tally), "skipped": tally.skipped},
+        lambda data: Text(f"{_summary(data)} imported{_skipped(data['skipped'])}"),
+    )
+
+
+def _counted(tally: _exchange.Tally) -> dict[str, int]:
+    return {"keys": tally.keys, "timers": tally.timers, "queues": tally.queues, "jobs": tally.jobs}
+
+
+def _summary(data: dict[str, Any]) -> str:
+    """'12 keys', or '12 keys, 2 timers, 1 queue and 3 jobs': the kinds there are."""
+    parts = [_plural(data["keys"], "key")]
+    parts += [_plural(data[kind], kind[:-1]) for kind in ("timers", "queues", "jobs") if data[kind]]
+    return parts[0] if len(parts) == 1 else f"{', '.join(parts[:-1])} and {parts[-1]}"
+
+
+def _skipped(count: int) -> str:
+    if not count:
+        return ""
+    their = "its" if count == 1 else "their"
+    return f" ({_plural(count, 'job')} skipped: already queued under {their} idempotency key)"
+
+
+def _plural(count: int, noun: str) -> str:
+    return f"{count:,} {noun}{'' if count == 1 else 's'}"
 
 
 # -- work queues -----------------------------------------------------------------
@@ -824,8 +876,9 @@ def ui(host: str, port: int, write: bool, allow_hosts: tuple[str, ...], open_bro
                 # Reached by an address or a name not among these, the page is refused
                 # ("Invalid host header"): say how to allow one.
                 click.echo(
-                    f"It answers to the host names {', '.join(hosts)}; to reach it by "
-                    "another name or address, add --allow-host NAME.",
+                    f"It answers to the host names {', '.join(hosts)} and to the "
+                    "address a request reaches it on; to reach it by another name, add "
+                    "--allow-host NAME.",
                     err=True,
                 )
             click.echo(f"reactor ui: {state.location} at {url} ({mode}; Ctrl-C to stop)", err=True)

@@ -4,7 +4,9 @@ clean-up.
 The suite runs on SQLite files by default; ``--backend=postgresql`` runs it again on
 the PostgreSQL server named by ``REACTOR_TEST_POSTGRES_URL``, each test in a schema of
 its own (dropped afterwards). Tests of what only SQLite has (its files, pragmas, WAL)
-are marked ``sqlite_only`` and skip there, saying why.
+are marked ``sqlite_only`` and skip there, saying why; tests that use no database
+under test run in the SQLite pass only, and tests of the PostgreSQL server itself
+(``postgresql_only``) in the PostgreSQL pass only.
 """
 
 from __future__ import annotations
@@ -79,12 +81,33 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             if item.get_closest_marker("slow") is not None:
                 item.add_marker(pytest.mark.skip(reason="a long campaign: run it with -m slow"))
     if config.getoption("backend") != "postgresql":
+        for item in items:
+            if item.get_closest_marker("postgresql_only") is not None:
+                item.add_marker(pytest.mark.skip(reason=ON_POSTGRESQL_ONLY))
         return
     for item in items:
         marker = item.get_closest_marker("sqlite_only")
         if marker is not None:
             why = marker.args[0] if marker.args else "it tests SQLite itself"
             item.add_marker(pytest.mark.skip(reason=f"SQLite only: {why}"))
+        elif not _uses_the_backend(item):
+            item.add_marker(pytest.mark.skip(reason=NOT_ON_THE_BACKEND))
+
+
+# The PostgreSQL pass runs what a database under test could change: a test that opens
+# none (the glob matcher, the docs, the packaging) would only run the SQLite pass again.
+ON_POSTGRESQL_ONLY = "PostgreSQL only: it runs in the pass with --backend=postgresql"
+NOT_ON_THE_BACKEND = "uses no database under test: the SQLite pass runs it"
+
+
+def _uses_the_backend(item: pytest.Item) -> bool:
+    """Whether ``item`` runs on the backend under test: through ``db_path`` or
+    ``fresh_db`` (and every fixture built on them), or marked as using it another way."""
+    return (
+        not {"db_path", "fresh_db"}.isdisjoint(getattr(item, "fixturenames", ()))
+        or item.get_closest_marker("uses_backend") is not None
+        or item.get_closest_marker("postgresql_only") is not None
+    )
 
 
 def postgres_url() -> str:
@@ -184,12 +207,12 @@ def clock() -> FakeClock:
     return FakeClock()
 
 
-@pytest.fixture
-def db_path(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
-    """The test's database: a SQLite file, or (``--backend=postgresql``) the URL of a
-    fresh PostgreSQL schema. Either goes to ``reactor.open`` as it is."""
+def _new_database(request: pytest.FixtureRequest, tmp_path: Path, name: str) -> Iterator[Any]:
+    """A new database of the backend under test: the SQLite file ``name`` in
+    ``tmp_path``, or the URL of a fresh PostgreSQL schema (dropped afterwards, once the
+    engines left open on it are closed). Either goes to ``reactor.open`` as it is."""
     if backend(request.config) != "postgresql":
-        yield tmp_path / "state.db"
+        yield tmp_path / name
         return
     schemas = PostgresSchemas(postgres_url())
     try:
@@ -198,6 +221,18 @@ def db_path(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
         for engine in list(_registry._live_engines):
             engine.close()
         schemas.drop_all()
+
+
+@pytest.fixture
+def db_path(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
+    """The test's database: a SQLite file, or (``--backend=postgresql``) a schema."""
+    yield from _new_database(request, tmp_path, "state.db")
+
+
+@pytest.fixture
+def fresh_db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
+    """A second, empty database on the same backend as ``db_path``."""
+    yield from _new_database(request, tmp_path, "fresh.db")
 
 
 @pytest.fixture

@@ -55,6 +55,27 @@ async def test_verbs_as_coroutines(db_path: Path) -> None:
         assert sync_state.scope("orders").get("n") == 5
 
 
+@pytest.mark.parametrize(
+    "keys", ["ab", 5, None, [1]], ids=["a string", "an int", "None", "an int key"]
+)
+async def test_reads_refuse_what_the_sync_verbs_refuse_in_and_out_of_transactions(
+    db_path: Path, keys: object
+) -> None:
+    """One definition of the reads: ``get_many("ab")`` is not the keys "a" and "b"."""
+    async with reactor.aio.open(db_path) as state:
+        scope = state.scope("s")
+        await scope.set_many({"a": 1, "b": 2})
+        expected = reactor.InvalidKeyError if keys == [1] else reactor.InvalidArgumentError
+        with pytest.raises(expected):
+            await scope.get_many(keys)  # type: ignore[arg-type]
+        async with scope.transaction() as tx:
+            with pytest.raises(expected):
+                await tx.get_many(keys)  # type: ignore[arg-type]
+            assert await tx.get_many(iter(["b", "a"])) == {"b": 2, "a": 1}
+        with reactor.open(db_path) as sync, pytest.raises(expected):
+            sync.scope("s").get_many(keys)  # type: ignore[arg-type]
+
+
 async def test_100_concurrent_tasks_end_with_an_exact_count(db_path: Path) -> None:
     async with reactor.aio.open(db_path) as state:
         scope = state.scope("counters")

@@ -47,6 +47,7 @@ from reactor import ops
 
 from .conftest import PostgresSchemas, backend, canon, postgres_url
 
+pytestmark = pytest.mark.uses_backend  # each child opens a database of the backend under test
 MEMORY_LIMIT = 512 * 2**20
 CASE_SECONDS = 2.0  # the bound the issue sets for each case
 HARD_CAP = 4.0  # a case still running then is interrupted (it has failed already)

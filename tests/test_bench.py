@@ -234,6 +234,7 @@ def test_missing_pgbench_is_a_note_not_a_failure(monkeypatch: pytest.MonkeyPatch
 
 
 @pytest.mark.timeout(300)
+@pytest.mark.postgresql_only
 def test_quick_bench_runs_reactor_on_postgresql(tmp_path: Path) -> None:
     url = os.environ.get("REACTOR_TEST_POSTGRES_URL")
     if not url:

@@ -15,21 +15,13 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
 import pytest
 
 import reactor
-from tests.conftest import (
-    CLI_ENV,
-    PostgresSchemas,
-    backend,
-    canon,
-    postgres_url,
-    run_reactor,
-)
+from tests.conftest import CLI_ENV, canon, run_reactor
 
 
 def _ok(db: Any, *args: str, cwd: Path, stdin: str | None = None) -> Any:
@@ -107,19 +99,6 @@ def test_errors_are_one_line_on_stderr(tmp_path: Path) -> None:
     assert done.stderr.startswith("Error: ")
     assert done.stderr.count("\n") == 1
     assert "Traceback" not in done.stderr
-
-
-@pytest.fixture
-def fresh_db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
-    """A second, empty database on the same backend as ``db_path``."""
-    if backend(request.config) != "postgresql":
-        yield tmp_path / "fresh.db"
-        return
-    schemas = PostgresSchemas(postgres_url())
-    try:
-        yield schemas.create()
-    finally:
-        schemas.drop_all()
 
 
 # -- one command at a time -------------------------------------------------------
@@ -452,6 +431,10 @@ def test_export_then_import_round_trips(db_path: Any, fresh_db: Any, tmp_path: P
     backup = tmp_path / "backup.jsonl"
     assert _ok(db_path, "export", str(backup), cwd=tmp_path) == {
         "exported": 14,
+        "keys": 14,
+        "timers": 0,
+        "queues": 0,
+        "jobs": 0,
         "file": str(backup),
     }
     exporting = time.monotonic() - started
@@ -464,7 +447,7 @@ def test_export_then_import_round_trips(db_path: Any, fresh_db: Any, tmp_path: P
     exported = {(line["scope"], line["key"]): line["ttl"] for line in lines}
 
     started = time.monotonic()
-    assert _ok(fresh_db, "import", str(backup), cwd=tmp_path) == {"imported": 14}
+    assert _ok(fresh_db, "import", str(backup), cwd=tmp_path)["imported"] == 14
     after = _everything(fresh_db)
     importing = time.monotonic() - started
     assert canon({s: {k: v for k, (v, _) in keys.items()} for s, keys in after.items()}) == canon(
@@ -492,10 +475,74 @@ def test_export_to_stdout_and_import_from_stdin(
     assert done.returncode == 0, done.stderr
     lines = [json.loads(line) for line in done.stdout.splitlines()]
     assert {line["scope"] for line in lines} == {"orders", "odd scope/name:*"}
-    assert _ok(fresh_db, "import", cwd=tmp_path, stdin=done.stdout) == {"imported": 5}
+    assert _ok(fresh_db, "import", cwd=tmp_path, stdin=done.stdout) == {
+        "imported": 5,
+        "keys": 5,
+        "timers": 0,
+        "queues": 0,
+        "jobs": 0,
+        "skipped": 0,
+    }
     assert canon(_ok(fresh_db, "list", "odd scope/name:*", cwd=tmp_path)) == canon(
         VALUES["odd scope/name:*"]
     )
+
+
+def test_export_then_import_carries_timers_and_queues(
+    db_path: Any, fresh_db: Any, tmp_path: Path
+) -> None:
+    with reactor.open(db_path) as state:
+        state.scope("orders").set("o-1", 1)
+        timer = state.scope("orders").schedule("reminder", True, after=3600, every=600)
+        emails = state.queue("emails", max_attempts=2)
+        emails.put("a", key="ka")
+        emails.put("b", delay=3600)
+        assert emails.take(timeout=0) is not None  # "a", exported as ready again
+        failed = state.queue("failed", max_attempts=1)
+        failed.put("x")
+        taken = failed.take(timeout=0)
+        assert taken is not None
+        taken.nack()  # dead
+    backup = tmp_path / "backup.jsonl"
+    counts = {"keys": 1, "timers": 1, "queues": 2, "jobs": 3}
+    assert _ok(db_path, "export", str(backup), cwd=tmp_path) == {
+        "exported": 5,
+        **counts,
+        "file": str(backup),
+    }
+    assert _ok(fresh_db, "import", str(backup), cwd=tmp_path) == {
+        "imported": 5,
+        **counts,
+        "skipped": 0,
+    }
+    with reactor.open(fresh_db) as state:
+        (restored,) = state.timers()
+        assert restored._replace(due=0) == timer._replace(due=0)
+        assert 3500 < restored.due - time.time() <= 3600  # the time it had left
+        assert state.queue("emails").stats() == {"ready": 1, "delayed": 1, "taken": 0, "dead": 0}
+        job = state.queue("emails").take(timeout=0)
+        assert job is not None
+        assert (job.item, job.attempts) == ("a", 2)  # its take at export time counted
+        assert [(job.item, job.attempts) for job in state.queue("failed").dead()] == [("x", 1)]
+
+    # Again: the timer is replaced, "a" (still taken, holding its key) is skipped.
+    done = run_reactor("--db", str(fresh_db), "--table", "import", str(backup), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert " ".join(done.stdout.split()) == (  # the line as a terminal shows it
+        "1 key, 1 timer, 2 queues and 2 jobs imported "
+        "(1 job skipped: already queued under its idempotency key)"
+    )
+    with reactor.open(fresh_db) as state:
+        assert [t.id for t in state.timers()] == [timer.id]
+        assert state.queue("emails").stats() == {"ready": 0, "delayed": 2, "taken": 1, "dead": 0}
+
+    assert _ok(db_path, "export", "--only", "keys", "keys.jsonl", cwd=tmp_path)["exported"] == 1
+    assert (tmp_path / "keys.jsonl").read_text(encoding="utf-8").count("\n") == 1
+    done = run_reactor(
+        "--db", str(db_path), "export", "--only", "queues", "--scope", "o*", cwd=tmp_path
+    )
+    assert done.returncode == 2
+    assert "queues belong to no scope" in done.stderr
 
 
 def test_import_checks_every_line_first(db_path: Any, tmp_path: Path) -> None:

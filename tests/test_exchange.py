@@ -11,6 +11,7 @@ import io
 import json
 import os
 import pty
+import re
 import select
 import signal
 import stat
@@ -26,12 +27,13 @@ import pytest
 from rich.console import Console
 
 import reactor
-from reactor import _exchange
+from reactor import _exchange, _jobs, ops
 from reactor._cli_progress import SHOW_FROM, Bar
 from reactor._engine import engine_of
+from reactor._exchange import Tally
 from reactor._store import Row, WriteTxn
 from reactor.errors import InvalidArgumentError, InvalidValueError
-from tests.conftest import CLI_ENV, run_reactor, wait_for
+from tests.conftest import CLI_ENV, FakeClock, run_reactor, wait_for
 
 
 def _fill(state: reactor.State, *, ttl: float | None = 300) -> None:
@@ -47,6 +49,11 @@ def _dumped(state: reactor.State) -> str:
     out = io.StringIO()
     _exchange.dump(state, out)
     return out.getvalue()
+
+
+def _keys_only(count: int) -> dict[str, int]:
+    """What the command line counts of an export or import of ``count`` keys alone."""
+    return {"keys": count, "timers": 0, "queues": 0, "jobs": 0}
 
 
 def _lines(count: int, scopes: int = 3, ttl_every: int = 4) -> list[str]:
@@ -80,7 +87,7 @@ def test_export_replaces_a_regular_file_keeping_its_mode(
     target.write_text("old\n", encoding="utf-8")
     target.chmod(0o640)
     before = os.stat(target)
-    assert _exchange.dump_file(state, target) == 5
+    assert _exchange.dump_file(state, target) == Tally(keys=5)
     after = os.stat(target)
     assert target.read_text(encoding="utf-8") == _dumped(state)
     assert after.st_ino != before.st_ino  # a new file took its place: replaced, not rewritten
@@ -90,7 +97,7 @@ def test_export_replaces_a_regular_file_keeping_its_mode(
 
 def test_export_to_a_new_file(state: reactor.State, out_dir: Path) -> None:
     _fill(state)
-    assert _exchange.dump_file(state, out_dir / "new.jsonl") == 5
+    assert _exchange.dump_file(state, out_dir / "new.jsonl") == Tally(keys=5)
     assert (out_dir / "new.jsonl").read_text(encoding="utf-8") == _dumped(state)
     assert sorted(os.listdir(out_dir)) == ["new.jsonl"]
 
@@ -122,7 +129,7 @@ def test_export_to_a_symlink_writes_through_it(state: reactor.State, out_dir: Pa
     target.write_text("old\n", encoding="utf-8")
     link = out_dir / "link.jsonl"
     link.symlink_to(target)
-    assert _exchange.dump_file(state, link) == 5
+    assert _exchange.dump_file(state, link) == Tally(keys=5)
     assert link.is_symlink()
     assert os.readlink(link) == str(target)
     assert target.read_text(encoding="utf-8") == _dumped(state)
@@ -142,7 +149,7 @@ def test_export_to_a_fifo_writes_through_it(state: reactor.State, out_dir: Path)
 
     reader = threading.Thread(target=drain, daemon=True)
     reader.start()
-    assert _exchange.dump_file(state, fifo) == 5
+    assert _exchange.dump_file(state, fifo) == Tally(keys=5)
     reader.join(10)
     assert not reader.is_alive()
     assert read == [_dumped(state).encode()]
@@ -153,7 +160,7 @@ def test_export_to_a_fifo_writes_through_it(state: reactor.State, out_dir: Path)
 def test_export_to_dev_null_leaves_it_a_device(state: reactor.State) -> None:
     _fill(state)
     before = os.lstat("/dev/null")
-    assert _exchange.dump_file(state, "/dev/null") == 5
+    assert _exchange.dump_file(state, "/dev/null") == Tally(keys=5)
     after = os.lstat("/dev/null")
     assert stat.S_ISCHR(after.st_mode)
     assert (after.st_ino, after.st_rdev, after.st_mode) == (
@@ -191,7 +198,7 @@ def test_the_export_command_writes_through_what_is_not_a_regular_file(
     before = os.lstat("/dev/null")
     done = run_reactor("--db", str(db_path), "export", "/dev/null", cwd=out_dir)
     assert done.returncode == 0, done.stderr
-    assert json.loads(done.stdout) == {"exported": 5, "file": "/dev/null"}
+    assert json.loads(done.stdout) == {"exported": 5, **_keys_only(5), "file": "/dev/null"}
     after = os.lstat("/dev/null")
     assert stat.S_ISCHR(after.st_mode)
     assert (after.st_ino, after.st_rdev) == (before.st_ino, before.st_rdev)
@@ -221,7 +228,7 @@ def test_the_export_command_writes_through_what_is_not_a_regular_file(
     finally:
         exporting.kill()
     assert exporting.returncode == 0, err
-    assert json.loads(out) == {"exported": 5, "file": str(fifo)}
+    assert json.loads(out) == {"exported": 5, **_keys_only(5), "file": str(fifo)}
     assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
     assert sorted(os.listdir(out_dir)) == ["link.jsonl", "pipe", "real.jsonl"]
 
@@ -235,6 +242,49 @@ def test_the_export_command_refuses_a_directory(db_path: Any, out_dir: Path) -> 
     assert "is a directory" in done.stderr
     assert "Traceback" not in done.stderr
     assert os.listdir(out_dir / "dir") == []
+
+
+def test_an_export_to_dev_stdout_is_the_lines_alone(db_path: Any, out_dir: Path) -> None:
+    """``export /dev/stdout`` redirected to a file, or piped: the lines only, which
+    import again (the summary would land among them)."""
+    with reactor.open(db_path) as state:
+        _fill(state, ttl=None)
+        expected = _dumped(state)
+    with open(out_dir / "backup.jsonl", "w") as redirected:
+        done = subprocess.run(
+            [sys.executable, "-m", "reactor", "--db", str(db_path), "export", "/dev/stdout"],
+            cwd=out_dir,
+            stdout=redirected,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=CLI_ENV,
+            timeout=60,
+            check=False,
+        )
+    assert done.returncode == 0, done.stderr
+    assert (out_dir / "backup.jsonl").read_text(encoding="utf-8") == expected
+    piped = run_reactor("--db", str(db_path), "export", "/dev/stdout", cwd=out_dir)
+    assert piped.returncode == 0, piped.stderr
+    assert piped.stdout == expected
+    restored = run_reactor("--db", "copy.db", "import", "backup.jsonl", cwd=out_dir)
+    assert restored.returncode == 0, restored.stderr
+    with reactor.open(out_dir / "copy.db") as copy:
+        assert _dumped(copy) == expected
+
+
+def test_an_export_where_no_file_can_be_made_names_the_users_file(
+    db_path: Any, out_dir: Path
+) -> None:
+    with reactor.open(db_path) as state:
+        _fill(state)
+    done = run_reactor("--db", str(db_path), "export", "missing/backup.jsonl", cwd=out_dir)
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.startswith(
+        "Error: [Errno 2] cannot export to 'missing/backup.jsonl': cannot create a file "
+        "in 'missing' (No such file or directory)"
+    )
+    assert ".tmp" not in done.stderr
+    assert os.listdir(out_dir) == []
 
 
 # -- import: all or nothing --------------------------------------------------------
@@ -255,7 +305,7 @@ def test_an_import_is_one_commit_with_its_events(
     state.subscribe(lambda event: events.append((event.type, event.scope, event.key)))
     monkeypatch.setattr(engine.store, "write", counted)
     lines = [*_lines(2500), json.dumps({"scope": "orders", "key": "o-1", "value": 1})]
-    assert _exchange.load(state, lines) == 2501
+    assert _exchange.load(state, lines) == Tally(keys=2501)
     monkeypatch.undo()
     assert commits == [2501]
     wait_for(lambda: len(events) == 2501)
@@ -271,7 +321,7 @@ def test_a_key_given_twice_takes_its_last_entry(state: reactor.State) -> None:
         json.dumps({"scope": "s", "key": "k", "value": 1, "ttl": 5}),
         json.dumps({"scope": "s", "key": "k", "value": 2}),
     ]
-    assert _exchange.load(state, lines) == 1
+    assert _exchange.load(state, lines) == Tally(keys=1)
     assert state.scope("s").get("k") == 2
     assert state.scope("s").ttl("k") == -1
 
@@ -332,7 +382,7 @@ def test_an_import_that_fails_halfway_changes_nothing(
     wait_for(lambda: events)
     assert events == [("sentinel", "k")]
     # And the database still takes the import.
-    assert _exchange.load(state, lines) == 3001
+    assert _exchange.load(state, lines) == Tally(keys=3001)
     assert state.scope("orders").get("o-1") == "new"
 
 
@@ -404,6 +454,337 @@ def test_ctrl_c_during_an_import_leaves_all_or_nothing(db_path: Any, tmp_path: P
         assert b"Aborted" in shown
 
 
+# -- timers and queues -------------------------------------------------------------
+def _fill_timers_and_queues(state: reactor.State) -> dict[str, reactor.Timer]:
+    """``_fill``'s keys, timers (a value and ops, one-shot and recurring) and two
+    queues: jobs ready, delayed, dead and taken (one with attempts left, one without),
+    some with idempotency keys. The clock stands still: nothing fires or runs out."""
+    _fill(state)
+    timers = {
+        "once": state.scope("orders").schedule("reminder", {"due": True}, after=30),
+        "beat": state.scope("orders").schedule("beats", ops=[ops.increment("")], every=60),
+        "other": state.scope("cache").schedule("rate", 1.5, after=90, every=3600),
+    }
+    emails = state.queue("emails", max_attempts=3)
+    emails.put("a")
+    emails.put("b", delay=20, key="kb")
+    emails.put("c", key="kc")
+    taken = emails.take(timeout=0)  # "a": its take counted, its lease still running
+    assert taken is not None
+    assert (taken.item, taken.attempts) == ("a", 1)
+    fragile = state.queue("fragile", max_attempts=1)
+    fragile.put("x")
+    first = fragile.take(timeout=0)
+    assert first is not None
+    first.nack()  # its one attempt spent: dead
+    fragile.put("y", key="ky")
+    assert fragile.take(timeout=0) is not None  # its last attempt, under a lease
+    assert fragile.stats() == {"ready": 0, "delayed": 0, "taken": 1, "dead": 1}
+    return timers
+
+
+def _job(queue: str, item: Any, attempts: int, state: str, ready_in: float, key: Any) -> Any:
+    """A job's line of an export, as parsed."""
+    return {
+        "queue": queue,
+        "item": item,
+        "attempts": attempts,
+        "state": state,
+        "ready_in": ready_in,
+        "key": key,
+    }
+
+
+def _timer(timer: reactor.Timer, what: str, writes: Any, due_in: float) -> Any:
+    """A timer's line of an export, as parsed."""
+    return {
+        "timer": timer.id,
+        "scope": timer.scope,
+        "key": timer.key,
+        what: writes,
+        "due_in": due_in,
+        "every": timer.every,
+    }
+
+
+def _max_attempts(state: reactor.State, queue: str) -> int | None:
+    found = engine_of(state).store.reader().jobs().queue(queue)
+    return None if found is None else found[0]
+
+
+def _took(queue: reactor.Queue) -> tuple[Any, int] | None:
+    """The item and attempts of the job a take gets now (acknowledged), or None."""
+    job = queue.take(timeout=0)
+    if job is None:
+        return None
+    job.ack()
+    return job.item, job.attempts
+
+
+def _export(state: reactor.State, *args: Any, **kwargs: Any) -> tuple[Tally, list[str]]:
+    out = io.StringIO()
+    tally = _exchange.dump(state, out, *args, **kwargs)
+    return tally, out.getvalue().splitlines()
+
+
+def test_keys_timers_and_queues_round_trip(
+    state: reactor.State,
+    clock: FakeClock,
+    open_state: Callable[..., reactor.State],
+    fresh_db: Any,
+) -> None:
+    timers = _fill_timers_and_queues(state)
+    tally, lines = _export(state)
+    assert tally == Tally(keys=5, timers=3, queues=2, jobs=5)
+    parsed = [json.loads(line) for line in lines]
+    assert parsed[5:] == [
+        _timer(timers["once"], "value", {"due": True}, 30.0),
+        _timer(timers["beat"], "ops", [{"type": "increment", "path": "", "by": 1}], 60.0),
+        _timer(timers["other"], "value", 1.5, 90.0),
+        {"queue": "emails", "max_attempts": 3},
+        _job("emails", "c", 0, "ready", 0.0, "kc"),
+        _job("emails", "b", 0, "ready", 20.0, "kb"),
+        # Taken: ready at once, its take counted (no worker holds it after a restore).
+        _job("emails", "a", 1, "ready", 0.0, None),
+        {"queue": "fragile", "max_attempts": 1},
+        _job("fragile", "x", 1, "dead", 0.0, None),
+        # Taken with no attempt left: dead, as when its lease runs out.
+        _job("fragile", "y", 1, "dead", 0.0, "ky"),
+    ]
+
+    # Into another database, whose clock says another time: times count from it.
+    later = FakeClock(start=clock.time() + 86_400)
+    restored = open_state(fresh_db, clock=later)
+    assert _exchange.load(restored, lines) == Tally(keys=5, timers=3, queues=2, jobs=5)
+    assert _export(restored, kinds=("keys", "timers")) == _export(state, kinds=("keys", "timers"))
+    assert restored.timers() == [
+        reactor.Timer(timer.id, timer.scope, timer.key, timer.due + 86_400, timer.every)
+        for timer in timers.values()
+    ]
+    emails, fragile = restored.queue("emails"), restored.queue("fragile")
+    assert emails.stats() == {"ready": 2, "delayed": 1, "taken": 0, "dead": 0}
+    assert fragile.stats() == {"ready": 0, "delayed": 0, "taken": 0, "dead": 2}
+    assert (_max_attempts(restored, "emails"), _max_attempts(restored, "fragile")) == (3, 1)
+    dead = fragile.dead()
+    assert [(job.item, job.attempts) for job in dead] == [("x", 1), ("y", 1)]
+    assert fragile.put("again", key="ky") == dead[1].id  # the keys came along
+    assert _took(emails) == ("c", 1)
+    assert _took(emails) == ("a", 2)
+    assert _took(emails) is None  # "b" is 20 seconds away
+    later.advance(20)
+    assert _took(emails) == ("b", 1)
+    # The jobs came in as events of scope queue:NAME, as a put's do.
+    created = [e for e in restored.changes(scope="queue:emails") if e.type == "created"]
+    assert [e.new_value["item"] for e in created] == ["c", "b", "a"]
+
+    # A restored timer fires once, when its time comes on the new clock.
+    orders = restored.scope("orders")
+    later.advance(9)  # 29 s after the import
+    engine_of(restored).sweeper.fire_timers()
+    time.sleep(0.2)
+    assert orders.get("reminder") is None
+    later.advance(2)
+    wait_for(lambda: orders.get("reminder") == {"due": True})
+    later.advance(30)
+    wait_for(lambda: orders.get("beats") == 1)
+    engine_of(restored).sweeper.fire_timers()
+    time.sleep(0.2)
+    fired = [e.timer for e in restored.changes(scope="orders") if e.timer is not None]
+    assert fired == [timers["once"].id, timers["beat"].id]
+    assert [t.id for t in restored.timers()] == [timers["other"].id, timers["beat"].id]
+
+
+def test_an_export_of_some_scopes_has_their_timers_and_no_queue(state: reactor.State) -> None:
+    timers = _fill_timers_and_queues(state)
+    tally, lines = _export(state, "c*")
+    assert tally == Tally(keys=1, timers=1)
+    assert [json.loads(line).get("timer") for line in lines] == [None, timers["other"].id]
+    tally, lines = _export(state, kinds=("queues",))
+    assert tally == Tally(queues=2, jobs=5)
+    assert all("queue" in json.loads(line) for line in lines)
+    tally, lines = _export(state, kinds=("keys", "timers"))
+    assert tally == Tally(keys=5, timers=3)
+
+
+def test_an_overdue_timer_fires_once_at_once_after_an_import(
+    state: reactor.State, clock: FakeClock
+) -> None:
+    late = {"timer": "late", "scope": "s", "key": "k", "value": 1, "due_in": -5}
+    beat = {"timer": "beat", "scope": "s", "key": "n", "ops": [ops.increment("")], "due_in": -150}
+    lines = [json.dumps(late), json.dumps({**beat, "every": 60})]
+    assert _exchange.load(state, lines) == Tally(timers=2)
+    scope = state.scope("s")
+    wait_for(lambda: scope.get("k") == 1 and scope.get("n") == 1)
+    (pending,) = state.timers()
+    assert pending.due == clock.time() + 30  # missed periods fire once, then it keeps its period
+    engine_of(state).sweeper.fire_timers()
+    time.sleep(0.2)
+    assert (scope.get("n"), len(state.changes(scope="s"))) == (1, 2)
+
+
+def test_a_timer_imported_again_replaces_the_timer_of_its_id(
+    state: reactor.State, clock: FakeClock
+) -> None:
+    timer = state.scope("s").schedule("k", 1, after=30)
+    _, lines = _export(state)
+    clock.advance(10)
+    assert _exchange.load(state, [lines[0].replace('"value":1', '"value":2')]) == Tally(timers=1)
+    assert state.timers() == [reactor.Timer(timer.id, "s", "k", clock.time() + 30, None)]
+    clock.advance(30)
+    wait_for(lambda: state.scope("s").get("k") == 2)
+    wait_for(lambda: state.timers() == [])
+
+
+def test_an_old_key_only_file_imports_as_before(state: reactor.State) -> None:
+    lines = [
+        '{"scope": "orders", "key": "o-1", "value": {"total": 120}, "ttl": null}',
+        '{"scope": "cache", "key": "rate", "value": 1.08, "ttl": 42.5}',
+        '{"scope": "flags", "key": "on", "value": true}',
+    ]
+    assert _exchange.load(state, lines) == Tally(keys=3)
+    assert state.scope("cache").ttl("rate") == 42.5
+    assert state.scope("orders").get("o-1") == {"total": 120}
+    assert (state.timers(), state.queues()) == ([], [])
+
+
+def test_an_import_skips_a_job_whose_key_a_job_of_its_queue_holds(state: reactor.State) -> None:
+    queue = state.queue("emails")
+    held = queue.put("first", key="k1")
+    lines = [
+        _job("emails", "again", 0, "ready", 0.0, "k1"),  # held in the database
+        _job("emails", "new", 0, "ready", 0.0, "k2"),
+        _job("emails", "twice", 0, "ready", 0.0, "k2"),  # held by the line before
+        _job("emails", "no key", 0, "ready", 0.0, None),
+    ]
+    assert _exchange.load(state, map(json.dumps, lines)) == Tally(queues=1, jobs=2, skipped=2)
+    assert queue.put("x", key="k1") == held
+    assert [_took(queue), _took(queue), _took(queue), _took(queue)] == [
+        ("first", 1),
+        ("new", 1),
+        ("no key", 1),
+        None,
+    ]
+
+
+def _good_lines() -> list[str]:
+    return [
+        json.dumps({"scope": "s", "key": "k", "value": 1}),
+        json.dumps({"timer": "t1", "scope": "s", "key": "k", "value": 2, "due_in": 5}),
+        json.dumps({"queue": "q", "max_attempts": 2}),
+        json.dumps(_job("q", "item", 0, "ready", 0.0, None)),
+    ]
+
+
+def _nested(levels: int) -> Any:
+    value: Any = []
+    for _ in range(levels - 1):
+        value = [value]
+    return value
+
+
+_TIMER = {"timer": "t2", "scope": "s", "key": "k", "value": 1, "due_in": 5, "every": None}
+_OPS_TIMER = {**{k: v for k, v in _TIMER.items() if k != "value"}, "ops": [ops.increment("n")]}
+_JOB = _job("q", "item", 0, "ready", 0.0, None)
+
+
+@pytest.mark.parametrize(
+    ("line", "error"),
+    [
+        ({**_TIMER, "colour": "red"}, "unknown field 'colour'"),
+        ({**_TIMER, "every": 0}, "'every' must be a number of seconds > 0, not 0"),
+        ({**_TIMER, "every": "hourly"}, "'every' must be a number of seconds > 0"),
+        ({**_TIMER, "due_in": "soon"}, "'due_in' must be a finite number of seconds"),
+        ({**_TIMER, "due_in": True}, "'due_in' must be a finite number of seconds"),
+        ({**_TIMER, "due_in": 1e400}, "not JSON"),  # Infinity
+        ({k: v for k, v in _TIMER.items() if k != "due_in"}, "missing 'due_in'"),
+        ({**_TIMER, "ops": [{"type": "increment", "path": ""}]}, "a value or applies ops"),
+        ({**_TIMER, "value": 1, "ops": "nope"}, "a value or applies ops"),
+        ({k: v for k, v in _TIMER.items() if k != "value"}, "a value or applies ops"),
+        ({**_TIMER, "timer": ""}, "a timer id has 1 to 64 characters"),
+        ({**_TIMER, "timer": "t" * 65}, "a timer id has 1 to 64 characters"),
+        ({**_TIMER, "key": ""}, "a key must not be empty"),
+        ({**_TIMER, "value": _nested(70)}, "value nests deeper than 64 levels"),
+        ({**_JOB, "state": "taken"}, "'state' must be 'ready' or 'dead', not 'taken'"),
+        ({**_JOB, "attempts": -1}, "'attempts' must be an int >= 0, not -1"),
+        ({**_JOB, "attempts": 1.0}, "'attempts' must be an int >= 0, not 1.0"),
+        ({**_JOB, "ready_in": -1}, "'ready_in' must be a finite number of seconds >= 0"),
+        ({**_JOB, "key": ""}, "idempotency key must not be empty"),
+        ({**_JOB, "colour": "red"}, "unknown field 'colour'"),
+        ({k: v for k, v in _JOB.items() if k != "item"}, "missing 'item'"),
+        ({"queue": "q", "max_attempts": 0}, "max_attempts must be an int >= 1, not 0"),
+        ({"queue": ""}, "a queue name must not be empty"),
+    ],
+)
+def test_a_bad_timer_or_job_line_imports_nothing(
+    state: reactor.State, line: dict[str, Any], error: str
+) -> None:
+    state.scope("kept").set("k", 1)
+    before = _dumped(state)
+    with pytest.raises(
+        InvalidArgumentError, match="1 bad line, nothing imported: line 5: "
+    ) as info:
+        _exchange.load(state, [*_good_lines(), json.dumps(line)])
+    assert error in str(info.value)
+    assert _dumped(state) == before
+    assert (state.timers(), state.queues()) == ([], [])
+
+
+@pytest.mark.parametrize(
+    ("line", "error"),
+    [
+        ({**_TIMER, "value": "x" * 200}, "timer 't2': value is "),
+        ({**_OPS_TIMER, "ops": [ops.set("a", "x" * 200)]}, "timer 't2': value is "),
+        ({**_JOB, "item": "x" * 200}, "queue 'q', its job 2 in the file: value is "),
+    ],
+)
+def test_a_timer_or_job_beyond_the_databases_limits_imports_nothing(
+    open_state: Callable[..., reactor.State], line: dict[str, Any], error: str
+) -> None:
+    state = open_state(max_value_bytes=100)
+    state.scope("kept").set("k", 1)
+    before = _dumped(state)
+    with pytest.raises(InvalidValueError, match=re.escape(error)):
+        _exchange.load(state, [*_good_lines(), json.dumps(line)])
+    assert _dumped(state) == before
+    assert (state.timers(), state.queues()) == ([], [])
+
+
+@pytest.mark.parametrize(
+    "error", [RuntimeError("the disk failed"), KeyboardInterrupt()], ids=["failure", "Ctrl-C"]
+)
+def test_an_import_that_fails_in_its_jobs_changes_nothing(
+    state: reactor.State, monkeypatch: pytest.MonkeyPatch, error: BaseException
+) -> None:
+    timer = state.scope("s").schedule("k", "kept", after=30)
+    state.queue("q").put("kept", key="held")
+    before, revision, timers = _dumped(state), state.stats()["revision"], state.timers()
+    lines = [
+        *_good_lines(),
+        json.dumps({**_TIMER, "timer": timer.id, "value": "replaced"}),
+        *(json.dumps(_job("q", n, 0, "ready", 0.0, f"k{n}")) for n in range(1500)),
+    ]
+    real = _jobs.restore
+    calls = [0]
+
+    def restore(*args: Any) -> int:
+        calls[0] += 1
+        if calls[0] == 2:  # keys, timers, settings and a first batch of jobs written
+            raise error
+        return real(*args)
+
+    monkeypatch.setattr(_jobs, "restore", restore)
+    with pytest.raises(type(error)):
+        _exchange.load(state, lines)
+    monkeypatch.undo()
+    assert calls[0] == 2
+    assert _dumped(state) == before
+    assert state.timers() == timers
+    assert state.queue("q").stats() == {"ready": 1, "delayed": 0, "taken": 0, "dead": 0}
+    assert _max_attempts(state, "q") == 5
+    assert state.stats()["revision"] == revision
+    assert _exchange.load(state, lines) == Tally(keys=1, timers=2, queues=1, jobs=1501)
+
+
 # -- progress ----------------------------------------------------------------------
 def _terminal() -> tuple[Console, io.StringIO]:
     out = io.StringIO()
@@ -450,7 +831,11 @@ def test_progress_shows_on_a_terminal_only(db_path: Any, tmp_path: Path) -> None
         process.kill()
         os.close(leader)
     assert process.returncode == 0, shown
-    assert json.loads(out) == {"imported": SHOW_FROM + 1000}
+    assert json.loads(out) == {
+        "imported": SHOW_FROM + 1000,
+        **_keys_only(SHOW_FROM + 1000),
+        "skipped": 0,
+    }
     assert b"importing" in shown
 
     process, leader = _on_a_terminal(db_path, "export", "backup.jsonl", cwd=tmp_path)
@@ -461,7 +846,11 @@ def test_progress_shows_on_a_terminal_only(db_path: Any, tmp_path: Path) -> None
         process.kill()
         os.close(leader)
     assert process.returncode == 0, shown
-    assert json.loads(out) == {"exported": SHOW_FROM + 1000, "file": "backup.jsonl"}
+    assert json.loads(out) == {
+        "exported": SHOW_FROM + 1000,
+        **_keys_only(SHOW_FROM + 1000),
+        "file": "backup.jsonl",
+    }
     assert b"exporting" in shown
 
     # Piped, as in every other test: nothing on stderr.

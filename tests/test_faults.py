@@ -153,6 +153,8 @@ def faulty(
         writer = store._writer  # type: ignore[attr-defined]
         if isinstance(writer, FaultyConnection):
             writer = writer._conn
+        if writer is None or getattr(writer, "closed", False):  # PostgreSQL drops a failed one
+            writer = store.reconnect_writer()  # type: ignore[attr-defined]
         if fail_at is None:
             store._writer = writer  # type: ignore[attr-defined]
         else:

@@ -18,6 +18,7 @@ from typing import Any
 
 import httpx
 import jsonpatch
+import psutil
 import pytest
 
 import reactor
@@ -447,7 +448,7 @@ def test_a_refused_host_name_is_told_how_to_allow_it(client: Client, seeded: Any
         answer = ui.get("/", headers={"Host": host})
         assert answer.status_code == 400, host
         assert answer.text.startswith("Invalid host header")
-        assert "reactor ui --allow-host dash.example" in answer.text
+        assert "reactor ui [--host ADDRESS ...] --allow-host dash.example" in answer.text
         assert answer.headers["content-type"].startswith("text/plain")
     assert "--allow-host 192.168.1.5" in ui.get("/", headers={"Host": "192.168.1.5:80"}).text
     assert "--allow-host [fe80::1]" in ui.get("/", headers={"Host": "[fe80::1]:80"}).text
@@ -1248,6 +1249,35 @@ def test_reactor_ui_warns_when_listening_beyond_loopback(db_path: Any, tmp_path:
     assert socket.gethostname() in told  # among the names it answers to
 
 
+def test_on_0_0_0_0_the_page_answers_to_the_machines_own_addresses(
+    db_path: Any, tmp_path: Path
+) -> None:
+    """Opened by the address it was reached on (no name to rebind), the page answers;
+    a name it was not given is still refused."""
+    own = [
+        found.address
+        for addresses in psutil.net_if_addrs().values()
+        for found in addresses
+        if found.family == socket.AF_INET and not found.address.startswith("127.")
+    ]
+    if not own:
+        pytest.skip("this machine has no IPv4 address beyond loopback")
+    with reactor.open(db_path) as state:
+        state.scope("s").set("k", 1)
+    process, url, _ = start_cli(db_path, "--host", "0.0.0.0", cwd=tmp_path)  # noqa: S104
+    port = url.rstrip("/").rpartition(":")[2]
+    try:
+        page = httpx.get(f"http://{own[0]}:{port}/api/info", timeout=10)
+        assert page.status_code == 200, page.text
+        refused = httpx.get(
+            f"http://{own[0]}:{port}/", headers={"Host": "rebound.example"}, timeout=10
+        )
+        assert refused.status_code == 400
+    finally:
+        _, err = stop_cli(process)
+    assert process.returncode == 0, err
+
+
 def test_reactor_ui_logs_a_refused_host_name_with_the_fix(db_path: Any, tmp_path: Path) -> None:
     with reactor.open(db_path) as state:
         state.scope("s").set("k", 1)
@@ -1261,7 +1291,7 @@ def test_reactor_ui_logs_a_refused_host_name_with_the_fix(db_path: Any, tmp_path
         _, err = stop_cli(process)
     assert process.returncode == 0, err
     assert err.count("refused a request") == 1, err  # once per name
-    assert "reactor ui --allow-host dash.example" in err
+    assert "reactor ui [--host ADDRESS ...] --allow-host dash.example" in err
     process, url, _ = start_cli(db_path, "--allow-host", "dash.example", cwd=tmp_path)
     try:
         allowed = httpx.get(url, headers={"Host": "dash.example:8765"}, timeout=10)
@@ -1311,9 +1341,12 @@ def test_reactor_ui_without_the_ui_extra(tmp_path: Path) -> None:
 
 
 def test_sigterm_ends_reactor_ui_cleanly_too(db_path: Any, tmp_path: Path) -> None:
-    process, _, _ = start_cli(db_path, "--write", cwd=tmp_path)
+    process, url, _ = start_cli(db_path, "--write", cwd=tmp_path)
     try:
+        # Serving (uvicorn has its signal handlers): as `kill` or `docker stop` find it.
+        assert httpx.get(url + "api/info", timeout=10).status_code == 200
         process.send_signal(signal.SIGTERM)
+        process.wait(timeout=15)  # on its own: a Ctrl-C now would force the exit
     finally:
         _, err = stop_cli(process)
     assert process.returncode == 0, err

@@ -245,6 +245,12 @@ def events(state: reactor.State) -> None:
     @state.on("orders", events={"deleted", "expired"})
     def on_gone(event: reactor.ChangeEvent) -> None: ...
 
+    @state.on("orders")
+    async def on_order(event: reactor.ChangeEvent) -> None: ...
+
+    @state.on("orders")  # type: ignore[type-var]
+    def takes_a_number(count: int) -> None: ...
+
     assert_type(state.changes(since=0, scope="orders", limit=10), list[reactor.ChangeEvent])
     with state.watch(since=0, scope="orders") as watch:
         assert_type(watch, reactor.Watch)

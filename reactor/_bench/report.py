@@ -283,7 +283,7 @@ def _peers_table(result: dict[str, Any]) -> Group:
         table.add_section()
     modes = ", ".join(result["modes"].values())
     legend = Text(
-        f"modes {modes}: t threads, p processes, aio asyncio tasks; "
+        f"modes {modes}: t threads, p processes, aio asyncio tasks"
         + "".join(f"; {_LEGEND[peer]}" for peer in peers if peer in _LEGEND)
         + "; - not measured (dict+lock has no processes)",
         style="dim",

@@ -95,7 +95,8 @@ def host_refusal(name: str) -> str:
     shown = name if _PLAIN_NAME.fullmatch(name) else "NAME"
     return (
         f"Invalid host header: this dashboard does not answer to the name {shown!r}. "
-        f"To reach it by that name, start it with: reactor ui --allow-host {shown}"
+        f"To reach it by that name, add --allow-host {shown} to the command that starts "
+        f"it, keeping its other options: reactor ui [--host ADDRESS ...] --allow-host {shown}"
     )
 
 
@@ -113,6 +114,9 @@ class HostGuard(TrustedHostMiddleware):
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and not self.allow_any:
             name = _host_name(scope)
+            if _is_own_address(name, scope):
+                await self.app(scope, receive, send)
+                return
             if not any(
                 name == pattern or (pattern.startswith("*.") and name.endswith(pattern[1:]))
                 for pattern in self.allowed_hosts
@@ -127,6 +131,22 @@ class HostGuard(TrustedHostMiddleware):
                 await response(scope, receive, send)
                 return
         await super().__call__(scope, receive, send)
+
+
+def _is_own_address(name: str, scope: Scope) -> bool:
+    """Whether ``name`` is the address the request reached this server on, as when a
+    server on 0.0.0.0 is opened by one of the machine's addresses. A page opened by
+    its own IP address is no rebinding: that attack needs a name the attacker owns."""
+    server = scope.get("server")
+    return server is not None and name.strip("[]") == str(server[0]) and _is_address(name)
+
+
+def _is_address(name: str) -> bool:
+    try:
+        ipaddress.ip_address(name.strip("[]"))
+    except ValueError:
+        return False
+    return True
 
 
 def _host_name(scope: Scope) -> str:

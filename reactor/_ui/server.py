@@ -6,8 +6,12 @@ command line can put in one line, and so that ``--port 0`` can print the port it
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import socket
+import threading
+from collections.abc import Iterator
 from typing import Final
 
 import uvicorn
@@ -81,7 +85,29 @@ def serve(
     write: bool,
     hosts: list[str],
 ) -> None:
-    """Serve the dashboard on ``listener`` until SIGINT or SIGTERM (then re-raised by
-    uvicorn: ``KeyboardInterrupt`` under Python's default handler)."""
-    server = uvicorn.Server(config(listener, target, write=write, hosts=hosts))
+    """Serve the dashboard on ``listener`` until SIGINT or SIGTERM; return once it has
+    shut down."""
+    server = _Server(config(listener, target, write=write, hosts=hosts))
     server.run(sockets=[listener])
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's server, ending on SIGINT or SIGTERM without raising the signal again.
+
+    uvicorn raises a signal it caught once more as its loop ends, so that the program
+    sees it: the ``KeyboardInterrupt`` then interrupts the event loop while the app's
+    lifespan task is still finishing, which logs a traceback on a clean stop.
+    """
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        if threading.current_thread() is not threading.main_thread():
+            yield  # signals reach the main thread only
+            return
+        handled = (signal.SIGINT, signal.SIGTERM)
+        previous = {sig: signal.signal(sig, self.handle_exit) for sig in handled}
+        try:
+            yield
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)

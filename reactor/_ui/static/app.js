@@ -138,10 +138,14 @@ function pickScope(name) {
   loadKeys();
 }
 
+let keysAsked = 0; // the number of the latest loadKeys: answers may come out of order
+
 async function loadKeys() {
   if (view.scope === null) return;
+  const asked = ++keysAsked;
   const pattern = $("key-pattern").value || "*";
   const result = await getJSON("keys", { scope: view.scope, pattern });
+  if (asked !== keysAsked) return; // a later one (another pattern, a newer list) is due
   const list = $("keys");
   if (!result.ok) {
     list.replaceChildren();
@@ -165,7 +169,9 @@ function pickKey(key) {
 
 async function loadValue(fillEditor) {
   if (view.scope === null || view.key === null) return;
-  const result = await getJSON("value", { scope: view.scope, key: view.key });
+  const where = { scope: view.scope, key: view.key };
+  const result = await getJSON("value", where);
+  if (view.scope !== where.scope || view.key !== where.key) return; // picked another since
   $("value-where").textContent = view.scope + " / " + view.key;
   if (!result.ok) {
     $("value").textContent = "";
