@@ -180,10 +180,10 @@ def check_put(
 
 
 # -- transitions, in a write transaction holding the queue's lock ---------------------
-def _settle(jobs: SQLJobs, queue: str, max_attempts: int | None) -> tuple[int, int, int | None]:
-    """The queue's ``max_attempts`` (``max_attempts`` if given, which is to be saved),
-    the id of its next job, and the ``max_attempts`` stored (None: no queue yet)."""
-    found = jobs.queue(queue)
+def _settle(found: tuple[int, int] | None, max_attempts: int | None) -> tuple[int, int, int | None]:
+    """Of a queue whose row is ``found`` (``SQLJobs.queue``; None: no queue yet): its
+    ``max_attempts`` (``max_attempts`` if given, which is to be saved), the id of its
+    next job, and the ``max_attempts`` stored (None: no queue yet)."""
     if found is None:
         return max_attempts or DEFAULT_MAX_ATTEMPTS, 1, None
     stored, next_id = found
@@ -204,7 +204,7 @@ def save_settings(txn: WriteTxn, queue: str, max_attempts: int | None) -> int:
     """Create the queue if it does not exist, saving ``max_attempts`` (the default if
     None, on creation only); its ``max_attempts`` now."""
     jobs = txn.statements.jobs()
-    attempts, next_id, stored = _settle(jobs, queue, max_attempts)
+    attempts, next_id, stored = _settle(jobs.queue(queue), max_attempts)
     _save(jobs, queue, attempts, next_id, stored, used=False)
     return attempts
 
@@ -232,7 +232,7 @@ def _add(
     """``enqueue`` of entries that carry their takes and state: the ids, and how many
     jobs were added."""
     jobs = txn.statements.jobs()
-    attempts, next_id, stored = _settle(jobs, queue, max_attempts)
+    attempts, next_id, stored = _settle(jobs.queue(queue), max_attempts)
     keys = [entry[2] for entry in entries if entry[2] is not None]
     holding = jobs.ids_by_key(queue, keys) if keys else {}
     ids: list[int] = []
@@ -266,7 +266,14 @@ def expire(txn: WriteTxn, queue: str, limit: int = EXPIRE_BATCH) -> int:
     if not due:
         return 0
     found = jobs.queue(queue)
-    max_attempts = DEFAULT_MAX_ATTEMPTS if found is None else found[0]
+    _turn_back(txn, queue, due, DEFAULT_MAX_ATTEMPTS if found is None else found[0])
+    return len(due)
+
+
+def _turn_back(txn: WriteTxn, queue: str, due: list[JobRow], max_attempts: int) -> list[JobRow]:
+    """Turn back the taken jobs ``due`` (their leases ran out, earliest first): ready
+    again, or dead once taken ``max_attempts`` times. Those ready again, as they are now."""
+    jobs = txn.statements.jobs()
     ready = [row for row in due if row.attempts < max_attempts]
     dead = [row for row in due if row.attempts >= max_attempts]
     jobs.set_states(queue, [row.id for row in ready], "ready")
@@ -276,7 +283,7 @@ def expire(txn: WriteTxn, queue: str, limit: int = EXPIRE_BATCH) -> int:
         old = _document(row)
         row.state = "ready" if row.attempts < max_attempts else "dead"
         txn.log(scope, str(row.id), "updated", old, _document(row))
-    return len(due)
+    return ready
 
 
 def take(
@@ -286,11 +293,15 @@ def take(
     until ``lease`` seconds from now: the job as it was before and as it is now (None,
     None: none is ready), and when one may be next (None: a job was taken, or no job
     waits)."""
-    if max_attempts is not None:
-        save_settings(txn, queue, max_attempts)
-    expire(txn, queue, EXPIRE_BATCH)
     jobs = txn.statements.jobs()
-    row = jobs.first_ready(queue, txn.now)
+    found, due, first = jobs.take_view(queue, txn.now, EXPIRE_BATCH)  # one read
+    attempts, next_id, stored = _settle(found, max_attempts)
+    if max_attempts is not None:
+        _save(jobs, queue, attempts, next_id, stored, used=False)
+    candidates = [first] if first is not None else []
+    if due:  # a job whose lease ran out is in line from then: it may come first
+        candidates += _turn_back(txn, queue, due, attempts)
+    row = min(candidates, key=lambda job: (job.ready_at, job.id), default=None)
     if row is None:
         ready, taken = jobs.next_times(queue)
         return None, None, min((t for t in (ready, taken) if t is not None), default=None)

@@ -230,15 +230,21 @@ class _Statements(SQLStatements):
         self._flush_rows = 0  # the most rows of one kind the flush writes
 
     def _all(self, sql: str, params: tuple[Any, ...]) -> list[Any]:
+        return self._all_several([(sql, params)])[0]
+
+    def _all_several(self, statements: list[tuple[str, tuple[Any, ...]]]) -> list[list[Any]]:
+        """The rows of each of ``statements``, run after what is pending, all in one
+        round trip."""
         try:
-            return self._answer(_pg(sql), params).fetchall()
+            answered = self._answer([(_pg(sql), params) for sql, params in statements])
+            return [cursor.fetchall() for cursor in answered]
         except psycopg.Error as exc:
             self._failed = True
             raise translate(exc) from exc
 
     def _run(self, sql: str, params: tuple[Any, ...]) -> int:
         try:
-            return self._answer(_pg(sql), params).rowcount
+            return self._answer([(_pg(sql), params)])[0].rowcount
         except psycopg.Error as exc:
             self._failed = True
             raise translate(exc) from exc
@@ -247,31 +253,33 @@ class _Statements(SQLStatements):
         """Run ``sql`` with the next answered statement (its errors are raised there)."""
         self._pending.append((_pg(sql), params))
 
-    def _answer(self, sql: str, params: tuple[Any, ...]) -> psycopg.Cursor[Any]:
-        """Run what is pending, then ``sql``, in one round trip; ``sql``'s cursor. A
-        writer connection the server dropped before the transaction began is replaced
-        once (nothing was applied on it)."""
-        if not self._pending:
-            return self._conn.execute(sql, params)
+    def _answer(self, statements: list[tuple[str, tuple[Any, ...]]]) -> list[psycopg.Cursor[Any]]:
+        """Run what is pending, then ``statements``, in one round trip; their cursors.
+        A writer connection the server dropped before the transaction began is
+        replaced once (nothing was applied on it)."""
+        if not self._pending and len(statements) == 1:
+            return [self._conn.execute(*statements[0])]
         pending, self._pending = self._pending, []
         unbegun, self._unbegun = self._unbegun, False
         try:
-            return self._pipelined(pending, sql, params)
+            return self._pipelined(pending, statements)
         except psycopg.OperationalError:
             if not unbegun or not self._conn.closed:
                 raise
             self._conn = self._store.reconnect_writer()
-            return self._pipelined(pending, sql, params)
+            return self._pipelined(pending, statements)
 
     def _pipelined(
-        self, pending: list[tuple[str, tuple[Any, ...]]], sql: str, params: tuple[Any, ...]
-    ) -> psycopg.Cursor[Any]:
+        self,
+        pending: list[tuple[str, tuple[Any, ...]]],
+        statements: list[tuple[str, tuple[Any, ...]]],
+    ) -> list[psycopg.Cursor[Any]]:
         conn = self._conn
         with conn.pipeline():
             for statement, values in pending:
                 conn.execute(statement, values)
-            cursor = conn.execute(sql, params)
-        return cursor
+            cursors = [conn.execute(sql, params) for sql, params in statements]
+        return cursors
 
     def _many(self, sql: str, rows: list[tuple[Any, ...]]) -> None:
         self._queued.append((_pg(sql), rows))
@@ -375,7 +383,7 @@ class _Statements(SQLStatements):
             self._store.abandon(self._conn)
 
     def jobs(self) -> SQLJobs:
-        return _Jobs(self._all, self._run, self._send)
+        return _Jobs(self._all, self._run, self._send, self._all_several)
 
 
 class _Jobs(SQLJobs):

@@ -80,13 +80,14 @@ class Queue:
     process until another handle saves another.
     """
 
-    __slots__ = ("_settings", "_state", "name")
+    __slots__ = ("_busy", "_settings", "_state", "name")
 
     def __init__(self, state: State, name: str, max_attempts: int | None = None) -> None:
         self._state = state
         self.name: str = _jobs.check_queue(name)
         """The queue's name; its events have scope ``queue:NAME``."""
         self._settings = _jobs.check_max_attempts(max_attempts)
+        self._busy = False  # this handle's last take found a job
 
     def __repr__(self) -> str:
         return f"<reactor.Queue {self.name!r}>"
@@ -160,12 +161,17 @@ class Queue:
             engine.stats.record("queue.take", perf_counter() - start)
 
     def _look(self, engine: Engine, lease: float) -> tuple[Job | None, float | None]:
-        """Take a job if one is ready (a read, then a write if it may): the job, or
-        None and when one may be next (None: no job waits)."""
-        ready, taken = engine.store.reader().jobs().next_times(self.name)
-        times = [at for at in (ready, taken) if at is not None]
-        if not times or min(times) > engine.now():
-            return None, min(times, default=None)
+        """Take a job if one is ready: the job, or None and when one may be next (None:
+        no job waits).
+
+        After a take that found no job, a read comes first, and the write only if a
+        job may be ready: takers of an idle queue write nothing. After one that found a
+        job, the write comes at once: a busy queue's take is one transaction."""
+        if not self._busy:
+            ready, taken = engine.store.reader().jobs().next_times(self.name)
+            times = [at for at in (ready, taken) if at is not None]
+            if not times or min(times) > engine.now():
+                return None, min(times, default=None)
         token = uuid.uuid4().hex
         name, settings = self.name, self._settings
         before, after, later = self._write(
@@ -173,6 +179,7 @@ class Queue:
         )
         if settings is not None:
             self._settings = None
+        self._busy = after is not None
         if after is None:
             return None, later
         assert before is not None

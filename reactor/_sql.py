@@ -309,18 +309,24 @@ class SQLJobs:
     and ``_run`` of ``SQLStatements``), or a plain read of the store's
     (``TransactionReader``: its writes fail). A job written is seen by the next
     statement of the transaction: writes run at once (``send``: or, on PostgreSQL,
-    with the next statement answered, in one round trip)."""
+    with the next statement answered, in one round trip). Reads made together
+    (``read_several``) are one round trip on PostgreSQL too."""
 
-    __slots__ = ("_all", "_send")
+    __slots__ = ("_all", "_all_several", "_send")
 
     def __init__(
         self,
         read: Callable[[str, tuple[Any, ...]], list[Any]],
         run: Callable[[str, tuple[Any, ...]], object],
         send: Callable[[str, tuple[Any, ...]], object] | None = None,
+        read_several: Callable[[list[tuple[str, tuple[Any, ...]]]], list[list[Any]]] | None = None,
     ) -> None:
         self._all = read
         self._send = run if send is None else send
+        self._all_several = read_several or self._one_by_one
+
+    def _one_by_one(self, statements: list[tuple[str, tuple[Any, ...]]]) -> list[list[Any]]:
+        return [self._all(sql, params) for sql, params in statements]
 
     # -- queues --------------------------------------------------------------------
     def queue(self, name: str) -> tuple[int, int] | None:
@@ -350,6 +356,25 @@ class SQLJobs:
         """The ready job to take first at ``now``: the earliest ready, then the lowest id."""
         found = self._all(FIRST_READY, (queue, now))
         return _job_row(found[0]) if found else None
+
+    def take_view(
+        self, queue: str, now: float, limit: int
+    ) -> tuple[tuple[int, int] | None, list[JobRow], JobRow | None]:
+        """What a take reads, read together: the queue's settings (as ``queue``), up
+        to ``limit`` of its leases run out by ``now`` (as ``due``), and its first
+        ready job (as ``first_ready``)."""
+        found, due, first = self._all_several(
+            [
+                (QUEUE, (queue,)),
+                (DUE_JOBS, (queue, "taken", now, limit)),
+                (FIRST_READY, (queue, now)),
+            ]
+        )
+        return (
+            (int(found[0][0]), int(found[0][1])) if found else None,
+            [_job_row(row) for row in due],
+            _job_row(first[0]) if first else None,
+        )
 
     def due(self, queue: str, state: str, now: float, limit: int) -> list[JobRow]:
         """Up to ``limit`` jobs in ``state`` whose ``ready_at`` is ``now`` or before,

@@ -371,6 +371,35 @@ def test_a_take_turns_back_a_lease_run_out_itself(
     assert job.attempts == 2
 
 
+def test_leases_run_out_take_their_place_in_line_among_ready_jobs(
+    state: reactor.State, clock: FakeClock
+) -> None:
+    """A take reads the leases run out and the first ready job together: a job turned
+    back is in line from when its lease ran out, and one that goes dead is skipped."""
+    q = state.queue("line", max_attempts=2)
+    q.put("early")  # t=0
+    q.put("doomed")
+    assert take_now(q, lease=2).item == "early"  # its lease ends at t=2
+    doomed = take_now(q, lease=5)
+    clock.advance(1)
+    doomed.nack()  # ready again at t=1 (attempt 1 of 2)
+    q.put("before")  # t=1
+    assert take_now(q, lease=0.5).item == "doomed"  # attempt 2: dead when it runs out
+    clock.advance(2)
+    q.put("after")  # t=3
+    clock.advance(1)  # t=4: doomed's and early's leases ran out
+    order = [take_now(q).item for _ in range(3)]
+    assert order == ["before", "early", "after"]
+    assert q.take(timeout=0) is None
+    assert [(job.item, job.attempts) for job in q.dead()] == [("doomed", 2)]
+    q.put("x")  # t=4
+    take_now(q, lease=1)  # its lease ends at t=5
+    clock.advance(2)
+    q.put("y")  # t=6
+    clock.advance(1)
+    assert [take_now(q).item for _ in range(2)] == ["x", "y"]
+
+
 def test_the_sweeper_turns_back_leases_by_itself(
     state: reactor.State, q: reactor.Queue, clock: FakeClock
 ) -> None:
@@ -1030,6 +1059,37 @@ def test_a_ready_job_wakes_only_the_head(
         q.put(i)
     for taker in takers:
         taker.result()
+
+
+def test_takers_of_an_idle_queue_write_nothing(
+    state: reactor.State, engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A take reads first, and writes only if a job may be ready; after a take that
+    found a job, the next one writes at once (one transaction: a busy queue's take)."""
+    q = state.queue("q")
+    writes = Counter[str]()
+    write = engine.store.write
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        writes["write"] += 1
+        return write(*args, **kwargs)
+
+    monkeypatch.setattr(engine.store, "write", counted)
+
+    def writes_of(call: Callable[[], Any]) -> tuple[Any, int]:
+        writes.clear()
+        return call(), writes["write"]
+
+    assert writes_of(lambda: q.take(timeout=0)) == (None, 0)
+    q.put("a")
+    q.put("b")
+    for item in ("a", "b"):
+        job, count = writes_of(lambda: q.take(timeout=0))
+        assert (job.item, count) == (item, 1)
+        job.ack()
+    assert writes_of(lambda: q.take(timeout=0)) == (None, 1)  # it was busy: one write
+    assert writes_of(lambda: q.take(timeout=0)) == (None, 0)  # idle again: a read
+    assert q.stats() == {"ready": 0, "delayed": 0, "taken": 0, "dead": 0}
 
 
 # -- the command line ------------------------------------------------------------------
