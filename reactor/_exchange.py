@@ -14,7 +14,9 @@ Each line is one JSON object; its fields tell its kind:
   once, or dead if it has had its ``max_attempts`` takes (its take counts in
   ``attempts``): no worker holds it in a restored database.
 
-Times are seconds from the export's clock; they count again from the import's commit.
+An export is the database at one moment: it reads one snapshot (``_export``), so a
+transaction that commits while it runs is in it whole or not at all. Times are
+seconds from that moment; they count again from the import's commit.
 Keys come sorted by scope and key, then timers, earliest first, then each queue (by
 name) with its jobs, in the order they are taken. An export of some scopes (a glob other
 than ``*``) has the timers of those scopes and no queue (a queue belongs to no scope).
@@ -39,7 +41,7 @@ import contextlib
 import os
 import stat
 import tempfile
-from collections.abc import Collection, Iterable, Iterator
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Final, Protocol
@@ -49,6 +51,7 @@ import orjson
 from . import _jobs, _timers
 from ._backup_lines import Backup, Entry, JobEntry, QueueEntry, TimerEntry, entry_of, parse_json
 from ._engine import engine_of
+from ._export import ExportView
 from ._keys import compile_pattern
 from .errors import InvalidArgumentError, InvalidValueError, ReactorError
 
@@ -56,7 +59,7 @@ if TYPE_CHECKING:
     from ._engine import Engine
     from ._results import Timer
     from ._state import State
-    from ._store import JobRow, TimerRow, Work, WriteTxn
+    from ._store import Work, WriteTxn
 
 __all__ = [
     "KINDS",
@@ -69,12 +72,9 @@ __all__ = [
     "TimerEntry",
     "dump",
     "dump_file",
-    "entries",
-    "job_lines",
     "load",
     "parse_json",
     "read",
-    "timer_lines",
     "write",
 ]
 
@@ -112,87 +112,6 @@ class Progress(Protocol):
 
 
 # -- export ----------------------------------------------------------------------
-def entries(state: State, scope: str = "*") -> Iterator[Entry]:
-    """Every live key of the scopes matching the glob ``scope``, sorted by scope and key.
-
-    Each scope's values are read at once; a key deleted or expired before its TTL is
-    read is left out.
-    """
-    match = compile_pattern(scope)
-    for name in state.scopes():
-        if not match.matches(name):
-            continue
-        handle = state.scope(name)
-        for key, value in handle.list().items():
-            left = handle.ttl(key)
-            if left == -2:
-                continue
-            # A millisecond at least: a key about to expire must still import as live.
-            yield Entry(name, key, value, None if left < 0 else max(round(left, 3), 0.001))
-
-
-def _seconds(seconds: float) -> float:
-    """Seconds as an export writes them: to the millisecond, and 0.0 rather than -0.0."""
-    return round(seconds, 3) + 0.0
-
-
-def timer_lines(state: State, scope: str = "*") -> list[dict[str, Any]]:
-    """The pending timers of the scopes matching the glob ``scope``, earliest first, as
-    lines of an export (read in one statement)."""
-    engine = engine_of(state)
-    match = compile_pattern(scope)
-    rows = engine.store.timers()
-    now = engine.now()
-    return [_timer_line(row, now) for row in rows if match.matches(row.scope)]
-
-
-def _timer_line(row: TimerRow, now: float) -> dict[str, Any]:
-    # What it writes goes as the JSON text stored, not parsed and encoded again.
-    name, text = ("value", row.value) if row.ops is None else ("ops", row.ops)
-    assert text is not None  # a timer writes a value or applies ops
-    return {
-        "timer": row.id,
-        "scope": row.scope,
-        "key": row.key,
-        name: orjson.Fragment(text),
-        "due_in": _seconds(row.due - now),
-        "every": row.every,
-    }
-
-
-def job_lines(state: State, queues: Iterable[str] | None = None) -> Iterator[dict[str, Any]]:
-    """Each queue of ``queues`` (None: every queue of the database, by name) as lines
-    of an export: its settings, then its jobs in the order they are taken (each queue's
-    jobs read in one statement)."""
-    engine = engine_of(state)
-    jobs = engine.store.reader().jobs()
-    for name in jobs.queue_names() if queues is None else queues:
-        found = jobs.queue(name)
-        max_attempts = _jobs.DEFAULT_MAX_ATTEMPTS if found is None else found[0]
-        rows = jobs.listing(name)
-        now = engine.now()
-        yield {"queue": name, "max_attempts": max_attempts}
-        for row, key in rows:
-            yield _job_line(name, row, key, max_attempts, now)
-
-
-def _job_line(
-    queue: str, row: JobRow, key: str | None, max_attempts: int, now: float
-) -> dict[str, Any]:
-    state = row.state
-    if state == "taken":  # as its lease running out would leave it (_jobs.expire), now
-        state = "ready" if row.attempts < max_attempts else "dead"
-    ready_in = max(_seconds(row.ready_at - now), 0.0) if row.state == "ready" else 0.0
-    return {
-        "queue": queue,
-        "item": orjson.Fragment(row.item),
-        "attempts": row.attempts,
-        "state": state,
-        "ready_in": ready_in,
-        "key": key,
-    }
-
-
 def _emit(
     file: IO[str],
     lines: Iterable[dict[str, Any]],
@@ -223,8 +142,9 @@ def dump(
     kinds: Collection[str] = KINDS,
 ) -> Tally:
     """Write the keys, timers and queues (those of ``kinds``) of the scopes matching
-    ``scope`` to ``file`` as JSON Lines; what it wrote. Queues go only in an export of
-    every scope (``scope`` a glob that matches all).
+    ``scope`` to ``file`` as JSON Lines, all read from one snapshot of the database
+    (see ``_export``); what it wrote. Queues go only in an export of every scope
+    (``scope`` a glob that matches all).
 
     Raises:
         InvalidKeyError: a bad pattern.
@@ -232,20 +152,19 @@ def dump(
     engine = engine_of(state)
     match = compile_pattern(scope)
     tally = Tally()
-    if "keys" in kinds:
-        total = None
-        if progress is not None:
-            counts = engine.store.counts(engine.now())
-            total = sum(n for name, n in counts.items() if match.matches(name))
-        lines = (entry._asdict() for entry in entries(state, scope))
-        tally.keys = _emit(file, lines, progress, "exporting keys", total)
-    if "timers" in kinds:
-        timers = timer_lines(state, scope)
-        tally.timers = _emit(file, timers, progress, "exporting timers", len(timers))
-    if "queues" in kinds and match.matches_all:
-        queues = engine.store.reader().jobs().queue_names()
-        written = _emit(file, job_lines(state, queues), progress, "exporting queues", None)
-        tally.queues, tally.jobs = len(queues), written - len(queues)
+    with engine.store.consistent_reads() as query:
+        view = ExportView(query, engine.now(), match)
+        if "keys" in kinds:
+            total = view.key_count() if progress is not None else None
+            tally.keys = _emit(file, view.key_lines(), progress, "exporting keys", total)
+        if "timers" in kinds:
+            timers = view.timer_lines()
+            tally.timers = _emit(file, timers, progress, "exporting timers", len(timers))
+        if "queues" in kinds and match.matches_all:
+            queues = view.queue_names()
+            lines = view.job_lines(queues)
+            written = _emit(file, lines, progress, "exporting queues", None)
+            tally.queues, tally.jobs = len(queues), written - len(queues)
     return tally
 
 

@@ -35,7 +35,7 @@ import logging
 import sys
 import threading
 from collections import deque
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterator
 from typing import Any, Final, TypeVar
 
 import sqlalchemy as sa
@@ -44,7 +44,7 @@ from sqlalchemy.pool import NullPool
 from ._combine import Combiner
 from ._schema import META_TABLE, SCHEMA_VERSION, check_version, migrate
 from ._sql import ITEMS, REVISION, SQLJobs, SQLStatements, SQLStore
-from ._store import ChangeRecord, Key, Row, Upsert
+from ._store import ChangeRecord, Key, Query, Row, Upsert
 from .errors import (
     BusyError,
     ClosedError,
@@ -588,6 +588,37 @@ class PostgresStore(SQLStore):
             return rows, revision
 
         return self._reading(read)
+
+    @contextlib.contextmanager
+    def consistent_reads(self) -> Iterator[Query]:
+        """Reads in one REPEATABLE READ transaction, on a reader connection of its own
+        for the block: every statement sees the snapshot of the first."""
+        if self._closed:
+            raise ClosedError("the database is closed")
+        try:
+            conn = self._idle.pop()
+        except IndexError:
+            conn = self._connect()
+
+        def query(sql: str, params: tuple[Any, ...]) -> list[Any]:
+            return conn.execute(_pg(sql), params).fetchall()
+
+        try:
+            conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            yield query
+            conn.execute("COMMIT")
+        except BaseException as exc:
+            if conn.closed:  # the server dropped it
+                self._discard(conn)
+            else:
+                self.abandon(conn)
+                if not conn.closed:
+                    self._idle.append(conn)
+            if isinstance(exc, psycopg.Error):
+                raise translate(exc) from exc
+            raise
+        else:
+            self._idle.append(conn)
 
     def await_commits(self, timeout: float) -> int | None:
         """Wait at most ``timeout`` for a notification of another connection's commit;

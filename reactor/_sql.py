@@ -40,6 +40,11 @@ RANGE: Final = " AND key >= ?"
 RANGE_END: Final = " AND key < ?"
 SCOPES: Final = f"SELECT DISTINCT scope FROM reactor_kv WHERE {_LIVE} ORDER BY scope"
 COUNTS: Final = f"SELECT scope, COUNT(*) FROM reactor_kv WHERE {_LIVE} GROUP BY scope"
+# A page of live keys after (scope, key), in the order of the primary key (an export's).
+LIVE_ROWS_AFTER: Final = (
+    "SELECT scope, key, value, expires_at FROM reactor_kv WHERE (scope, key) > (?, ?) "
+    f"AND {_LIVE} ORDER BY scope, key LIMIT ?"
+)
 EXPIRED: Final = (
     "SELECT scope, key FROM reactor_kv WHERE expires_at IS NOT NULL AND expires_at <= ?"
 )

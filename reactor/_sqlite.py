@@ -51,7 +51,7 @@ from urllib.parse import quote
 from ._combine import Combiner
 from ._schema import META_TABLE, SCHEMA_VERSION, check_version
 from ._sql import ITEMS, REVISION, SQLStatements, SQLStore
-from ._store import ChangeRecord
+from ._store import ChangeRecord, Query
 from .errors import BusyError, ClosedError, ReactorError, ReadOnlyError, StorageError
 
 if TYPE_CHECKING:
@@ -575,6 +575,25 @@ class SQLiteStore(SQLStore):
         except sqlite3.Error as exc:
             raise translate(exc) from exc
         return rows, revision
+
+    @contextlib.contextmanager
+    def consistent_reads(self) -> Iterator[Query]:
+        """Reads in one read transaction: WAL gives every statement the snapshot of
+        its first, and writers go on (in memory, writers wait for the block's end)."""
+        with self._reading() as conn:
+
+            def query(sql: str, params: tuple[Any, ...]) -> list[Any]:
+                try:
+                    return conn.execute(sql, params).fetchall()
+                except sqlite3.Error as exc:
+                    raise translate(exc) from exc
+
+            conn.execute("BEGIN")
+            try:
+                yield query
+            finally:
+                with contextlib.suppress(sqlite3.Error):
+                    conn.execute("COMMIT")
 
     def size_bytes(self) -> int:
         if self._in_memory:

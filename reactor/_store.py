@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable, Collection, Iterable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Final, Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Final, Generic, Protocol, TypeVar
 
 from ._keys import Pattern
 
@@ -22,6 +23,8 @@ __all__ = ["ChangeRecord", "JobRow", "LockRow", "Row", "Store", "TimerRow", "Wor
 
 T = TypeVar("T")
 Key = tuple[str, str]
+# A read of the database: a statement (``?`` placeholders) and its parameters -> its rows.
+Query = Callable[[str, tuple[Any, ...]], list[Any]]
 # A row to write: scope, key, JSON text, deadline, revision, created revision, version.
 Upsert = tuple[str, str, str, float | None, int, int, int]
 
@@ -465,6 +468,11 @@ class Store(Protocol):
     def revision(self) -> int: ...
 
     def snapshot(self, scope: str, now: float) -> tuple[list[tuple[str, str]], int]: ...
+
+    def consistent_reads(self) -> AbstractContextManager[Query]:
+        """Reads that all see one snapshot of the database, taken as the block begins,
+        for as long as it runs (writers go on meanwhile): an export's."""
+        ...
 
     def locks_held(self, now: float) -> int: ...
 

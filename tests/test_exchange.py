@@ -31,6 +31,7 @@ from reactor import _exchange, _jobs, ops
 from reactor._cli_progress import SHOW_FROM, Bar
 from reactor._engine import engine_of
 from reactor._exchange import Tally
+from reactor._export import ExportView
 from reactor._store import Row, WriteTxn
 from reactor.errors import InvalidArgumentError, InvalidValueError
 from tests.conftest import CLI_ENV, FakeClock, run_reactor, wait_for
@@ -108,13 +109,13 @@ def test_a_failed_export_leaves_the_regular_file_as_it_was(
     _fill(state)
     target = out_dir / "backup.jsonl"
     target.write_text("old\n", encoding="utf-8")
-    real = _exchange.entries
+    real = ExportView.key_lines
 
     def failing(*args: Any) -> Any:
         yield from list(real(*args))[:2]
         raise RuntimeError("disk on fire")
 
-    monkeypatch.setattr(_exchange, "entries", failing)
+    monkeypatch.setattr(ExportView, "key_lines", failing)
     with pytest.raises(RuntimeError, match="disk on fire"):
         _exchange.dump_file(state, target)
     assert target.read_text(encoding="utf-8") == "old\n"
@@ -285,6 +286,104 @@ def test_an_export_where_no_file_can_be_made_names_the_users_file(
     )
     assert ".tmp" not in done.stderr
     assert os.listdir(out_dir) == []
+
+
+# -- export: one snapshot ----------------------------------------------------------
+TOTAL = 1000  # what the transfers move between two scopes, and never change
+
+
+def _bank(state: reactor.State) -> None:
+    """Two scopes that transfers move money between, with keys enough between them
+    that an export reads them over several pages."""
+    state.scope("a").set_many({"balance": TOTAL, "moves": 0})
+    state.scope("z").set_many({"balance": 0, "moves": 0})
+    filler = 2 * export_page() + 500
+    state.scope("m").set_many({f"k{n:05}": n for n in range(filler)})
+
+
+def export_page() -> int:
+    from reactor import _export
+
+    return _export.PAGE
+
+
+def _transfer(state: reactor.State) -> None:
+    """One transfer: both scopes and a job of the queue "moves", in one transaction."""
+    with state.transaction("a", "z") as tx:
+        moves = tx["a"].increment("moves")
+        tx["z"].increment("moves")
+        tx["a"].decrement("balance")
+        tx["z"].increment("balance")
+        tx.enqueue("moves", moves)
+
+
+def _check_whole(text: str) -> int:
+    """That an export holds every transfer whole or not at all; how many it holds."""
+    lines = [json.loads(line) for line in text.splitlines()]
+    values = {(x["scope"], x["key"]): x["value"] for x in lines if "ttl" in x}
+    jobs = [x["item"] for x in lines if "item" in x]
+    moves = values[("a", "moves")]
+    assert values[("z", "moves")] == moves
+    assert values[("a", "balance")] + values[("z", "balance")] == TOTAL
+    assert values[("z", "balance")] == moves
+    assert jobs == list(range(1, moves + 1))
+    return int(moves)
+
+
+def test_an_export_does_not_see_what_commits_while_it_reads(
+    open_state: Callable[..., reactor.State], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Transfers committed between two pages of an export's keys (by another thread,
+    awaited) are in none of it: the export is the database as it began."""
+    state = open_state()
+    _bank(state)
+    _transfer(state)
+    real = ExportView.key_lines
+
+    def interleaved(view: ExportView) -> Any:
+        for n, line in enumerate(real(view)):
+            if n % 700 == 1:
+                worker = threading.Thread(target=lambda: [_transfer(state) for _ in range(3)])
+                worker.start()
+                worker.join(timeout=30)
+                assert not worker.is_alive()
+            yield line
+
+    monkeypatch.setattr(ExportView, "key_lines", interleaved)
+    out = io.StringIO()
+    tally = _exchange.dump(state, out)
+    assert _check_whole(out.getvalue()) == 1  # only the transfer made before it began
+    assert tally.jobs == 1
+    assert state.scope("a").get("moves") > 10  # while the others did commit
+
+
+def test_exports_while_transfers_run_hold_each_transfer_whole(
+    open_state: Callable[..., reactor.State], db_path: Any, tmp_path: Path
+) -> None:
+    """Exports (the command, in another process) while a thread moves money between two
+    scopes, a job per transfer: every export holds each transfer whole or not at all."""
+    state = open_state()
+    _bank(state)
+    stop = threading.Event()
+
+    def transfers() -> None:
+        while not stop.is_set():
+            _transfer(state)
+
+    worker = threading.Thread(target=transfers)
+    worker.start()
+    seen = []
+    try:
+        for _ in range(4):
+            done = run_reactor("--db", str(db_path), "export", cwd=tmp_path)
+            assert done.returncode == 0, done.stderr
+            seen.append(_check_whole(done.stdout))
+    finally:
+        stop.set()
+        worker.join(timeout=30)
+    assert not worker.is_alive()
+    assert seen == sorted(seen)
+    assert seen[-1] > seen[0]  # the exports saw transfers go on
 
 
 # -- import: all or nothing --------------------------------------------------------
