@@ -11,60 +11,53 @@ text stored, not decoded and encoded again.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from . import _jobs
-from ._sql import COUNTS, LIVE_ROWS_AFTER, TIMERS, SQLJobs
+from ._sql import ALL_LIVE_ROWS, COUNTS, QUEUE_JOBS, TIMERS, SQLJobs, job_row
 from ._store import JobRow, TimerRow
 
 if TYPE_CHECKING:
     from ._keys import Pattern
-    from ._store import Query
+    from ._store import Reads
 
 __all__ = ["ExportView"]
 
-PAGE: Final = 1000  # keys read in one statement
-
 
 class ExportView:
-    """The lines of an export, read with ``query`` (one snapshot), as of ``now``, of
-    the scopes ``match`` matches."""
+    """The lines of an export, read with ``reads`` (one snapshot), as of ``now``, of
+    the scopes ``match`` matches. Keys and jobs are streamed: however many there are,
+    only a few rows are held at once."""
 
-    __slots__ = ("_jobs", "_match", "_now", "_query")
+    __slots__ = ("_jobs", "_match", "_now", "_reads")
 
-    def __init__(self, query: Query, now: float, match: Pattern) -> None:
-        self._query = query
+    def __init__(self, reads: Reads, now: float, match: Pattern) -> None:
+        self._reads = reads
         self._now = now
         self._match = match
-        self._jobs = SQLJobs(query, _no_writes)
+        self._jobs = SQLJobs(reads.all, _no_writes)
 
     def key_count(self) -> int:
         """How many live keys the export has."""
-        counts = self._query(COUNTS, (self._now,))
+        counts = self._reads.all(COUNTS, (self._now,))
         return sum(int(n) for scope, n in counts if self._match.matches(scope))
 
     def key_lines(self) -> Iterator[dict[str, Any]]:
-        """Every live key, sorted by scope and key, read ``PAGE`` keys at a time."""
-        after = ("", "")
-        while True:
-            rows = self._query(LIVE_ROWS_AFTER, (*after, self._now, PAGE))
-            for scope, key, text, expires_at in rows:
-                if self._match.matches(scope):
-                    yield {
-                        "scope": scope,
-                        "key": key,
-                        "value": orjson.Fragment(text),
-                        "ttl": _ttl(expires_at, self._now),
-                    }
-            if len(rows) < PAGE:
-                return
-            after = (rows[-1][0], rows[-1][1])
+        """Every live key, sorted by scope and key."""
+        for scope, key, text, expires_at in self._reads.each(ALL_LIVE_ROWS, (self._now,)):
+            if self._match.matches(scope):
+                yield {
+                    "scope": scope,
+                    "key": key,
+                    "value": orjson.Fragment(text),
+                    "ttl": _ttl(expires_at, self._now),
+                }
 
     def timer_lines(self) -> list[dict[str, Any]]:
         """The pending timers, earliest first."""
-        rows = [TimerRow(*row) for row in self._query(TIMERS, ())]
+        rows = [TimerRow(*row) for row in self._reads.all(TIMERS, ())]
         return [_timer_line(row, self._now) for row in rows if self._match.matches(row.scope)]
 
     def queue_names(self) -> list[str]:
@@ -77,8 +70,8 @@ class ExportView:
             found = self._jobs.queue(name)
             max_attempts = _jobs.DEFAULT_MAX_ATTEMPTS if found is None else found[0]
             yield {"queue": name, "max_attempts": max_attempts}
-            for row, key in self._jobs.listing(name):
-                yield _job_line(name, row, key, max_attempts, self._now)
+            for *columns, key in self._reads.each(QUEUE_JOBS, (name,)):
+                yield _job_line(name, job_row(columns), key, max_attempts, self._now)
 
 
 def _no_writes(*_: object) -> int:

@@ -43,8 +43,8 @@ from sqlalchemy.pool import NullPool
 
 from ._combine import Combiner
 from ._schema import META_TABLE, SCHEMA_VERSION, check_version, migrate
-from ._sql import ITEMS, REVISION, SQLJobs, SQLStatements, SQLStore
-from ._store import ChangeRecord, Key, Query, Row, Upsert
+from ._sql import ITEMS, REVISION, STREAMED_ROWS, SQLJobs, SQLStatements, SQLStore
+from ._store import ChangeRecord, Key, Reads, Row, Upsert
 from .errors import (
     BusyError,
     ClosedError,
@@ -590,7 +590,7 @@ class PostgresStore(SQLStore):
         return self._reading(read)
 
     @contextlib.contextmanager
-    def consistent_reads(self) -> Iterator[Query]:
+    def consistent_reads(self) -> Iterator[Reads]:
         """Reads in one REPEATABLE READ transaction, on a reader connection of its own
         for the block: every statement sees the snapshot of the first."""
         if self._closed:
@@ -599,13 +599,9 @@ class PostgresStore(SQLStore):
             conn = self._idle.pop()
         except IndexError:
             conn = self._connect()
-
-        def query(sql: str, params: tuple[Any, ...]) -> list[Any]:
-            return conn.execute(_pg(sql), params).fetchall()
-
         try:
             conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
-            yield query
+            yield _Reads(conn)
             conn.execute("COMMIT")
         except BaseException as exc:
             if conn.closed:  # the server dropped it
@@ -819,3 +815,22 @@ def _scope_key(database: bytes, scope: str) -> int:
 def _lock_migrations(conn: sa.Connection) -> None:
     # Processes opening a new database at once take turns to migrate it.
     conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK})")
+
+
+class _Reads:
+    """``Reads`` on a reader connection, in the transaction it is in; ``each`` reads
+    through a server-side cursor (``DECLARE``), ``STREAMED_ROWS`` rows a fetch."""
+
+    __slots__ = ("_conn",)
+
+    def __init__(self, conn: psycopg.Connection[Any]) -> None:
+        self._conn = conn
+
+    def all(self, sql: str, params: tuple[Any, ...]) -> list[Any]:
+        return self._conn.execute(_pg(sql), params).fetchall()
+
+    def each(self, sql: str, params: tuple[Any, ...]) -> Iterator[Any]:
+        with self._conn.cursor(name="reactor_reads") as cursor:
+            cursor.itersize = STREAMED_ROWS
+            cursor.execute(_pg(sql), params)
+            yield from cursor

@@ -40,11 +40,11 @@ RANGE: Final = " AND key >= ?"
 RANGE_END: Final = " AND key < ?"
 SCOPES: Final = f"SELECT DISTINCT scope FROM reactor_kv WHERE {_LIVE} ORDER BY scope"
 COUNTS: Final = f"SELECT scope, COUNT(*) FROM reactor_kv WHERE {_LIVE} GROUP BY scope"
-# A page of live keys after (scope, key), in the order of the primary key (an export's).
-LIVE_ROWS_AFTER: Final = (
-    "SELECT scope, key, value, expires_at FROM reactor_kv WHERE (scope, key) > (?, ?) "
-    f"AND {_LIVE} ORDER BY scope, key LIMIT ?"
+# Every live key, in the order of the primary key (an export's, streamed).
+ALL_LIVE_ROWS: Final = (
+    f"SELECT scope, key, value, expires_at FROM reactor_kv WHERE {_LIVE} ORDER BY scope, key"
 )
+STREAMED_ROWS: Final = 100  # rows a streamed read (``Reads.each``) fetches at a time
 EXPIRED: Final = (
     "SELECT scope, key FROM reactor_kv WHERE expires_at IS NOT NULL AND expires_at <= ?"
 )
@@ -355,12 +355,12 @@ class SQLJobs:
     # -- jobs ----------------------------------------------------------------------
     def job(self, queue: str, job_id: int) -> JobRow | None:
         found = self._all(JOB, (queue, job_id))
-        return _job_row(found[0]) if found else None
+        return job_row(found[0]) if found else None
 
     def first_ready(self, queue: str, now: float) -> JobRow | None:
         """The ready job to take first at ``now``: the earliest ready, then the lowest id."""
         found = self._all(FIRST_READY, (queue, now))
-        return _job_row(found[0]) if found else None
+        return job_row(found[0]) if found else None
 
     def take_view(
         self, queue: str, now: float, limit: int
@@ -377,23 +377,23 @@ class SQLJobs:
         )
         return (
             (int(found[0][0]), int(found[0][1])) if found else None,
-            [_job_row(row) for row in due],
-            _job_row(first[0]) if first else None,
+            [job_row(row) for row in due],
+            job_row(first[0]) if first else None,
         )
 
     def due(self, queue: str, state: str, now: float, limit: int) -> list[JobRow]:
         """Up to ``limit`` jobs in ``state`` whose ``ready_at`` is ``now`` or before,
         earliest first (taken: leases that ran out)."""
-        return [_job_row(row) for row in self._all(DUE_JOBS, (queue, state, now, limit))]
+        return [job_row(row) for row in self._all(DUE_JOBS, (queue, state, now, limit))]
 
     def in_state(self, queue: str, state: str, limit: int) -> list[JobRow]:
         """Up to ``limit`` jobs in ``state``, by ``ready_at`` then id."""
-        return [_job_row(row) for row in self._all(JOBS_IN_STATE, (queue, state, limit))]
+        return [job_row(row) for row in self._all(JOBS_IN_STATE, (queue, state, limit))]
 
     def listing(self, queue: str) -> list[tuple[JobRow, str | None]]:
         """Every job of ``queue``, in every state, with its idempotency key (None:
         none), by ``ready_at`` then id; read in one statement."""
-        return [(_job_row(row[:6]), row[6]) for row in self._all(QUEUE_JOBS, (queue,))]
+        return [(job_row(row[:6]), row[6]) for row in self._all(QUEUE_JOBS, (queue,))]
 
     def next_times(self, queue: str) -> tuple[float | None, float | None]:
         """The earliest ``ready_at`` of the ready jobs, and of the taken ones (the first
@@ -458,7 +458,7 @@ class SQLJobs:
         }
 
 
-def _job_row(row: Any) -> JobRow:
+def job_row(row: Any) -> JobRow:
     job_id, item, state, ready_at, attempts, owner = row
     return JobRow(int(job_id), item, state, float(ready_at), int(attempts), owner)
 

@@ -50,8 +50,8 @@ from urllib.parse import quote
 
 from ._combine import Combiner
 from ._schema import META_TABLE, SCHEMA_VERSION, check_version
-from ._sql import ITEMS, REVISION, SQLStatements, SQLStore
-from ._store import ChangeRecord, Query
+from ._sql import ITEMS, REVISION, STREAMED_ROWS, SQLStatements, SQLStore
+from ._store import ChangeRecord, Reads
 from .errors import BusyError, ClosedError, ReactorError, ReadOnlyError, StorageError
 
 if TYPE_CHECKING:
@@ -577,20 +577,13 @@ class SQLiteStore(SQLStore):
         return rows, revision
 
     @contextlib.contextmanager
-    def consistent_reads(self) -> Iterator[Query]:
+    def consistent_reads(self) -> Iterator[Reads]:
         """Reads in one read transaction: WAL gives every statement the snapshot of
         its first, and writers go on (in memory, writers wait for the block's end)."""
         with self._reading() as conn:
-
-            def query(sql: str, params: tuple[Any, ...]) -> list[Any]:
-                try:
-                    return conn.execute(sql, params).fetchall()
-                except sqlite3.Error as exc:
-                    raise translate(exc) from exc
-
             conn.execute("BEGIN")
             try:
-                yield query
+                yield _Reads(conn)
             finally:
                 with contextlib.suppress(sqlite3.Error):
                     conn.execute("COMMIT")
@@ -947,3 +940,26 @@ def _identity(path: str) -> tuple[int, int] | None:
     except OSError:
         return None
     return found.st_dev, found.st_ino
+
+
+class _Reads:
+    """``Reads`` on a SQLite connection, in the read transaction it is in."""
+
+    __slots__ = ("_conn",)
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self._conn = conn
+
+    def all(self, sql: str, params: tuple[Any, ...]) -> list[Any]:
+        try:
+            return self._conn.execute(sql, params).fetchall()
+        except sqlite3.Error as exc:
+            raise translate(exc) from exc
+
+    def each(self, sql: str, params: tuple[Any, ...]) -> Iterator[Any]:
+        try:
+            cursor = self._conn.execute(sql, params)
+            while rows := cursor.fetchmany(STREAMED_ROWS):
+                yield from rows
+        except sqlite3.Error as exc:
+            raise translate(exc) from exc

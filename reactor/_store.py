@@ -9,7 +9,7 @@ statements just before the commit, together with its change-log records.
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Final, Generic, Protocol, TypeVar
@@ -19,12 +19,20 @@ from ._keys import Pattern
 if TYPE_CHECKING:
     from ._sql import SQLJobs
 
-__all__ = ["ChangeRecord", "JobRow", "LockRow", "Row", "Store", "TimerRow", "Work", "WriteTxn"]
+__all__ = [
+    "ChangeRecord",
+    "JobRow",
+    "LockRow",
+    "Reads",
+    "Row",
+    "Store",
+    "TimerRow",
+    "Work",
+    "WriteTxn",
+]
 
 T = TypeVar("T")
 Key = tuple[str, str]
-# A read of the database: a statement (``?`` placeholders) and its parameters -> its rows.
-Query = Callable[[str, tuple[Any, ...]], list[Any]]
 # A row to write: scope, key, JSON text, deadline, revision, created revision, version.
 Upsert = tuple[str, str, str, float | None, int, int, int]
 
@@ -433,6 +441,19 @@ class Work(Generic[T]):
         return self.run(txn)
 
 
+class Reads(Protocol):
+    """Statements (``?`` placeholders) run on one connection, in one read transaction."""
+
+    def all(self, sql: str, params: tuple[Any, ...]) -> list[Any]:
+        """The rows of ``sql``, all at once."""
+        ...
+
+    def each(self, sql: str, params: tuple[Any, ...]) -> Iterator[Any]:
+        """The rows of ``sql``, fetched a few at a time: however many there are, only
+        a few are held at once."""
+        ...
+
+
 class Store(Protocol):
     """A database as the engine uses it. Implementations: ``_sqlite.SQLiteStore``,
     ``_postgres.PostgresStore``."""
@@ -469,7 +490,7 @@ class Store(Protocol):
 
     def snapshot(self, scope: str, now: float) -> tuple[list[tuple[str, str]], int]: ...
 
-    def consistent_reads(self) -> AbstractContextManager[Query]:
+    def consistent_reads(self) -> AbstractContextManager[Reads]:
         """Reads that all see one snapshot of the database, taken as the block begins,
         for as long as it runs (writers go on meanwhile): an export's."""
         ...

@@ -32,6 +32,7 @@ from reactor._cli_progress import SHOW_FROM, Bar
 from reactor._engine import engine_of
 from reactor._exchange import Tally
 from reactor._export import ExportView
+from reactor._sql import STREAMED_ROWS
 from reactor._store import Row, WriteTxn
 from reactor.errors import InvalidArgumentError, InvalidValueError
 from tests.conftest import CLI_ENV, FakeClock, run_reactor, wait_for
@@ -294,17 +295,12 @@ TOTAL = 1000  # what the transfers move between two scopes, and never change
 
 def _bank(state: reactor.State) -> None:
     """Two scopes that transfers move money between, with keys enough between them
-    that an export reads them over several pages."""
+    that an export fetches them a few at a time, over several fetches."""
     state.scope("a").set_many({"balance": TOTAL, "moves": 0})
     state.scope("z").set_many({"balance": 0, "moves": 0})
-    filler = 2 * export_page() + 500
+    filler = 2_100
+    assert filler > 4 * STREAMED_ROWS  # read over several fetches
     state.scope("m").set_many({f"k{n:05}": n for n in range(filler)})
-
-
-def export_page() -> int:
-    from reactor import _export
-
-    return _export.PAGE
 
 
 def _transfer(state: reactor.State) -> None:
@@ -342,7 +338,7 @@ def test_an_export_does_not_see_what_commits_while_it_reads(
 
     def interleaved(view: ExportView) -> Any:
         for n, line in enumerate(real(view)):
-            if n % 700 == 1:
+            if n % 500 == 1:
                 worker = threading.Thread(target=lambda: [_transfer(state) for _ in range(3)])
                 worker.start()
                 worker.join(timeout=30)
@@ -354,7 +350,7 @@ def test_an_export_does_not_see_what_commits_while_it_reads(
     tally = _exchange.dump(state, out)
     assert _check_whole(out.getvalue()) == 1  # only the transfer made before it began
     assert tally.jobs == 1
-    assert state.scope("a").get("moves") > 10  # while the others did commit
+    assert state.scope("a").get("moves") == 16  # while 5 x 3 others did commit
 
 
 def test_exports_while_transfers_run_hold_each_transfer_whole(
