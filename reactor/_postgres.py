@@ -540,8 +540,9 @@ class PostgresStore(SQLStore):
         statement = _pg(sql)
         return self._reading(lambda conn: conn.execute(statement, params).fetchall())
 
-    def _reading(self, read: Callable[[psycopg.Connection[Any]], T]) -> T:
-        """``read`` on an idle reader connection (a new one if none is idle)."""
+    def _reading(self, read: Callable[[psycopg.Connection[Any]], T], keep: bool = True) -> T:
+        """``read`` on an idle reader connection (a new one if none is idle); with
+        ``keep=False``, the connection stays the caller's when ``read`` succeeds."""
         if self._closed:
             raise ClosedError("the database is closed")
         for attempt in (1, 2):
@@ -565,7 +566,8 @@ class PostgresStore(SQLStore):
                 if not conn.closed:
                     self._idle.append(conn)
                 raise translate(exc) from exc
-            self._idle.append(conn)
+            if keep:
+                self._idle.append(conn)
             return result
         raise AssertionError("unreachable")  # pragma: no cover
 
@@ -593,14 +595,8 @@ class PostgresStore(SQLStore):
     def consistent_reads(self) -> Iterator[Reads]:
         """Reads in one REPEATABLE READ transaction, on a reader connection of its own
         for the block: every statement sees the snapshot of the first."""
-        if self._closed:
-            raise ClosedError("the database is closed")
+        conn = self._reading(_begin_snapshot, keep=False)
         try:
-            conn = self._idle.pop()
-        except IndexError:
-            conn = self._connect()
-        try:
-            conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
             yield _Reads(conn)
             conn.execute("COMMIT")
         except BaseException as exc:
@@ -815,6 +811,11 @@ def _scope_key(database: bytes, scope: str) -> int:
 def _lock_migrations(conn: sa.Connection) -> None:
     # Processes opening a new database at once take turns to migrate it.
     conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK})")
+
+
+def _begin_snapshot(conn: psycopg.Connection[Any]) -> psycopg.Connection[Any]:
+    conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+    return conn
 
 
 class _Reads:

@@ -3,6 +3,7 @@ connections. Needs ``REACTOR_TEST_POSTGRES_URL``; skips without it (in either pa
 
 from __future__ import annotations
 
+import io
 import subprocess
 import sys
 import threading
@@ -17,6 +18,7 @@ import sqlalchemy as sa
 import reactor
 from reactor import _exchange, _registry, _schema
 from reactor._engine import engine_of
+from reactor._export import ExportView
 
 from .conftest import PostgresSchemas, postgres_url, raw_query, wait_for
 
@@ -283,6 +285,46 @@ def test_writes_and_reads_survive_dropped_connections(
         assert scope.get("k") == 1  # a read tries once more, on a new connection
         assert scope.increment("n") == 1  # the writer reconnects before its next write
         assert scope.get("n") == 1
+
+
+def test_an_export_survives_dropped_connections_and_its_own_dropping(
+    schemas: PostgresSchemas, admin: psycopg.Connection[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An export begins on a new connection when the idle ones are gone (a server
+    restart); one whose own connection drops midway is a StorageError that leaves the
+    store as it was: the next export works, and no connection is left behind."""
+    with reactor.open(schemas.create()) as state:
+        state.scope("s").set_many({f"k{n:04}": n for n in range(1_000)})
+        store = _store(state)
+        expected = io.StringIO()
+        _exchange.dump(state, expected)
+        pids = [_backend_pid(c) for c in store._idle]
+        assert pids
+        for pid in pids:
+            admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        wait_for(lambda: _server_gone(admin, pids))
+        again = io.StringIO()
+        _exchange.dump(state, again)
+        assert again.getvalue() == expected.getvalue()
+        opened = len(store._opened)
+
+        real = ExportView.key_lines
+
+        def cut_off(view: ExportView) -> Any:
+            for n, line in enumerate(real(view)):
+                if n == 300:
+                    pid = view._reads._conn.info.backend_pid
+                    admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+                yield line
+
+        monkeypatch.setattr(ExportView, "key_lines", cut_off)
+        with pytest.raises(reactor.StorageError):
+            _exchange.dump(state, io.StringIO())
+        monkeypatch.undo()
+        last = io.StringIO()
+        _exchange.dump(state, last)
+        assert last.getvalue() == expected.getvalue()
+        assert len(store._opened) <= opened
 
 
 def _server_gone(admin: psycopg.Connection[Any], pids: list[int]) -> bool:
