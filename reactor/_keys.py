@@ -67,13 +67,14 @@ def check_key(key: object, what: str = "key") -> str:
         InvalidKeyError: not a ``str``, empty, longer than 1,024 characters, or holding
             NUL or a lone surrogate (neither can be stored on every backend).
     """
+    article = "an" if what[0] in "aeiou" else "a"
     if type(key) is not str:
-        raise InvalidKeyError(f"a {what} must be a str, not {type(key).__name__}")
+        raise InvalidKeyError(f"{article} {what} must be a str, not {type(key).__name__}")
     if not key:
-        raise InvalidKeyError(f"a {what} must not be empty")
+        raise InvalidKeyError(f"{article} {what} must not be empty")
     if len(key) > MAX_KEY_LENGTH:
         raise InvalidKeyError(
-            f"a {what} is at most {MAX_KEY_LENGTH} characters, this one has {len(key)}"
+            f"{article} {what} is at most {MAX_KEY_LENGTH} characters, this one has {len(key)}"
         )
     if not key.isascii():
         try:
