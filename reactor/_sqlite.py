@@ -581,7 +581,10 @@ class SQLiteStore(SQLStore):
         """Reads in one read transaction: WAL gives every statement the snapshot of
         its first, and writers go on (in memory, writers wait for the block's end)."""
         with self._reading() as conn:
-            conn.execute("BEGIN")
+            try:
+                conn.execute("BEGIN")
+            except sqlite3.Error as exc:
+                raise translate(exc) from exc
             try:
                 yield _Reads(conn)
             finally:
