@@ -26,7 +26,7 @@ import reactor
 from reactor import ops
 
 THRESHOLD = 3  # failures that open the breaker
-COOLDOWN = 0.5  # seconds the breaker stays open (minutes, in real life)
+COOLDOWN = 1.0  # seconds the breaker stays open (minutes, in real life)
 TIMEOUT = 5.0  # seconds to wait for an alert: they come within a second
 
 CLOSED = {"state": "closed", "failures": 0}

@@ -31,7 +31,7 @@ from typing import Any
 import reactor
 from reactor import ops
 
-PAYMENT_TIMEOUT = 0.6  # seconds an order waits for its payment (hours, in real life)
+PAYMENT_TIMEOUT = 1.2  # seconds an order waits for its payment (hours, in real life)
 MAX_ATTEMPTS = 3  # sends of one email before it goes to the dead letters
 APPROVAL_OVER = 200.0  # orders above this total need a manager's approval
 TIMEOUT = 15.0  # seconds any step of this demo may take, at most
