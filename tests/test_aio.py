@@ -104,22 +104,31 @@ async def test_the_loop_keeps_ticking_while_writes_and_waits_are_in_flight(db_pa
         gate = engine.store._gate  # type: ignore[attr-defined]
         ticking = asyncio.create_task(ticker())
         try:
+            holding = threading.Event()
             released = threading.Event()
 
             def hold_the_writer() -> None:
-                with gate:  # every write waits for 0.5 s
-                    released.wait(0.5)
+                with gate:  # every write waits until released
+                    holding.set()
+                    released.wait(9)
 
             holder = threading.Thread(target=hold_the_writer)
             holder.start()
-            await asyncio.sleep(0.01)
+            assert await asyncio.to_thread(holding.wait, 5)  # the writer is held now
             before, started = ticks, time.monotonic()
             writes = asyncio.gather(*(scope.set(f"k{i}", i) for i in range(10)))
+            try:
+                # Waits for the ticks themselves, not a fixed 0.5 s: a stalled machine
+                # ticks less.
+                while ticks - before < 50 or time.monotonic() - started < 0.3:
+                    assert time.monotonic() - started < 8, f"{ticks - before} ticks in 8 s"
+                    await asyncio.sleep(0.01)
+                assert not writes.done()  # the writes wait for the writer, while the
+                # loop went on ticking (50 ticks at least, or the wait above fails)
+            finally:
+                released.set()
             await writes
-            waited = time.monotonic() - started
             holder.join(5)
-            assert waited >= 0.3  # the writes did wait for the writer...
-            assert ticks - before >= 50  # ...while the loop went on ticking
         finally:
             ticking.cancel()
     assert ticks > 0

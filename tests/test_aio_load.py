@@ -295,7 +295,7 @@ def test_a_sync_transaction_behind_a_stuck_one_times_out(db_path: Any) -> None:
         started = time.monotonic()
         with pytest.raises(reactor.OperationTimeout), scope.transaction():
             pytest.fail("the scope was stuck: this body must not run")
-        assert 0.25 <= time.monotonic() - started < 1.5
+        assert 0.25 <= time.monotonic() - started < 4  # not the holder's 5 s; room for a stall
         done.set()
         holder.join(5)
         assert scope.get("k") == 1

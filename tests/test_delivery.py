@@ -23,7 +23,7 @@ import reactor
 from reactor import _engine
 from reactor._engine import engine_of
 from reactor.errors import StorageError
-from tests.conftest import wait_for
+from tests.conftest import FakeClock, wait_for
 
 
 def child(db: Any, code: str, *args: str, timeout: float = 120) -> str:
@@ -318,16 +318,18 @@ def test_a_transaction_that_read_nothing_of_the_key_keeps_the_ttl_change(
 
 
 def test_a_ttl_set_inside_a_long_transaction_counts_from_its_commit(
-    open_state: Callable[..., reactor.State],
+    open_state: Callable[..., reactor.State], clock: FakeClock
 ) -> None:
-    state = open_state()
+    # The fake clock: on the real one, a stall of this process between the commit and
+    # the checks below (0.2 s of slack) expired the key or shortened its ttl.
+    state = open_state(clock=clock)
     scope = state.scope("s")
     with scope.transaction() as tx:
-        tx.set("k", 1, ttl=0.5)
+        tx.set("k", 1, ttl=10)
         tx.set("kept", 1)
-        time.sleep(0.8)  # longer than the ttl
+        clock.advance(20)  # longer than the ttl
     assert scope.get("k") == 1  # not expired at commit
-    assert 0.3 < scope.ttl("k") <= 0.5
+    assert 9 < scope.ttl("k") <= 10
 
 
 # -- expiry on time ------------------------------------------------------------------
@@ -357,7 +359,10 @@ def test_keys_expire_on_time_while_another_scope_runs_a_long_transaction(
         lambda event: arrivals.setdefault(event.key, time.monotonic()), events={"expired"}
     )
     held = state.scope("held")
-    held.set_many({f"h{i}": i for i in range(2000)}, ttl=0.2)  # due while held
+    # Due while held: 1.5 s leaves room for a stall before the transaction below takes
+    # the scope (with 0.2 s, a stall there let them expire first).
+    held.set_many({f"h{i}": i for i in range(2000)}, ttl=1.5)
+    held_due = time.monotonic() + 1.5  # every h key's deadline is before this
     others = [state.scope(f"free-{n}") for n in range(8)]  # some share its actor
     with held.transaction() as tx:
         tx.set("x", 1)
@@ -366,6 +371,7 @@ def test_keys_expire_on_time_while_another_scope_runs_a_long_transaction(
         deadline = time.monotonic() + 0.5
         wait_for(lambda: all(f"f{n}" in arrivals for n in range(8)), timeout=5)
         late = max(arrivals[f"f{n}"] for n in range(8)) - deadline
+        time.sleep(max(0.0, held_due + 1.0 - time.monotonic()))  # past "within a second"
         assert not any(key.startswith("h") for key in arrivals)  # the held scope waits
     print(f"keys of free scopes expired {late:.3f} s after their deadline")
     assert late < 1.0

@@ -49,9 +49,12 @@ def test_a_subscriber_sees_another_processes_writes(db_path: Path) -> None:
 
 
 def test_remote_events_arrive_within_100_ms(db_path: Path) -> None:
+    """Typically within 100 ms: the median of seven commits, 0.7 s apart, so that one
+    stall of this process (up to ~2 s on a loaded machine) delays at most three of them."""
+    commits = 7
     with reactor.open(db_path) as state:
-        arrived: list[float] = []
-        state.subscribe(lambda _event: arrived.append(time.time()))
+        arrived: dict[object, float] = {}
+        state.subscribe(lambda event: arrived.setdefault(event.new_value, time.time()))
         stamper = subprocess.run(
             [
                 sys.executable,
@@ -60,21 +63,25 @@ def test_remote_events_arrive_within_100_ms(db_path: Path) -> None:
                     """
                     import sys, time, reactor
                     with reactor.open(sys.argv[1]) as state:
-                        state.scope("s").set("k", 1)
-                        print(time.time(), flush=True)
-                        time.sleep(0.5)
+                        for i in range(int(sys.argv[2])):
+                            state.scope("s").set("k", i)
+                            print(time.time(), flush=True)
+                            time.sleep(0.7)
                     """
                 ),
                 str(db_path),
+                str(commits),
             ],
             capture_output=True,
             text=True,
             timeout=60,
             check=True,
         )
-        committed = float(stamper.stdout)
-        wait_for(lambda: arrived)
-        assert arrived[0] - committed < 0.1
+        committed = [float(line) for line in stamper.stdout.split()]
+        assert len(committed) == commits
+        wait_for(lambda: len(arrived) == commits)
+        lags = sorted(arrived[i] - committed[i] for i in range(commits))
+        assert lags[commits // 2] < 0.1, f"lags in s: {[round(lag, 3) for lag in lags]}"
 
 
 def test_two_writers_and_a_watcher_see_every_event_once_in_order(db_path: Path) -> None:
