@@ -239,4 +239,6 @@ def test_abusive_patterns_match_in_linear_time() -> None:
         started = time.perf_counter()
         for _ in range(10):
             assert not compiled.matches(key)
-        assert time.perf_counter() - started < 0.5, pattern
+        # Under a millisecond; backtracking would take far longer than the margin
+        # left for a stall of a loaded machine.
+        assert time.perf_counter() - started < 2, pattern
