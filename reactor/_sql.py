@@ -357,17 +357,12 @@ class SQLJobs:
         found = self._all(JOB, (queue, job_id))
         return job_row(found[0]) if found else None
 
-    def first_ready(self, queue: str, now: float) -> JobRow | None:
-        """The ready job to take first at ``now``: the earliest ready, then the lowest id."""
-        found = self._all(FIRST_READY, (queue, now))
-        return job_row(found[0]) if found else None
-
     def take_view(
         self, queue: str, now: float, limit: int
     ) -> tuple[tuple[int, int] | None, list[JobRow], JobRow | None]:
         """What a take reads, read together: the queue's settings (as ``queue``), up
-        to ``limit`` of its leases run out by ``now`` (as ``due``), and its first
-        ready job (as ``first_ready``)."""
+        to ``limit`` of its leases run out by ``now`` (as ``due``), and the ready job
+        to take first at ``now`` (the earliest ready, then the lowest id)."""
         found, due, first = self._all_several(
             [
                 (QUEUE, (queue,)),
@@ -389,11 +384,6 @@ class SQLJobs:
     def in_state(self, queue: str, state: str, limit: int) -> list[JobRow]:
         """Up to ``limit`` jobs in ``state``, by ``ready_at`` then id."""
         return [job_row(row) for row in self._all(JOBS_IN_STATE, (queue, state, limit))]
-
-    def listing(self, queue: str) -> list[tuple[JobRow, str | None]]:
-        """Every job of ``queue``, in every state, with its idempotency key (None:
-        none), by ``ready_at`` then id; read in one statement."""
-        return [(job_row(row[:6]), row[6]) for row in self._all(QUEUE_JOBS, (queue,))]
 
     def next_times(self, queue: str) -> tuple[float | None, float | None]:
         """The earliest ``ready_at`` of the ready jobs, and of the taken ones (the first
