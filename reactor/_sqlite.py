@@ -90,10 +90,7 @@ class _Statements(SQLStatements):
         self._conn = conn
 
     def _all(self, sql: str, params: tuple[Any, ...]) -> list[Any]:
-        try:
-            return self._conn.execute(sql, params).fetchall()
-        except sqlite3.Error as exc:
-            raise translate(exc) from exc
+        return _fetch_all(self._conn, sql, params)
 
     def _run(self, sql: str, params: tuple[Any, ...]) -> int:
         try:
@@ -954,10 +951,7 @@ class _Reads:
         self._conn = conn
 
     def all(self, sql: str, params: tuple[Any, ...]) -> list[Any]:
-        try:
-            return self._conn.execute(sql, params).fetchall()
-        except sqlite3.Error as exc:
-            raise translate(exc) from exc
+        return _fetch_all(self._conn, sql, params)
 
     def each(self, sql: str, params: tuple[Any, ...]) -> Iterator[Any]:
         try:
@@ -966,3 +960,11 @@ class _Reads:
                 yield from rows
         except sqlite3.Error as exc:
             raise translate(exc) from exc
+
+
+def _fetch_all(conn: sqlite3.Connection, sql: str, params: tuple[Any, ...]) -> list[Any]:
+    """The rows of ``sql`` on ``conn``; its errors as reactor's."""
+    try:
+        return conn.execute(sql, params).fetchall()
+    except sqlite3.Error as exc:
+        raise translate(exc) from exc
