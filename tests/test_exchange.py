@@ -382,6 +382,53 @@ def test_exports_while_transfers_run_hold_each_transfer_whole(
     assert seen[-1] > seen[0]  # the exports saw transfers go on
 
 
+def test_an_export_racing_close_ends_whole_or_with_an_error(
+    open_state: Callable[..., reactor.State], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The handle closes while an export is between two fetches: the export ends, in
+    time, whole or with a ReactorError; never a hang, a raw driver error or a torn
+    file written as if complete."""
+    state = open_state()
+    _bank(state)
+    reading, go_on = threading.Event(), threading.Event()
+    real = ExportView.key_lines
+
+    def paused(view: ExportView) -> Any:
+        for n, line in enumerate(real(view)):
+            if n == 500:
+                reading.set()
+                go_on.wait(30)
+            yield line
+
+    monkeypatch.setattr(ExportView, "key_lines", paused)
+    outcome: list[Any] = []
+    out = io.StringIO()
+
+    def export() -> None:
+        try:
+            outcome.append(_exchange.dump(state, out))
+        except BaseException as exc:  # what it raised is checked below
+            outcome.append(exc)
+
+    exporter = threading.Thread(target=export)
+    exporter.start()
+    assert reading.wait(30)
+    closer = threading.Thread(target=state.close)
+    closer.start()
+    time.sleep(0.2)  # close() begins while the export holds its snapshot
+    go_on.set()
+    exporter.join(30)
+    closer.join(30)
+    assert not exporter.is_alive()
+    assert not closer.is_alive()
+    (result,) = outcome
+    if isinstance(result, Tally):
+        _check_whole(out.getvalue())
+        assert result.keys == 2_104
+    else:
+        assert isinstance(result, reactor.ReactorError), repr(result)
+
+
 # -- import: all or nothing --------------------------------------------------------
 def test_an_import_is_one_commit_with_its_events(
     state: reactor.State, monkeypatch: pytest.MonkeyPatch
