@@ -39,7 +39,8 @@ from typing import Any, Final, TypeVar, overload
 
 import pykka
 
-from ._store import ChangeRecord, Store, WriteTxn
+from ._store import ChangeRecord, RefusedError, Store, WriteTxn
+from ._turn import Turn
 from ._writes import Work
 from .errors import ClosedError, ReactorError, StorageError
 
@@ -113,7 +114,7 @@ class Mailbox:
         self._owners: dict[str, object] = {}  # scope -> the transaction holding it
         self._moved: dict[str, float] = {}  # scope -> its last hand-over (time.monotonic)
         self._lock = threading.Lock()
-        self._running = threading.Lock()  # held by whoever runs a batch: actor or caller
+        self._running = Turn()  # held by whoever runs a batch: actor or caller
         self._scheduled = False
         self._closed = False
         self._actor: pykka.ActorRef[Any] | None = None
@@ -156,6 +157,8 @@ class Mailbox:
         with self._lock:
             if self._closed:
                 raise ClosedError("the engine is closed")
+            if work is None and scope in self._owners:
+                self._drop_lost_hold(scope)
             self._pending.append(request)
             self._schedule()
         return request.future
@@ -168,53 +171,69 @@ class Mailbox:
         Raises:
             ClosedError: the engine is closing.
         """
-        with self._lock:
-            if self._closed:
-                raise ClosedError("the engine is closed")
-            inline = (
-                not self._pending
-                and scope not in self._owners
-                and self._running.acquire(blocking=False)
-            )
-        if not inline:
-            return wait(self.submit(work, scope))
+        inline = False
+        # The try begins before the turn is taken: leaving the ``with`` is a call into
+        # C, after which a Ctrl-C may land (see ``_turn``).
         try:
+            with self._lock:
+                if self._closed:
+                    raise ClosedError("the engine is closed")
+                if scope in self._owners:
+                    self._drop_lost_hold(scope)
+                inline = (
+                    not self._pending and scope not in self._owners and self._running.try_take()
+                )
+            if not inline:
+                return wait(self.submit(work, scope))
             # No batch, no future: one request, one transaction; an error rolls it back.
             result, _ = self._store.write(
                 work, self._clock(), self._on_commit, shared=True, scopes=(scope,), reads=work.reads
             )
             return result
         finally:
-            self._running.release()
+            if inline:
+                self._running.give_back()
 
     def moved(self, scope: str) -> float | None:
         """When (``time.monotonic()``) a transaction last took ``scope`` or gave it back,
         if one did lately: what a request waiting for the scope counts its timeout from."""
         return self._moved.get(scope)
 
+    def _drop_lost_hold(self, scope: str) -> None:
+        """Release ``scope`` if a hold of this very thread has it (called with the lock
+        held, by a thread asking for the scope outside any transaction body on it): a
+        synchronous transaction's hold that a Ctrl-C kept from being given back. A
+        thread in a body on a scope cannot also ask for it (``ReentrancyError``)."""
+        owner = self._owners[scope]
+        if getattr(owner, "thread", None) == threading.get_ident():
+            logger.info("scope %r: a transaction interrupted in this thread gave it back", scope)
+            self._release(scope, owner)
+
     def release(self, scope: str, owner: object) -> None:
         """End ``owner``'s hold on ``scope``; the requests it deferred run next."""
         with self._lock:
-            if self._owners.get(scope) is not owner:
-                return
-            del self._owners[scope]
-            if len(self._moved) >= _MOVED_KEEP:
-                # Forget the scopes nobody holds or waits for: a waiter compares times,
-                # and one that finds none counts from when it queued.
-                keep = {*self._owners, *(request.scope for request in self._deferred)}
-                self._moved = {name: at for name, at in self._moved.items() if name in keep}
-            self._moved[scope] = time.monotonic()
-            if self._deferred:
-                self._pending.extendleft(reversed(self._deferred))
-                self._deferred.clear()
-                if not self._closed:
-                    self._schedule()
+            self._release(scope, owner)
+
+    def _release(self, scope: str, owner: object) -> None:
+        if self._owners.get(scope) is not owner:
+            return
+        del self._owners[scope]
+        if len(self._moved) >= _MOVED_KEEP:
+            # Forget the scopes nobody holds or waits for: a waiter compares times,
+            # and one that finds none counts from when it queued.
+            keep = {*self._owners, *(request.scope for request in self._deferred)}
+            self._moved = {name: at for name, at in self._moved.items() if name in keep}
+        self._moved[scope] = time.monotonic()
+        if self._deferred:
+            self._pending.extendleft(reversed(self._deferred))
+            self._deferred.clear()
+            if not self._closed:
+                self._schedule()
 
     def _schedule(self) -> None:
         """Make sure the actor will look at the queue (called with the lock held)."""
         if self._scheduled:
             return
-        self._scheduled = True
         if self._actor is None:
             self._actor = _ScopeActor.start(self)
             logger.debug("started scope actor %s", self._name)
@@ -223,12 +242,18 @@ class Mailbox:
         # If close() stopped the actor meanwhile, it fails what is still queued.
         with contextlib.suppress(pykka.ActorDeadError):
             self._actor.tell(_DRAIN)
+        # Noted last: a Ctrl-C before this line leaves the next request to schedule
+        # again (one drain too many is harmless; none at all would strand the queue).
+        self._scheduled = True
 
     def run_pending(self) -> None:
         """Run every queued request, in order, in as few transactions as the scopes
         that transactions take allow (on the actor's thread)."""
-        with self._running:
+        self._running.take(-1)  # a caller running its request inline finishes it first
+        try:
             self._run_pending()
+        finally:
+            self._running.give_back()
 
     def _run_pending(self) -> None:
         with self._lock:
@@ -252,8 +277,12 @@ class Mailbox:
                 self._run(batch)
                 batch = []
             with self._lock:
-                self._owners[request.scope] = request.owner
-                self._moved[request.scope] = time.monotonic()
+                # A transaction that gave up meanwhile (a Ctrl-C may have kept its
+                # future from it, so it could not withdraw this request) gets nothing:
+                # it sets its status before it gives scopes back, under this lock.
+                if getattr(request.owner, "status", "waiting") == "waiting":
+                    self._owners[request.scope] = request.owner
+                    self._moved[request.scope] = time.monotonic()
             request.future.set_result(None)
         if batch:
             self._run(batch)
@@ -284,6 +313,15 @@ class Mailbox:
                 # hands the GIL over, and waits to get it back.
                 reads=[key for request in batch if request.work for key in request.work.reads],
             )
+        except RefusedError as exc:
+            if len(batch) == 1:
+                batch[0].future.set_exception(_copy_error(exc))
+                return
+            # The database refused one request's statement, and the whole transaction
+            # with it (nothing was applied): each request runs alone.
+            for request in batch:
+                self._run([request])
+            return
         except Exception as exc:  # noqa: BLE001 - every caller hears of it
             for request in batch:
                 request.future.set_exception(_copy_error(exc))
@@ -296,6 +334,7 @@ class Mailbox:
 
     def close(self, timeout: float) -> None:
         """Finish what is queued, stop the actor, and refuse new requests."""
+        self._running.reclaim()  # lost by this thread to a Ctrl-C: the actor waits for it
         with self._lock:
             self._closed = True
             actor, self._actor = self._actor, None

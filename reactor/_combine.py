@@ -19,14 +19,15 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Collection
-from typing import Any, Generic, TypeVar
+from typing import Any, Final, Generic, TypeVar
 
-from ._store import ChangeRecord, WriteTxn
-from .errors import BusyError, ClosedError, ReactorError, StorageError
+from ._store import ChangeRecord, RefusedError, WriteTxn
+from .errors import BusyError, ClosedError, OutcomeUnknownError, ReactorError, StorageError
 
 __all__ = ["Combiner"]
 
 T = TypeVar("T")
+_RECHECK: Final = 0.25  # seconds between checks of a waiting writer
 CommitHook = Callable[[list[ChangeRecord]], None]
 Key = tuple[str, str]
 WriteOnce = Callable[
@@ -101,59 +102,74 @@ class Combiner:
             the error of ``work``, or of the transaction (each caller its own copy).
         """
         slot: _Slot[T] = _Slot(work, now, on_commit, shared, scopes, reads)
-        with self._ready:
-            self._queue.append(slot)
-            if not self._wait_turn(slot):
-                if slot in self._queue:
+        batch: list[_Slot[Any]] = []
+        leading = False
+        # A Ctrl-C may land at any bytecode here (in the main thread): whatever this
+        # thread took (its place in line, the lead, others' work) is given back in the
+        # ``finally``, whose every step is a single store or a call into C.
+        try:
+            with self._ready:
+                self._queue.append(slot)
+                leading = self._wait_turn(slot)  # a Python call: the flag and this agree
+                if leading:
+                    batch = self._take(slot)
+                elif not slot.done:
                     self._queue.remove(slot)
-                    self._ready.notify_all()  # the next in line may lead now
                     raise BusyError(
                         f"this process's writer stayed busy for more than {self._timeout} s"
                     )
-                while not slot.done:  # taken by a leader already: its commit is bounded
-                    self._ready.wait()
-        if not slot.done:
-            self._lead(slot)
+            if leading:
+                self._commit(batch)
+        finally:
+            if leading:
+                self._leading = False
+                for other in batch:
+                    if not other.done:  # the commit was interrupted: its outcome is unknown
+                        other.error = _interrupted()
+                        other.done = True
+            elif not slot.done and slot in self._queue:
+                with self._ready:
+                    if slot in self._queue:
+                        self._queue.remove(slot)
+            with self._ready:
+                self._ready.notify_all()  # the served wake, and one of the others leads
         if slot.error is not None:
             raise slot.error
         return slot.result, slot.records
 
     def _wait_turn(self, slot: _Slot[Any]) -> bool:
-        """Wait (with the condition held) until ``slot`` is done, or this thread may
-        lead: none leads, and ``slot`` is the first in line (in the order they came, so
-        that a thread writing in a loop cannot lead again and again ahead of the
-        threads it woke); False after the timeout."""
-        remaining = self._timeout
+        """Wait (with the condition held) until ``slot`` is done (False), or this
+        thread may lead (True, and it leads): none leads, and ``slot`` is the first in
+        line (in the order they came, so that a thread writing in a loop cannot lead
+        again and again ahead of the threads it woke). False with ``slot`` not done
+        after the timeout, unless a leader took it: its commit is bounded, and
+        ``slot`` is done when it ends.
+
+        Waits are sliced (``_RECHECK``): a wake-up lost to an interrupt in the thread
+        that was to give it costs a slice, not the timeout.
+        """
+        deadline = time.monotonic() + self._timeout
         while not slot.done:
             if not self._leading and self._queue and self._queue[0] is slot:
                 self._leading = True
                 return True
-            if remaining <= 0:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 and slot in self._queue:
                 return False
-            began = time.monotonic()
-            self._ready.wait(remaining)
-            remaining -= time.monotonic() - began
-        return True
-
-    def _lead(self, own: _Slot[Any]) -> None:
-        try:
-            with self._ready:
-                batch = self._take(own)
-            self._commit(batch)
-        finally:
-            with self._ready:
-                self._leading = False
-                self._ready.notify_all()  # the served wake, and one of the others leads
+            self._ready.wait(min(max(remaining, 0.0), _RECHECK) or _RECHECK)
+        return False
 
     def _take(self, own: _Slot[Any]) -> list[_Slot[Any]]:
-        """``own``, and the shared work queued so far if ``own`` is shared."""
-        self._queue.remove(own)
+        """``own``, and the shared work queued so far if ``own`` is shared. The queue
+        changes in one store at the end: an interrupt before it loses no one's work."""
         if not own.shared:
+            self._queue = deque(slot for slot in self._queue if slot is not own)
             return [own]
         batch = [own]
         kept: deque[_Slot[Any]] = deque()
-        while self._queue:
-            slot = self._queue.popleft()
+        for slot in self._queue:
+            if slot is own:
+                continue
             if slot.shared and slot.on_commit in (None, own.on_commit):
                 batch.append(slot)
             else:
@@ -163,14 +179,7 @@ class Combiner:
 
     def _commit(self, batch: list[_Slot[Any]]) -> None:
         if len(batch) == 1:
-            only = batch[0]
-            try:
-                only.result, only.records = self._write_once(
-                    only.work, only.now, only.on_commit, only.scopes, only.reads
-                )
-            except BaseException as exc:  # noqa: BLE001 - raised again in its own thread
-                only.error = exc
-            only.done = True
+            self._commit_alone(batch[0])
             return
 
         def work(txn: WriteTxn) -> list[tuple[bool, Any]]:
@@ -201,7 +210,13 @@ class Combiner:
                 scopes,
                 [key for slot in batch for key in slot.reads],
             )
-        except BaseException as exc:  # noqa: BLE001 - every waiting caller must hear of it
+        except RefusedError:
+            # The database refused a statement of one piece, and with it the whole
+            # transaction (nothing was applied): each piece commits, or fails, alone.
+            for slot in batch:
+                self._commit_alone(slot)
+            return
+        except Exception as exc:  # noqa: BLE001 - every waiting caller must hear of it
             for slot in batch:
                 slot.error = exc if slot is batch[0] else _copy_error(exc)
                 slot.done = True
@@ -212,6 +227,22 @@ class Combiner:
             else:
                 slot.error = value
             slot.done = True
+
+    def _commit_alone(self, slot: _Slot[Any]) -> None:
+        try:
+            slot.result, slot.records = self._write_once(
+                slot.work, slot.now, slot.on_commit, slot.scopes, slot.reads
+            )
+        except Exception as exc:  # noqa: BLE001 - raised again in its own thread
+            slot.error = exc
+        slot.done = True
+
+
+def _interrupted() -> OutcomeUnknownError:
+    return OutcomeUnknownError(
+        "the thread committing this write together with others was interrupted "
+        "(KeyboardInterrupt); it may or may not have been applied"
+    )
 
 
 def _copy_error(exc: BaseException) -> BaseException:

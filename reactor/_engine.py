@@ -151,6 +151,9 @@ class Engine:
         Raises:
             OperationTimeout: no answer in time (the request is withdrawn if it can be).
         """
+        # Another thread runs the request, and may need the turn of this process's
+        # writers: if a Ctrl-C left it with this thread, it goes back first (``_turn``).
+        self.store.reclaim()
         timeout = self.options.timeout
         deadline = time.monotonic() + timeout
         while True:

@@ -44,7 +44,8 @@ from sqlalchemy.pool import NullPool
 from ._combine import Combiner
 from ._schema import META_TABLE, SCHEMA_VERSION, check_version, migrate
 from ._sql import ITEMS, REVISION, STREAMED_ROWS, SQLJobs, SQLStatements, SQLStore
-from ._store import ChangeRecord, Key, Reads, Row, Upsert
+from ._store import ChangeRecord, Key, Reads, RefusedError, Row, Upsert
+from ._turn import Turn
 from .errors import (
     BusyError,
     ClosedError,
@@ -175,12 +176,20 @@ def normalize_url(target: str) -> sa.URL:
     return url
 
 
+# SQLSTATE classes of a statement the server refused for what it holds, on a sound
+# connection: data exceptions, integrity constraints, program limits (an index entry too
+# big), syntax or access rules, and errors raised by triggers (PL/pgSQL).
+_REFUSALS: Final = frozenset({"22", "23", "42", "54", "P0"})
+
+
 def translate(exc: Exception) -> ReactorError:
     """The reactor error for a psycopg error (chain it with ``raise ... from exc``)."""
     if isinstance(exc, psycopg.errors.LockNotAvailable | psycopg.errors.QueryCanceled):
         return BusyError(f"the database stayed locked past the timeout: {exc}")
     if isinstance(exc, psycopg.errors.ReadOnlySqlTransaction):
         return ReadOnlyError(f"the database cannot be written: {exc}")
+    if isinstance(exc, psycopg.Error) and (exc.sqlstate or "")[:2] in _REFUSALS:
+        return RefusedError(f"the database refused the write: {exc}")
     return StorageError(f"the database failed: {exc}")
 
 
@@ -376,8 +385,10 @@ class _Statements(SQLStatements):
                 ) from exc
             raise
 
-    def abort(self) -> None:
-        if self._failed:  # its prepared statements may be out of step with psycopg's
+    def abort(self, interrupted: bool = False) -> None:
+        # After a failed statement, or a Ctrl-C inside psycopg, its prepared statements
+        # may be out of step with psycopg's list of them.
+        if self._failed or interrupted:
             self._store.drop_writer(self._conn)
         else:
             self._store.abandon(self._conn)
@@ -409,7 +420,7 @@ class PostgresStore(SQLStore):
         self._timeout = timeout
         self._synchronous_commit = SYNCHRONOUS_COMMIT[durability]
         self._closed = False
-        self._gate = threading.Lock()
+        self._gate = Turn()
         self._driver_error = psycopg.Error
         # Group commit across scopes: a commit is a round trip and a WAL flush, and the
         # database's write lock is held through it; threads writing together share it
@@ -682,6 +693,7 @@ class PostgresStore(SQLStore):
             raise ReadOnlyError(
                 f"cannot write {self.location}: it is open read-only (readonly=True)"
             )
+        self._drop_unfinished_writer()
         locks = self._locks(scopes)
         by_scope: dict[str, list[str]] = {}
         for scope, key in reads:
@@ -732,6 +744,20 @@ class PostgresStore(SQLStore):
         keys = sorted({self._scope_keys(scope) for scope in scopes})
         return [f"SELECT pg_advisory_xact_lock({key})" for key in keys]
 
+    def _drop_unfinished_writer(self) -> None:
+        """Drop a writer connection still in a transaction: a write that a Ctrl-C
+        interrupted (this thread has the turn now, so no write of it is running)."""
+        left = self._writer
+        if (
+            left is not None
+            and not left.closed
+            and (
+                left.info.transaction_status != psycopg.pq.TransactionStatus.IDLE
+                or left.pgconn.pipeline_status != psycopg.pq.PipelineStatus.OFF
+            )
+        ):
+            self.drop_writer(left)
+
     def reconnect_writer(self) -> psycopg.Connection[Any]:
         """A new writer connection, in place of the one the server dropped (if any).
 
@@ -767,7 +793,7 @@ class PostgresStore(SQLStore):
 
     def close(self) -> None:
         """Close every connection; later calls raise ``ClosedError``. Idempotent."""
-        gated = self._gate.acquire(timeout=self._timeout)
+        gated = self._gate.take(self._timeout)
         if not gated:
             logger.warning("closing %s while a write is still running", self.location)
         try:
@@ -786,7 +812,7 @@ class PostgresStore(SQLStore):
             self._engine.dispose()
         finally:
             if gated:
-                self._gate.release()
+                self._gate.give_back()
 
 
 def _connection_lost(conn: psycopg.Connection[Any], exc: psycopg.Error) -> bool:

@@ -9,19 +9,20 @@ works the same on SQLite and PostgreSQL.
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable, Collection, Iterable
 from typing import Any, Final, TypeVar
 
 from ._combine import Combiner
 from ._keys import Pattern
 from ._store import ChangeRecord, JobRow, Key, LockRow, Row, TimerRow, Upsert, WriteTxn
+from ._turn import Turn
 from .errors import (
     BusyError,
     ClosedError,
     InvalidArgumentError,
     ReactorError,
     RevisionCompactedError,
+    StorageError,
 )
 
 __all__ = ["SQLJobs", "SQLStatements", "SQLStore", "TransactionReader"]
@@ -508,8 +509,10 @@ class SQLStatements(_RowReads):
         """Commit the transaction; ``records`` are what it changed."""
         raise NotImplementedError
 
-    def abort(self) -> None:
-        """Roll the transaction back, after any failure (it must not raise)."""
+    def abort(self, interrupted: bool = False) -> None:
+        """Roll the transaction back, after any failure (it must not raise);
+        ``interrupted``: by a KeyboardInterrupt (or SystemExit), which may have landed
+        inside the driver."""
         raise NotImplementedError
 
     def write_rows(self, upserts: list[Upsert], deletes: list[Key]) -> None:
@@ -662,6 +665,19 @@ class TransactionReader(_RowReads):
         return SQLJobs(self._all, _no_writes)
 
 
+def _interrupt_behind(exc: BaseException) -> KeyboardInterrupt | None:
+    """The KeyboardInterrupt a driver error was raised while handling, if any: the
+    caller pressed Ctrl-C, and hears of that rather than of what it caused."""
+    seen: set[int] = set()
+    cause: BaseException | None = exc
+    while cause is not None and id(cause) not in seen:
+        if isinstance(cause, KeyboardInterrupt):
+            return cause
+        seen.add(id(cause))
+        cause = cause.__cause__ or cause.__context__
+    return None
+
+
 class SQLStore:
     """The reads of a SQL store, and its writes: every write, on either backend, runs
     the one commit protocol of ``_write_once`` (through a ``Combiner`` where threads
@@ -671,7 +687,7 @@ class SQLStore:
 
     location: str
     _combiner: Combiner | None  # None: each write commits on its own (SQLite)
-    _gate: threading.Lock  # this process's writers take turns here
+    _gate: Turn  # this process's writers take turns here
     _timeout: float
     _closed: bool
     _driver_error: type[Exception]  # what the backend's driver raises
@@ -700,6 +716,7 @@ class SQLStore:
         """
         if self._combiner is None:
             return self._write_once(work, now, on_commit, scopes, reads)
+        self._gate.reclaim()  # the leader may be another thread: see ``_turn``
         return self._combiner.write(work, now, on_commit, shared=shared, scopes=scopes, reads=reads)
 
     def _write_once(
@@ -730,7 +747,7 @@ class SQLStore:
             StorageError: the database failed; nothing was committed (but see
                 ``OutcomeUnknownError`` and ``SQLiteStore._check_file``).
         """
-        if not self._gate.acquire(timeout=self._timeout):
+        if not self._gate.take(self._timeout):
             raise BusyError(f"this process's writer stayed busy for more than {self._timeout} s")
         try:
             if self._closed:
@@ -744,10 +761,15 @@ class SQLStore:
                     result = work(txn)
                     records = txn.flush()
                     statements.commit(records)
-                except BaseException:
-                    statements.abort()
+                except BaseException as exc:
+                    statements.abort(interrupted=not isinstance(exc, Exception))
                     raise
-            except self._driver_error as exc:
+            except (self._driver_error, StorageError) as exc:
+                interrupt = _interrupt_behind(exc)
+                if interrupt is not None:  # the driver failed as it handled a Ctrl-C
+                    raise interrupt from None
+                if isinstance(exc, StorageError):
+                    raise
                 raise self._translate(exc) from exc
             self._committed()
             if records and on_commit is not None:
@@ -757,7 +779,12 @@ class SQLStore:
                     logger.exception("publishing the changes of a commit failed")
             return result, records
         finally:
-            self._gate.release()
+            self._gate.give_back()
+
+    def reclaim(self) -> None:
+        """Give back the writers' turn if this thread lost it to a Ctrl-C (``_turn``):
+        called before this thread waits for another's write."""
+        self._gate.reclaim()
 
     def _begin_write(
         self, scopes: Collection[str] | None, reads: Collection[tuple[str, str]]

@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Final, Generic, Protocol, TypeVar
 
 from ._keys import Pattern
+from .errors import StorageError
 
 if TYPE_CHECKING:
     from ._sql import SQLJobs
@@ -24,6 +25,7 @@ __all__ = [
     "JobRow",
     "LockRow",
     "Reads",
+    "RefusedError",
     "Row",
     "Store",
     "TimerRow",
@@ -35,6 +37,13 @@ T = TypeVar("T")
 Key = tuple[str, str]
 # A row to write: scope, key, JSON text, deadline, revision, created revision, version.
 Upsert = tuple[str, str, str, float | None, int, int, int]
+
+
+class RefusedError(StorageError):
+    """The database refused a statement of a write transaction (a constraint, a limit,
+    a value it cannot store): nothing of it was applied, and the connection is sound.
+    Writes that shared that transaction are tried again on their own
+    (``Combiner``, ``Mailbox``), so that one refused write fails alone."""
 
 
 class _Absent(enum.Enum):
@@ -546,3 +555,7 @@ class Store(Protocol):
     def checkpoint(self) -> None: ...
 
     def close(self) -> None: ...
+
+    def reclaim(self) -> None:
+        """Give back the writers' turn if this thread lost it to a Ctrl-C."""
+        ...

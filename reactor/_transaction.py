@@ -51,13 +51,29 @@ __all__ = ["Hold", "MultiTransaction", "Transaction", "in_transaction", "part_of
 
 T = TypeVar("T")
 
-_held = threading.local()  # .scopes: the (engine, scope) pairs this thread's bodies hold
+_held = threading.local()  # .holds: (engine, scope) -> the hold of this thread's body
+
+
+def _thread_holds() -> dict[tuple[int, str], Hold]:
+    holds: dict[tuple[int, str], Hold] | None = getattr(_held, "holds", None)
+    if holds is None:
+        holds = _held.holds = {}
+    return holds
 
 
 def in_transaction(engine: Engine, scope: str) -> bool:
-    """Whether this thread is inside a transaction body on ``scope``."""
-    held: set[tuple[int, str]] | None = getattr(_held, "scopes", None)
-    return bool(held) and (id(engine), scope) in held  # type: ignore[operator]
+    """Whether this thread is inside a transaction body on ``scope``. A hold that
+    ended without saying so (a Ctrl-C in its ``exit``) no longer counts."""
+    holds: dict[tuple[int, str], Hold] | None = getattr(_held, "holds", None)
+    if not holds:
+        return False
+    hold = holds.get((id(engine), scope))
+    if hold is None:
+        return False
+    if hold.status in ("open", "committing"):
+        return True
+    del holds[(id(engine), scope)]
+    return False
 
 
 def scope_names(scopes: Iterable[object]) -> tuple[str, ...]:
@@ -107,6 +123,7 @@ class Hold:
         "outbox",
         "status",
         "taken",
+        "thread",
         "txn",
     )
 
@@ -115,6 +132,7 @@ class Hold:
         self.names = names  # sorted: the one order scopes are taken in
         self.engine: Engine | None = None
         self.taken: list[str] = []
+        self.thread: int | None = None  # the thread of a synchronous body
         self.txn: WriteTxn | None = None
         self.base = 0  # the revision the body reads at
         self.status = "new"
@@ -148,14 +166,26 @@ class Hold:
             if in_transaction(engine, name):
                 raise ReentrancyError(f"this thread already holds a transaction on {name!r}")
         self.take()
-        scopes: set[tuple[int, str]] = getattr(_held, "scopes", None) or set()
-        scopes.update((id(engine), name) for name in self.names)
-        _held.scopes = scopes
+        try:
+            held: dict[tuple[int, str], Hold] = _thread_holds()
+            for name in self.names:
+                held[(id(engine), name)] = self
+        except BaseException:  # a Ctrl-C: the body never runs, the scopes go back
+            try:
+                self.exit(commit=False)
+            except BaseException:  # noqa: BLE001 - another Ctrl-C: the first is raised
+                self.exit(commit=False)  # once more
+            raise
 
     def exit(self, commit: bool) -> None:
-        if self.engine is not None:
-            _held.scopes.difference_update((id(self.engine), name) for name in self.names)
-        self.finish(commit)
+        try:
+            self.finish(commit)
+        finally:
+            if self.engine is not None:
+                held = _thread_holds()
+                for name in self.names:
+                    if held.get((id(self.engine), name)) is self:
+                        del held[(id(self.engine), name)]
 
     # -- synchronous -----------------------------------------------------------------
     def take(self) -> None:
@@ -163,16 +193,23 @@ class Hold:
         moves on, within the engine's timeout from its last hand-over), and open the
         pending write transaction. On any failure no scope stays held."""
         engine = self.start()
-        for name in self.names:
-            future: Future[None] | None = None
-            try:
+        self.thread = threading.get_ident()
+        name, future = self.names[0], None
+        try:
+            for name in self.names:
+                future = None
                 future = self.ask(name)
                 engine.wait(name, future)
-            except BaseException:
+                self.took(name)
+            self.open()
+        except BaseException:
+            # Calling a Python function is a point where a Ctrl-C may land (``_turn``):
+            # giving up, which leaves nothing held, is tried once more then.
+            try:
                 self.give_up(name, future)
-                raise
-            self.took(name)
-        self.open()
+            except BaseException:  # noqa: BLE001 - another Ctrl-C: the first is raised
+                self.give_up(name, future)
+            raise
 
     def finish(self, commit: bool) -> None:
         """Commit what the body staged (``commit``), or drop it; hand the scopes back.
@@ -183,14 +220,20 @@ class Hold:
         engine = self.engine
         if engine is None or self.txn is None:
             return
+        status = "failed"
         try:
             future = self.submit_commit(commit)
             if future is not None:
                 engine.wait(self.names[0], future)
-        except BaseException:
-            self.hand_back("failed")
-            raise
-        self.hand_back("rolled back" if future is None else "committed")
+            status = "rolled back" if future is None else "committed"
+        finally:
+            # Calling a Python function is a point where a Ctrl-C may land (``_turn``):
+            # the hand-back, which leaves nothing held, is tried once more then.
+            try:
+                self.hand_back(status)
+            except BaseException:
+                self.hand_back(status)
+                raise
 
     # -- the steps -------------------------------------------------------------------
     def start(self) -> Engine:
@@ -228,15 +271,11 @@ class Hold:
 
     def open(self) -> None:
         """Open the pending write transaction on the scopes now held (a short read);
-        they go back if that fails."""
+        the caller gives them back if that fails."""
         engine = self.engine
         assert engine is not None
-        try:
-            self.base = engine.store.revision()
-            self.txn = WriteTxn(engine.store.reader(), engine.now(), pending=True)
-        except BaseException:
-            self.hand_back("failed")
-            raise
+        self.base = engine.store.revision()
+        self.txn = WriteTxn(engine.store.reader(), engine.now(), pending=True)
         self.status = "open"
 
     def submit_commit(self, commit: bool) -> Future[None] | None:
@@ -260,8 +299,10 @@ class Hold:
         engine = self.engine
         assert engine is not None
         self.status, self.txn = status, None
-        taken, self.taken = self.taken, []
-        for name in reversed(taken):
+        self.taken = []
+        # Every name, not only those noted as taken: a Ctrl-C may have come between the
+        # hand-over and the note. ``release`` ignores a scope this hold does not have.
+        for name in reversed(self.names):
             engine.mailbox(name).release(name, self)
 
     def cancel_timer(self, timer_id: object) -> bool:

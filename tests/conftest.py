@@ -11,6 +11,7 @@ under test run in the SQLite pass only, and tests of the PostgreSQL server itsel
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -188,6 +189,30 @@ class FakeClock:
 def canon(value: Any) -> str:
     """Canonical JSON: tells ``1`` from ``1.0`` and ``True``, ignores key order."""
     return json.dumps(value, sort_keys=True)
+
+
+@contextlib.contextmanager
+def held_elsewhere(*turns: Any) -> Iterator[None]:
+    """Hold ``turns`` (a store's ``_gate``, a mailbox's ``_running``) in another thread
+    for the body, as a write running there would."""
+    taken, done = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        for turn in turns:
+            assert turn.take(10)
+        taken.set()
+        done.wait(60)
+        for turn in reversed(turns):
+            turn.give_back()
+
+    holder = threading.Thread(target=hold, name="holder")
+    holder.start()
+    try:
+        assert taken.wait(10)
+        yield
+    finally:
+        done.set()
+        holder.join(10)
 
 
 def wait_for(predicate: Callable[[], Any], timeout: float = 5.0, interval: float = 0.01) -> Any:

@@ -13,6 +13,7 @@ import pytest
 import reactor
 import reactor.aio
 from reactor._engine import engine_of
+from tests.conftest import held_elsewhere
 
 
 async def test_verbs_as_coroutines(db_path: Path) -> None:
@@ -108,9 +109,12 @@ async def test_the_loop_keeps_ticking_while_writes_and_waits_are_in_flight(db_pa
             released = threading.Event()
 
             def hold_the_writer() -> None:
-                with gate:  # every write waits until released
+                assert gate.take(5)  # every write waits until released
+                try:
                     holding.set()
                     released.wait(9)
+                finally:
+                    gate.give_back()
 
             holder = threading.Thread(target=hold_the_writer)
             holder.start()
@@ -313,7 +317,7 @@ async def test_a_write_the_actor_cannot_start_times_out_and_is_withdrawn(
                 assert "may still commit" in str(raised.value)
 
         # As if a batch were running: the writes queue for actors that cannot start.
-        with fast_engine.mailbox("s")._running, slow_engine.mailbox("t")._running:  # type: ignore[attr-defined]
+        with held_elsewhere(fast_engine.mailbox("s")._running, slow_engine.mailbox("t")._running):  # type: ignore[attr-defined]
             await asyncio.gather(
                 write(slow, "t", "b"), write(fast, "s", "a"), write(fast, "s", "c")
             )

@@ -94,7 +94,7 @@ def _prepared_in_step(store: Any) -> list[str]:
     """Check that every statement psycopg believes prepared on the writer connection is
     prepared on the server (a statement psycopg would run by a name the server does not
     know fails with "prepared statement does not exist"); their texts."""
-    assert store._gate.acquire(timeout=10)  # between writes
+    assert store._gate.take(10)  # between writes
     try:
         conn = store._writer
         if conn is None or conn.closed:
@@ -104,7 +104,7 @@ def _prepared_in_step(store: Any) -> list[str]:
         )
         client = {name.decode() for name in conn._prepared._names.values()}
     finally:
-        store._gate.release()
+        store._gate.give_back()
     assert client <= set(server), (
         f"psycopg's prepared statements the server lacks: {client - set(server)}"
     )
@@ -122,8 +122,8 @@ def _locked(admin: Admin, store: Any, key: int) -> Iterator[None]:
     admin.execute("SELECT pg_advisory_lock(%s)", (key,))
     try:
         yield
-        assert store._gate.acquire(timeout=10)
-        store._gate.release()
+        assert store._gate.take(10)
+        store._gate.give_back()
     finally:
         admin.execute("SELECT pg_advisory_unlock(%s)", (key,))
 

@@ -11,6 +11,7 @@ import pytest
 
 import reactor
 from reactor._engine import engine_of
+from tests.conftest import held_elsewhere
 
 Opener = Callable[..., reactor.State]
 
@@ -143,7 +144,7 @@ def test_operation_timeout_withdraws_a_queued_write(open_state: Opener, db_path:
     scope = state.scope("slow")
     running = engine.mailbox("slow")._running  # type: ignore[attr-defined]
     # As if a batch were running: the write queues for the actor, which cannot start.
-    with running, pytest.raises(reactor.OperationTimeout, match=r"withdrawn"):
+    with held_elsewhere(running), pytest.raises(reactor.OperationTimeout, match=r"withdrawn"):
         scope.set("b", 2)
     scope.set("c", 3)
     assert scope.get("c") == 3
@@ -154,7 +155,7 @@ def test_a_writer_held_too_long_is_a_busy_error(open_state: Opener) -> None:
     state = open_state(timeout=0.2)
     scope = state.scope("s")
     gate = engine_of(state).store._gate  # type: ignore[attr-defined]
-    with gate, pytest.raises(reactor.BusyError):
+    with held_elsewhere(gate), pytest.raises(reactor.BusyError):
         scope.set("a", 1)
     assert scope.get("a") is None
     scope.set("a", 2)
