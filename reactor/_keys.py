@@ -1,30 +1,35 @@
 """Keys, scope names and glob patterns.
 
-Patterns are matched exactly as Redis ``KEYS`` matches them (``stringmatchlen`` in its
-``src/util.c``, as Redis 7.0.15 with its security fixes runs it on x86-64), on the UTF-8
-bytes of the pattern and of the key, plus one extension: ``[!`` opens a negated class
-like ``[^``.
+Patterns follow Redis ``KEYS`` (``stringmatchlen`` in its ``src/util.c``, as Redis
+7.0.15 with its security fixes runs it), read on characters (code points) where Redis
+reads bytes, plus one extension: ``[!`` opens a negated class like ``[^``.
 
-- ``*`` matches any run of bytes; ``?`` one byte; ``\\x`` the byte ``x`` (a trailing
-  ``\\`` is itself).
-- ``[`` opens a class matching one byte, negated by a ``^`` (or ``!``) right after it.
-  Inside, ``\\x`` is the byte ``x``; ``a-z`` is a range (reversed ends are swapped) taken
-  whenever two more bytes follow the start, so its end may be ``]`` or ``\\``; ``]``
-  closes the class, even first (``[]`` matches nothing, ``[^]`` any byte); a class left
-  open runs to the end of the pattern.
-- Range ends compare as *signed* bytes, as C's ``char`` on x86-64: ``[a-\\xc3]`` holds
-  the bytes up to ``a`` and from ``\\xc3`` up, not those between.
+- ``*`` matches any run of characters; ``?`` one character; ``\\x`` the character ``x``
+  (a trailing ``\\`` is itself).
+- ``[`` opens a class matching one character, negated by a ``^`` (or ``!``) right after
+  it. Inside, ``\\x`` is the character ``x``; ``a-z`` is the range of the code points
+  from ``a`` to ``z`` (reversed ends are swapped) taken whenever two more characters
+  follow the start, so its end may be ``]`` or ``\\``; ``]`` closes the class, even
+  first (``[]`` matches nothing, ``[^]`` any character); a class left open runs to the
+  end of the pattern.
 - A pattern with more than 1,000 runs of ``*`` matches nothing, unless the 1,001st is
   its last character (Redis's guard against abusive patterns, CVE-2024-31228).
 
-Matching on bytes, as Redis does, means ``?`` and a class match one byte of a
-multi-byte character: ``??`` matches ``é``, ``?`` does not.
+Why characters: keys are ``str``, so ``?`` matching ``é`` (one code point) is what a
+caller means, where Redis's bytes would need ``??`` and split ``[é]`` into the two bytes
+of its UTF-8 form. On ASCII, a byte and a code point are the same number below 0x80, so
+every rule above reads exactly as Redis reads it. No normalization: ``e`` followed by a
+combining accent is two characters, as ``str`` counts them. A class is kept as sorted
+ranges of code points and compiled to a ``re`` class, never as a set of members. A NUL
+or a lone surrogate in a pattern is kept as written; no key holds one (see
+:func:`check_key`), so a pattern that needs one matches nothing.
 
 A pattern never reaches SQL as a pattern: the store narrows a query to the pattern's
-literal prefix with a plain range comparison (:meth:`Pattern.bounds`), and
-:meth:`Pattern.matches` decides every match. Stars split a pattern into fixed-length
-segments; placing each middle segment at its leftmost occurrence is enough, so a match
-costs one left-to-right search per segment and no pattern can backtrack without bound.
+literal prefix with a plain range comparison (:meth:`Pattern.bounds`; every backend
+orders keys by code point), and :meth:`Pattern.matches` decides every match. Stars split
+a pattern into fixed-length segments; placing each middle segment at its leftmost
+occurrence is enough, so a match costs one left-to-right search per segment and no
+pattern can backtrack without bound.
 """
 
 from __future__ import annotations
@@ -42,21 +47,18 @@ __all__ = ["Pattern", "check_key", "compile_pattern"]
 MAX_KEY_LENGTH: Final = 1024
 _LAST_CODE_POINT: Final = 0x10FFFF
 
-_STAR: Final = ord("*")
-_QUESTION: Final = ord("?")
-_OPEN: Final = ord("[")
-_CLOSE: Final = ord("]")
-_ESCAPE: Final = ord("\\")
-_DASH: Final = ord("-")
-_NEGATIONS: Final = (ord("^"), ord("!"))  # "!" is reactor's extension; Redis has "^" only
-_ANY_BYTE: Final = frozenset(range(256))
+_NEGATIONS: Final = "^!"  # "!" is reactor's extension; Redis has "^" only
 # Redis gives up, answering "no match", where a star would nest deeper than 1,000 stars
 # (CVE-2024-31228): a pattern whose 1,001st run of stars is not its end matches nothing.
 _MAX_STARS: Final = 1000
 
-# A token is one pattern element: None for "*", an int for a literal byte, a frozenset
-# for a byte class ("?" is the class of every byte).
-_Token = int | frozenset[int] | None
+# A class: sorted, disjoint, non-adjacent ranges of code points, ends included. Ranges,
+# not sets of members: "[^a]" holds 1,114,111 code points.
+_Ranges = tuple[tuple[int, int], ...]
+_ANY_CHARACTER: Final[_Ranges] = ((0, _LAST_CODE_POINT),)
+# A token is one pattern element: None for "*", a str of one character for a literal,
+# the ranges of a class ("?" is the class of every character).
+_Token = str | _Ranges | None
 _Matcher = Callable[[str], bool]
 
 
@@ -141,110 +143,122 @@ def compile_pattern(pattern: object) -> Pattern:
 
 @functools.lru_cache(maxsize=512)
 def _compile(text: str) -> Pattern:
-    # surrogatepass: a pattern may hold anything; a lone surrogate then matches no key.
-    tokens = _tokenize(text.encode("utf-8", "surrogatepass"))
-    literal = bytearray()
+    tokens = _tokenize(text)
+    literal: list[str] = []
     for token in tokens:
-        if not isinstance(token, int):
+        if not isinstance(token, str) or not _storable(token):
             break
         literal.append(token)
-    prefix = _whole_characters(bytes(literal))
-    if len(literal) == len(tokens) and prefix.encode() == literal:
+    # The prefix stops before a character no key holds: it reaches SQL as a bound, where
+    # PostgreSQL refuses a NUL and no driver encodes a lone surrogate.
+    prefix = "".join(literal)
+    if len(literal) == len(tokens):
         return Pattern(text, prefix, exact=True, matcher=prefix.__eq__)
-    segments: list[list[int | frozenset[int]]] = [[]]
+    stars = [i for i, token in enumerate(tokens) if token is None]
+    too_many_stars = len(stars) > _MAX_STARS and stars[_MAX_STARS] != len(tokens) - 1
+    # Every match holds each literal character: one that no key holds matches nothing.
+    needs_unstorable = any(isinstance(token, str) and not _storable(token) for token in tokens)
+    if too_many_stars or needs_unstorable:
+        return Pattern(text, prefix, exact=False, matcher=_no_key)
+    segments: list[list[str | _Ranges]] = [[]]
     for token in tokens:
         if token is None:
             segments.append([])
         else:
             segments[-1].append(token)
-    matches_all = all(token is None for token in tokens)
-    stars = [i for i, token in enumerate(tokens) if token is None]
-    if len(stars) > _MAX_STARS and stars[_MAX_STARS] != len(tokens) - 1:
-        return Pattern(text, prefix, exact=False, matcher=_no_key)
+    matches_all = len(stars) == len(tokens)
     return Pattern(text, prefix, exact=False, matcher=_matcher(segments), matches_all=matches_all)
+
+
+def _storable(char: str) -> bool:
+    """Whether a key may hold ``char`` (:func:`check_key`): not NUL, not a surrogate."""
+    return char != "\x00" and not "\ud800" <= char <= "\udfff"
 
 
 def _no_key(_key: str) -> bool:
     return False
 
 
-def _tokenize(pattern: bytes) -> list[_Token]:
-    """Read a pattern as Redis's ``stringmatchlen`` reads it."""
+def _tokenize(pattern: str) -> list[_Token]:
+    """Read a pattern as Redis's ``stringmatchlen`` reads it, by characters."""
     tokens: list[_Token] = []
     i, n = 0, len(pattern)
     while i < n:
-        byte = pattern[i]
-        if byte == _STAR:
+        char = pattern[i]
+        if char == "*":
             if not tokens or tokens[-1] is not None:  # "**" is "*"
                 tokens.append(None)
             i += 1
-        elif byte == _QUESTION:
-            tokens.append(_ANY_BYTE)
+        elif char == "?":
+            tokens.append(_ANY_CHARACTER)
             i += 1
-        elif byte == _OPEN:
-            members, i = _read_class(pattern, i + 1)
-            tokens.append(members)
-        elif byte == _ESCAPE and i + 1 < n:
+        elif char == "[":
+            ranges, i = _read_class(pattern, i + 1)
+            tokens.append(ranges)
+        elif char == "\\" and i + 1 < n:
             tokens.append(pattern[i + 1])
             i += 2
         else:
-            tokens.append(byte)
+            tokens.append(char)
             i += 1
     return tokens
 
 
-def _read_class(pattern: bytes, i: int) -> tuple[frozenset[int], int]:
-    """The bytes of the class whose body starts at ``i``, and the index after it."""
+def _read_class(pattern: str, i: int) -> tuple[_Ranges, int]:
+    """The class whose body starts at ``i``, and the index after it."""
     n = len(pattern)
     negate = i < n and pattern[i] in _NEGATIONS
     if negate:
         i += 1
-    members: set[int] = set()
+    spans: list[tuple[int, int]] = []
     while i < n:  # an unterminated class runs to the end of the pattern
-        byte = pattern[i]
-        if byte == _ESCAPE and i + 1 < n:
-            members.add(pattern[i + 1])
+        char = pattern[i]
+        if char == "\\" and i + 1 < n:
+            spans.append((ord(pattern[i + 1]),) * 2)
             i += 2
-        elif byte == _CLOSE:
+        elif char == "]":
             i += 1
             break
-        elif i + 2 < n and pattern[i + 1] == _DASH:
-            # Redis takes a range whenever two bytes follow the start, so "[a-]" is the
-            # range from "a" to "]" (left open), and "\" ends a range unescaped.
-            low, high = sorted((_signed(byte), _signed(pattern[i + 2])))
-            members.update(b for b in range(256) if low <= _signed(b) <= high)
+        elif i + 2 < n and pattern[i + 1] == "-":
+            # Redis takes a range whenever two characters follow the start, so "[a-]" is
+            # the range from "]" to "a" (left open), and "\" ends a range unescaped.
+            low, high = sorted((ord(char), ord(pattern[i + 2])))
+            spans.append((low, high))
             i += 3
         else:
-            members.add(byte)
+            spans.append((ord(char),) * 2)
             i += 1
-    return (_ANY_BYTE - members if negate else frozenset(members)), i
+    ranges = _merged(spans)
+    return (_complement(ranges) if negate else ranges), i
 
 
-def _signed(byte: int) -> int:
-    """The byte as x86-64 C compares a ``char``: 0x80 to 0xFF are negative."""
-    return byte - 256 if byte >= 0x80 else byte
+def _merged(spans: list[tuple[int, int]]) -> _Ranges:
+    ranges: list[tuple[int, int]] = []
+    for low, high in sorted(spans):
+        if ranges and low <= ranges[-1][1] + 1:
+            ranges[-1] = (ranges[-1][0], max(high, ranges[-1][1]))
+        else:
+            ranges.append((low, high))
+    return tuple(ranges)
 
 
-def _whole_characters(data: bytes) -> str:
-    """``data`` decoded, cut back to the last whole character."""
-    try:
-        return data.decode()
-    except UnicodeDecodeError as exc:
-        return data[: exc.start].decode()
+def _complement(ranges: _Ranges) -> _Ranges:
+    gaps: list[tuple[int, int]] = []
+    start = 0
+    for low, high in ranges:
+        if low > start:
+            gaps.append((start, low - 1))
+        start = high + 1
+    if start <= _LAST_CODE_POINT:
+        gaps.append((start, _LAST_CODE_POINT))
+    return tuple(gaps)
 
 
-def _matcher(segments: list[list[int | frozenset[int]]]) -> _Matcher:
+def _matcher(segments: list[list[str | _Ranges]]) -> _Matcher:
     """A function telling whether a key matches; ``segments`` lie between the stars."""
-    literals = [bytes(t for t in segment if isinstance(t, int)) for segment in segments]
-    texts = [_whole_characters(literal) for literal in literals]
-    if len(segments) > 1 and all(
-        len(literal) == len(segment) and text.encode() == literal
-        for segment, literal, text in zip(segments, literals, texts, strict=True)
-    ):
-        # Only whole characters between the stars: found among the key's characters,
-        # they are found at the same places among its bytes, so the key needs no encoding.
-        return _text_matcher(texts)
-    return _byte_matcher([_segment_regex(segment) for segment in segments])
+    if len(segments) > 1 and all(isinstance(t, str) for segment in segments for t in segment):
+        return _text_matcher(["".join(map(str, segment)) for segment in segments])
+    return _regex_matcher([_segment_regex(segment) for segment in segments])
 
 
 def _text_matcher(texts: list[str]) -> _Matcher:
@@ -274,23 +288,22 @@ def _text_matcher(texts: list[str]) -> _Matcher:
     return matches
 
 
-def _byte_matcher(segments: list[tuple[re.Pattern[bytes], int]]) -> _Matcher:
+def _regex_matcher(segments: list[tuple[re.Pattern[str], int]]) -> _Matcher:
     if len(segments) == 1:
         regex, _ = segments[0]
-        return lambda key: regex.fullmatch(key.encode("utf-8", "surrogatepass")) is not None
+        return lambda key: regex.fullmatch(key) is not None
     (head, head_size), *middle, (tail, tail_size) = segments
     least = head_size + sum(size for _, size in middle) + tail_size
     if not middle and not tail_size:
-        return lambda key: head.match(key.encode("utf-8", "surrogatepass")) is not None
+        return lambda key: head.match(key) is not None
 
     def matches(key: str) -> bool:
-        data = key.encode("utf-8", "surrogatepass")
-        end = len(data) - tail_size
-        if len(data) < least or not head.match(data) or not tail.match(data, end):
+        end = len(key) - tail_size
+        if len(key) < least or not head.match(key) or not tail.match(key, end):
             return False
         at = head_size
         for regex, _ in middle:  # the leftmost place of each segment leaves the most room
-            found = regex.search(data, at, end)
+            found = regex.search(key, at, end)
             if found is None:
                 return False
             at = found.end()
@@ -299,30 +312,24 @@ def _byte_matcher(segments: list[tuple[re.Pattern[bytes], int]]) -> _Matcher:
     return matches
 
 
-def _segment_regex(segment: list[int | frozenset[int]]) -> tuple[re.Pattern[bytes], int]:
+def _segment_regex(segment: list[str | _Ranges]) -> tuple[re.Pattern[str], int]:
     """A regular expression of fixed length (no star), and that length."""
-    parts: list[bytes] = []
+    parts: list[str] = []
     for token in segment:
-        if isinstance(token, int):
-            parts.append(re.escape(bytes([token])))
-        elif token == _ANY_BYTE:
-            parts.append(b".")
+        if isinstance(token, str):
+            parts.append(re.escape(token))
+        elif token == _ANY_CHARACTER:
+            parts.append(".")
         elif not token:
-            parts.append(b"(?!)")
+            parts.append("(?!)")
         else:
-            parts.append(b"[" + b"".join(_byte_ranges(token)) + b"]")
-    return re.compile(b"".join(parts), re.DOTALL), len(segment)
+            parts.append("[" + "".join(map(_regex_range, token)) + "]")
+    return re.compile("".join(parts), re.DOTALL), len(segment)
 
 
-def _byte_ranges(members: frozenset[int]) -> list[bytes]:
-    ranges: list[bytes] = []
-    ordered = sorted(members)
-    start = previous = ordered[0]
-    for byte in [*ordered[1:], None]:
-        if byte is not None and byte == previous + 1:
-            previous = byte
-            continue
-        ranges.append(b"\\x%02x-\\x%02x" % (start, previous))
-        if byte is not None:
-            start = previous = byte
-    return ranges
+def _regex_range(ends: tuple[int, int]) -> str:
+    """A range of a ``re`` class, its ends written as escapes (no character is special)."""
+    low, high = ends
+    if low == high:
+        return f"\\U{low:08x}"
+    return f"\\U{low:08x}-\\U{high:08x}"

@@ -6,6 +6,8 @@ import time
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import reactor
 from reactor._keys import compile_pattern
@@ -82,13 +84,13 @@ MATCHES = [
 ]
 
 # The corners of Redis's stringmatchlen, each checked against redis-server 7.0.15 (and
-# again by tests/test_redis_differential.py when redis-server is installed). Keys are
-# non-empty: Redis and reactor both match bytes, so "é" is the two bytes c3 a9.
+# again by tests/test_redis_differential.py when redis-server is installed). ASCII only,
+# where Redis's bytes and reactor's characters agree; keys are non-empty.
 REDIS_CORNERS = [
     # "]" right after "[" (or "[^") closes the class: "[]" matches nothing, "[^]" any byte
     ("[]a]", [], ["]", "a", "]a]", "a]"]),
     ("[]", [], ["[]", "]", "a"]),
-    ("[^]", ["a", "]", "^"], ["aa", "é"]),
+    ("[^]", ["a", "]", "^"], ["aa"]),
     ("[!]", ["a", "!"], ["aa"]),  # reactor's extension: Redis reads [^]
     ("[^]]", ["a]", "]]"], ["]", "a"]),
     # an unterminated "[" is a class running to the end of the pattern
@@ -129,29 +131,67 @@ REDIS_CORNERS = [
     ("**a**", ["a", "ba", "ab"], ["b"]),
     ("a*b*c", ["abc", "aXbYc", "abbc", "acbc"], ["acb", "ab"]),
     ("*?", ["a", "ab"], []),
-    ("?*?", ["ab", "é"], ["a"]),
-    # bytes, not characters: "?" and a class match one byte of "é" (c3 a9)
-    ("?", ["a"], ["é", "€"]),
-    ("??", ["é", "ab"], ["€", "a"]),
-    ("???", ["€"], ["é"]),
-    ("????", ["🚀"], ["€"]),
-    ("[é]", [], ["é"]),
-    ("[é][é]", ["é"], ["ée"]),
-    ("é?", ["éa"], ["é", "éé"]),
-    ("é*", ["é", "éé", "é€"], ["e", "èé"]),
-    ("[^é]", ["a"], ["é"]),
-    # a range compares bytes as signed chars (x86-64): [a-é] is [a-\xc3]\xa9], whose range
-    # holds the bytes up to "a" and from c3 up, not "b"; it matches one byte, so not "é"
-    ("[a-é]", ["a", "A", "!"], ["b", "z", "é", "ÿ"]),
-    ("[a-é]?", ["é", "ß", "ÿ", "Ā", "a!"], ["ba", "zz", "¢"]),  # ¢ is c2 a2
+    ("?*?", ["ab", "abc"], ["a"]),
     # SQL stays literal
     ("%_'", ["%_'"], ["abc", "%%'"]),
 ]
-ALL_MATCHES = [*MATCHES, *REDIS_CORNERS]
+
+# Characters, not bytes (SPEC §2): "?" and a class match one code point, where Redis
+# would match one byte of its UTF-8 form. No normalization: "e\u0301" (e and a
+# combining acute accent) is two characters, and not the one of "é".
+CHARACTERS = [
+    ("?", ["a", "é", "ÿ", "€", "日", "😀", "\U0010ffff"], ["ab", "e\u0301", "日本"]),
+    ("??", ["ab", "e\u0301", "日本", "😀a", "😀😀"], ["é", "€", "😀", "a"]),
+    ("???", ["日本語", "abc"], ["€", "😀", "日本"]),
+    ("?*?", ["ab", "é😀", "e\u0301"], ["é", "😀"]),
+    ("e?", ["e\u0301", "ee"], ["é", "e"]),
+    ("é", ["é"], ["e\u0301", "e"]),
+    ("é?", ["éa", "éé"], ["é", "éab"]),
+    ("é*", ["é", "éé", "é€"], ["e", "èé", "e\u0301"]),
+    ("*日*", ["日", "日本", "今日は"], ["本"]),
+    ("?本", ["日本"], ["本", "日日本"]),
+    ("😀?", ["😀a", "😀😀"], ["😀", "a😀"]),
+    # classes hold code points; a range holds every code point between its ends
+    ("[é]", ["é"], ["e", "e\u0301", "éé"]),
+    ("[é][é]", ["éé"], ["é"]),
+    ("[éa]x", ["éx", "ax"], ["ex", "x"]),
+    ("[日本]", ["日", "本"], ["日本", "語"]),
+    ("[😀]", ["😀"], ["😁", "a"]),
+    ("[β-ω]", ["β", "λ", "ω"], ["b", "ά", "Ω", "ϊ"]),  # U+03B2 to U+03C9
+    ("[ω-β]", ["β", "λ", "ω"], ["Ω", "ϊ"]),  # reversed ends are swapped, as in Redis
+    ("[a-é]", ["a", "b", "z", "ß", "é"], ["A", "!", "ê", "ÿ", "Ā"]),  # U+0061 to U+00E9
+    ("[😀-😂]", ["😀", "😁", "😂"], ["😃", "a", "😀😀"]),
+    ("[0-9β-ω]", ["5", "λ"], ["a", "Ω"]),
+    ("[-β]", ["-", "β"], ["λ"]),
+    ("[β-]", ["β", "]", "a", "é"], ["-", "ω"]),  # the range from "]" to "β", left open
+    ("[β-]x]", ["]", "β", "x", "^", "Ā"], ["-", "]x]"]),
+    # negated classes match any other character, a non-ASCII one included
+    ("[^é]", ["a", "e", "€", "😀"], ["é", "aé"]),
+    ("[!é]", ["a", "😀"], ["é"]),
+    ("[^a]", ["é", "日", "😀"], ["a", "éé"]),
+    ("[^β-ω]", ["a", "Ω", "😀"], ["β", "λ", "ω"]),
+    ("[^]", ["é", "😀"], ["éé"]),
+    ("x[^a]y", ["x日y", "xéy"], ["xay", "xe\u0301y"]),
+    # escapes of non-ASCII characters, outside a class and inside one
+    ("\\é", ["é"], ["\\é", "e"]),
+    ("\\😀*", ["😀", "😀a"], ["a😀"]),
+    ("[\\é]", ["é"], ["\\"]),
+    ("[\\日-]", ["日", "-"], ["本", "\\"]),  # an escaped character never starts a range
+    ("[é\\]]", ["é", "]"], ["\\", "é]"]),
+    ("é\\", ["é\\"], ["é"]),  # a trailing backslash is itself
+]
+ALL_MATCHES = [*MATCHES, *REDIS_CORNERS, *CHARACTERS]
+
+
+def test_the_redis_corner_table_is_ascii() -> None:
+    # tests/test_redis_differential.py asks Redis about these: bytes and characters
+    # agree on ASCII only.
+    for pattern, yes, no in [*MATCHES, *REDIS_CORNERS]:
+        assert all(text.isascii() for text in [pattern, *yes, *no]), pattern
 
 
 @pytest.mark.parametrize(("pattern", "yes", "no"), ALL_MATCHES)
-def test_glob_patterns_match_as_redis_keys_does(
+def test_glob_patterns_match_as_redis_keys_does_on_characters(
     pattern: str, yes: list[str], no: list[str]
 ) -> None:
     compiled = compile_pattern(pattern)
@@ -159,6 +199,118 @@ def test_glob_patterns_match_as_redis_keys_does(
         assert compiled.matches(key), (pattern, key)
     for key in no:
         assert not compiled.matches(key), (pattern, key)
+
+
+def reference_match(pattern: str, key: str) -> bool:
+    """Redis's ``stringmatchlen`` (7.0.15 with its security fixes), line for line, on the
+    characters of ``pattern`` and ``key`` where Redis reads bytes, and with ``[!`` read
+    as ``[^``: SPEC §2's patterns, written without the compiler under test.
+
+    Exponential on some patterns (as the C is but for its guards): for short inputs.
+    An empty key matches nothing here, as in Redis; reactor keys are never empty.
+    """
+    end = len(pattern)
+    gave_up = False  # Redis's skipLongerMatches
+
+    def match(p: int, s: int, nesting: int) -> bool:  # noqa: PLR0911, PLR0912 - as the C
+        nonlocal gave_up
+        if nesting > 1000:  # CVE-2024-31228
+            return False
+        while p < end and s < len(key):
+            char = pattern[p]
+            if char == "*":
+                while p + 1 < end and pattern[p + 1] == "*":
+                    p += 1
+                if p + 1 == end:
+                    return True
+                while s < len(key):
+                    if match(p + 1, s, nesting + 1):
+                        return True
+                    if gave_up:
+                        return False
+                    s += 1
+                gave_up = True
+                return False
+            if char == "[":
+                found, p = _reference_class(pattern, p + 1, key[s])
+                if not found:
+                    return False
+            elif char != "?":
+                if char == "\\" and end - p >= 2:
+                    p += 1
+                if pattern[p] != key[s]:
+                    return False
+            s += 1
+            p += 1
+            if s == len(key):
+                while p < end and pattern[p] == "*":
+                    p += 1
+                break
+        return p == end and s == len(key)
+
+    return match(0, 0, 0)
+
+
+def _reference_class(pattern: str, p: int, char: str) -> tuple[bool, int]:
+    """Whether ``char`` is in the class whose body starts at ``p``, and the index of the
+    class's last character (its ``]``, or the pattern's last character)."""
+    end = len(pattern)
+    negate = p < end and pattern[p] in "^!"
+    if negate:
+        p += 1
+    found = False
+    while True:
+        if p < end and pattern[p] == "\\" and end - p >= 2:
+            p += 1
+            found = found or pattern[p] == char
+        elif p < end and pattern[p] == "]":
+            break
+        elif p == end:  # unterminated: the class ends with the pattern
+            p -= 1
+            break
+        elif end - p >= 3 and pattern[p + 1] == "-":
+            low, high = sorted((pattern[p], pattern[p + 2]))
+            p += 2
+            found = found or low <= char <= high
+        else:
+            found = found or pattern[p] == char
+        p += 1
+    return found != negate, p
+
+
+def test_the_reference_agrees_with_the_tables() -> None:
+    for pattern, yes, no in ALL_MATCHES:
+        assert all(reference_match(pattern, key) for key in yes if key), pattern
+        assert not any(reference_match(pattern, key) for key in no), pattern
+
+
+# Every character a pattern reads specially, and a few plain ones; then characters of
+# two, three and four UTF-8 bytes, a combining accent, and range ends on both sides.
+ASCII_GLOB_ALPHABET = ["a", "b", "c", "z", "-", "^", "!", "[", "]", "\\", "*", "?"]
+ASCII_KEY_ALPHABET = ["a", "b", "c", "z", "A", "-", "^", "!", "[", "]", "\\", "*", "?"]
+NON_ASCII = ["é", "e", "\u0301", "ÿ", "Ā", "β", "λ", "ω", "€", "日", "😀", "😂"]
+GLOB_ALPHABET = [*ASCII_GLOB_ALPHABET, *NON_ASCII]
+KEY_ALPHABET = [*ASCII_KEY_ALPHABET, *NON_ASCII]
+
+
+def globs(alphabet: list[str]) -> st.SearchStrategy[str]:
+    return st.text(st.sampled_from(alphabet), min_size=1, max_size=10)
+
+
+def keys(alphabet: list[str]) -> st.SearchStrategy[str]:
+    return st.text(st.sampled_from(alphabet), min_size=1, max_size=6)
+
+
+@settings(max_examples=2000, deadline=None)
+@given(pattern=globs(ASCII_GLOB_ALPHABET), key=keys(ASCII_KEY_ALPHABET))
+def test_on_ascii_globs_match_as_redis_does(pattern: str, key: str) -> None:
+    assert compile_pattern(pattern).matches(key) == reference_match(pattern, key)
+
+
+@settings(max_examples=2000, deadline=None)
+@given(pattern=globs(GLOB_ALPHABET), key=keys(KEY_ALPHABET))
+def test_globs_match_on_characters(pattern: str, key: str) -> None:
+    assert compile_pattern(pattern).matches(key) == reference_match(pattern, key)
 
 
 @pytest.mark.parametrize(("pattern", "yes", "no"), ALL_MATCHES)
@@ -212,9 +364,16 @@ def test_an_unhashable_pattern_is_refused_as_a_bad_pattern(state: reactor.State)
         ("o\\*1", "o*1", True),
         ("o-*", "o-", False),
         ("é?", "é", False),
-        ("\\é*", "é", False),  # the escape takes the first byte of é, the rest follows
+        ("é", "é", True),
+        ("\\é*", "é", False),  # the escape takes the whole character
+        ("日本?", "日本", False),
+        ("日\\*本*", "日*本", False),
+        ("😀", "😀", True),
+        ("a😀[b]", "a😀", False),
         ("a\ud800*", "a", False),  # a lone surrogate (no key holds one) ends the prefix
         ("a\ud800", "a", False),
+        ("a\x00b*", "a", False),  # and so does a NUL, which PostgreSQL would refuse
+        ("\\\ud800", "", False),
         ("[a]b", "", False),
         ("*", "", False),
     ],
@@ -225,16 +384,86 @@ def test_the_literal_prefix_is_whole_characters(pattern: str, prefix: str, exact
     assert (compiled.bounds() or ("",))[0] == prefix
 
 
-def test_a_pattern_with_a_lone_surrogate_matches_no_key(state: reactor.State) -> None:
+@pytest.mark.parametrize(
+    ("pattern", "bounds"),
+    [
+        ("é*", ("é", "ê")),
+        ("é?", ("é", "ê")),
+        ("日本*", ("日本", "日札")),  # 本 is U+672C, 札 U+672D
+        ("😀[a]", ("😀", "😁")),
+        ("a\U0010ffff*", ("a\U0010ffff", "b")),
+        ("\U0010ffff\U0010ffff?", ("\U0010ffff\U0010ffff", None)),
+        ("\ud7ff?", ("\ud7ff", "\ue000")),  # the successor skips the surrogates
+        ("[é]*", None),
+    ],
+)
+def test_bounds_of_non_ascii_prefixes(pattern: str, bounds: tuple[str, str | None]) -> None:
+    assert compile_pattern(pattern).bounds() == bounds
+
+
+NEAR_NON_ASCII_PREFIXES = [
+    *("e", "ez", "e\u0301", "é", "éa", "éz", "é😀", "é\U0010ffff", "ê", "êa", "f"),
+    *("日", "日本", "日本語", "日本\U0010ffff", "日札", "日杭", "本"),
+    *("😀", "😀a", "😁", "\U0010ffff", "\U0010ffffa"),
+]
+
+
+@pytest.mark.parametrize(
+    "pattern",
+    ["é*", "é?", "\\é[a-z]", "é[^a]*", "日本*", "日本?", "日?", "😀*", "\U0010ffff*", "[é日]*"],
+)
+def test_the_store_narrows_to_non_ascii_prefixes(state: reactor.State, pattern: str) -> None:
+    # The store reads the keys between the bounds of the literal prefix (SQLite's and
+    # PostgreSQL's "C" order of keys is by code point, as Python's), the matcher the rest.
     scope = state.scope("s")
-    scope.set_many({"a": 1, "ab": 2, "a\ufffd": 3})
-    assert scope.keys("a\ud800*") == []
+    scope.set_many(dict.fromkeys(NEAR_NON_ASCII_PREFIXES, 1))
+    compiled = compile_pattern(pattern)
+    expected = sorted(key for key in NEAR_NON_ASCII_PREFIXES if compiled.matches(key))
+    assert expected
+    assert scope.keys(pattern) == expected
+    assert scope.clear(pattern) == len(expected)
+    assert scope.keys() == sorted(set(NEAR_NON_ASCII_PREFIXES) - set(expected))
+
+
+def test_a_pattern_with_a_lone_surrogate_or_nul_matches_no_key(state: reactor.State) -> None:
+    # No key holds either (check_key), and neither may reach SQL as a bound: PostgreSQL
+    # refuses a NUL in text, and a lone surrogate cannot be encoded.
+    scope = state.scope("s")
+    scope.set_many({"a": 1, "ab": 2, "a\ufffd": 3, "\ud7ff": 4, "\ue000": 5})
+    for pattern in ["a\ud800*", "a\ud800", "\ud800", "a\x00*", "a\x00", "\x00*", "?\x00"]:
+        assert scope.keys(pattern) == [], repr(pattern)
+        assert scope.clear(pattern) == 0, repr(pattern)
+        assert not compile_pattern(pattern).matches("a"), repr(pattern)
     assert scope.keys("a*") == ["a", "ab", "a\ufffd"]
+    # In a class, a surrogate is one member among others, which still match.
+    assert scope.keys("[\ud800a]") == ["a"]
+    assert scope.keys("[\ud7ff-\ue000]") == ["\ud7ff", "\ue000"]
+    assert scope.keys("[^\ud800]") == ["a", "\ud7ff", "\ue000"]
+
+
+def test_wide_classes_compile_and_match_quickly() -> None:
+    # A class is ranges of code points, never a set of them: "[^a]" holds 1,114,111.
+    patterns = [f"[^{chr(0x4E00 + i)}]*[\x01-\U0010ffff][!0-9]" for i in range(200)]
+    started = time.perf_counter()
+    for pattern in patterns:
+        compiled = compile_pattern(pattern)
+        assert compiled.matches("日本語")
+        assert not compiled.matches(chr(0x4E00 + 200) + "x")
+    assert time.perf_counter() - started < 5  # about 30 ms
 
 
 def test_abusive_patterns_match_in_linear_time() -> None:
     key = "a" * 1024
     for pattern in ["*a*a*a*a*a*a*a*b", "*a?*a[a-b]*a*" * 40 + "b", "*" + "?*" * 500 + "b"]:
+        compiled = compile_pattern(pattern)
+        started = time.perf_counter()
+        for _ in range(10):
+            assert not compiled.matches(key)
+        # Under a millisecond; backtracking would take far longer than the margin
+        # left for a stall of a loaded machine.
+        assert time.perf_counter() - started < 2, pattern
+    key = "é" * 1024
+    for pattern in ["*é*é*é*é*é*é*é*b", "*é?*é[β-ω]*[^a]*" * 40 + "b", "*" + "?*" * 500 + "日"]:
         compiled = compile_pattern(pattern)
         started = time.perf_counter()
         for _ in range(10):
