@@ -41,7 +41,7 @@ import contextlib
 import os
 import stat
 import tempfile
-from collections.abc import Collection, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Final, Protocol
@@ -268,7 +268,12 @@ def read(lines: Iterable[str | bytes], progress: Progress | None = None) -> Back
     return found
 
 
-def write(state: State, found: Backup, progress: Progress | None = None) -> Tally:
+def write(
+    state: State,
+    found: Backup,
+    progress: Progress | None = None,
+    staged: Callable[[], None] | None = None,
+) -> Tally:
     """Write everything ``found`` holds in one write transaction; what it wrote.
 
     Keys are set (a key given twice takes its last entry); timers put back under their
@@ -277,7 +282,8 @@ def write(state: State, found: Backup, progress: Progress | None = None) -> Tall
     job of the queue holds. Times (TTLs, timers, delayed jobs) count from the commit's
     clock. All or nothing: if anything fails before the commit (Ctrl-C included),
     nothing is written. The commit publishes its changes to subscribers (the jobs'
-    as ``queue:NAME`` events), as any write does.
+    as ``queue:NAME`` events), as any write does. ``staged`` is called once
+    everything is staged, as the commit begins.
 
     Raises:
         InvalidValueError: a value, ops or item is beyond this database's limits
@@ -307,6 +313,8 @@ def write(state: State, found: Backup, progress: Progress | None = None) -> Tall
         added = sum(_add_jobs(txn, name, settings, jobs.get(name, []), progress) for name in queues)
         if progress is not None:
             progress.start("committing", None)  # the rows and log go in as work returns
+        if staged is not None:
+            staged()
         return added
 
     # What it writes is locked for it from the start (on PostgreSQL: the scopes of its

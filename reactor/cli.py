@@ -613,18 +613,55 @@ def import_lines(file: str) -> None:
     but for one whose idempotency key a job of the queue holds: it is skipped. On a
     terminal, a long import shows its progress on stderr.
     """
+    from rich.text import Text
+
     from ._cli_progress import terminal_progress
 
+    # Entered before the database opens, so that it is left after it closes.
+    shield = click.get_current_context().with_resource(_CommitShield())
     with terminal_progress() as progress:
         with click.open_file(file, "rb") as lines:
             found = _exchange.read(lines, progress)
-        tally = _exchange.write(_state(create=True), found, progress)
-    from rich.text import Text
-
+        tally = _exchange.write(_state(create=True), found, progress, staged=shield.raise_up)
     _output().show(
         {"imported": tally.total, **_counted(tally), "skipped": tally.skipped},
         lambda data: Text(f"{_summary(data)} imported{_skipped(data['skipped'])}"),
     )
+
+
+class _CommitShield:
+    """Ctrl-C aborts an import until its writes are staged, and not after: from then
+    on the commit may happen at any moment, and once it has, the import has succeeded
+    (a rerun would add its jobs again). ``raise_up`` marks that moment; a Ctrl-C
+    after it is noted (``interrupted``) and the command ends as it would have.
+
+    The handler is the process's own (the CLI's main thread), so a Ctrl-C never lands
+    between the commit and what reports it."""
+
+    def __init__(self) -> None:
+        self.shielded = False
+        self.interrupted = False
+        self._previous: Any = None
+
+    def raise_up(self) -> None:
+        self.shielded = True
+
+    def _on_sigint(self, signum: int, frame: Any) -> None:
+        if self.shielded:
+            self.interrupted = True
+            return
+        signal.default_int_handler(signum, frame)
+
+    def __enter__(self) -> _CommitShield:
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGINT, self._on_sigint)
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)
+        if self.interrupted:
+            click.echo("Ctrl-C came after the commit: everything was imported.", err=True)
 
 
 def _counted(tally: _exchange.Tally) -> dict[str, int]:

@@ -11,6 +11,7 @@ import io
 import json
 import os
 import pty
+import random
 import re
 import select
 import signal
@@ -35,7 +36,7 @@ from reactor._export import ExportView
 from reactor._sql import STREAMED_ROWS
 from reactor._store import Row, WriteTxn
 from reactor.errors import InvalidArgumentError, InvalidValueError
-from tests.conftest import CLI_ENV, FakeClock, run_reactor, wait_for
+from tests.conftest import CLI_ENV, FakeClock, raw_query, run_reactor, wait_for
 
 
 def _fill(state: reactor.State, *, ttl: float | None = 300) -> None:
@@ -594,6 +595,107 @@ def test_ctrl_c_during_an_import_leaves_all_or_nothing(db_path: Any, tmp_path: P
     if keys == 1:
         assert process.returncode == 1
         assert b"Aborted" in shown
+
+
+def _import_interrupted(
+    db: Any, file: Path, cwd: Path, when: Callable[[], None], sent: int = signal.SIGINT
+) -> tuple[int, str]:
+    """``reactor import FILE`` sent ``sent`` once ``when`` returns: its exit status and
+    output (stdout and stderr)."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "reactor", "--db", str(db), "import", str(file)],
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=CLI_ENV,
+    )
+    try:
+        when()
+        if process.poll() is None:
+            process.send_signal(sent)
+        output, _ = process.communicate(timeout=60)
+    finally:
+        process.kill()
+    return process.returncode, output
+
+
+def test_ctrl_c_at_any_moment_of_an_import_never_hides_its_commit(
+    db_path: Any, tmp_path: Path
+) -> None:
+    """Item 3 of issue 22: a Ctrl-C right after the commit used to end the import with
+    "Aborted!" and status 1 although everything was imported (a rerun then adds every
+    job without an idempotency key again). Once committed, the import reports success;
+    before, it leaves nothing. SIGINT at random moments, and just as the commit shows."""
+    count = 20_000
+    lines = _lines(count, scopes=5)
+    lines += [json.dumps({"queue": "q", "item": n}) for n in range(20)]
+    source = tmp_path / "source.jsonl"
+    source.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    started = time.monotonic()
+    assert (
+        run_reactor(
+            "--db", str(tmp_path / "timing.db"), "import", str(source), cwd=tmp_path
+        ).returncode
+        == 0
+    )
+    whole = time.monotonic() - started
+
+    def committed() -> bool:
+        return raw_query(db_path, "SELECT count(*) FROM reactor_kv")[0][0] > 1
+
+    def at_the_commit() -> None:
+        deadline = time.monotonic() + 60
+        while not committed() and time.monotonic() < deadline:
+            time.sleep(0.002)
+
+    rng = random.Random(22)
+    moments: list[Callable[[], None]] = [at_the_commit] * 3
+    delays = [rng.uniform(0.2, 1.1) * whole for _ in range(5)]
+    moments += [lambda d=delay: time.sleep(d) for delay in delays]
+    outcomes = []
+    for when in moments:
+        with reactor.open(db_path) as state:
+            state.scope("before").set("k", 1)
+            state.scope("before").clear()  # a database holding no key, its schema made
+        status, output = _import_interrupted(db_path, source, tmp_path, when)
+        keys = raw_query(db_path, "SELECT count(*) FROM reactor_kv")[0][0]
+        jobs = raw_query(db_path, "SELECT count(*) FROM reactor_jobs")[0][0]
+        outcomes.append((status, keys))
+        assert (keys, jobs) in ((0, 0), (count, 20)), (keys, jobs, output[-500:])  # never a part
+        if keys:  # committed: said so, with status 0, whatever came after
+            assert status == 0, output[-800:]
+            summary = json.loads(output.splitlines()[0])
+            assert (summary["keys"], summary["jobs"]) == (count, 20), output[-800:]
+        else:
+            assert status != 0, output[-800:]
+        raw_query(db_path, "DELETE FROM reactor_kv")
+        raw_query(db_path, "DELETE FROM reactor_jobs")
+    assert any(keys for _, keys in outcomes[:3]), outcomes  # the commit was reached
+
+
+def test_an_import_killed_at_random_moments_is_all_or_nothing(db_path: Any, tmp_path: Path) -> None:
+    count = 20_000
+    source = tmp_path / "source.jsonl"
+    source.write_text("\n".join(_lines(count, scopes=5)) + "\n", encoding="utf-8")
+    started = time.monotonic()
+    timed = run_reactor("--db", str(tmp_path / "timing.db"), "import", str(source), cwd=tmp_path)
+    assert timed.returncode == 0, timed.stderr
+    whole = time.monotonic() - started
+    rng = random.Random(9)
+    seen = set()
+    for delay in [rng.uniform(0.3, 1.2) * whole for _ in range(5)]:
+        with reactor.open(db_path) as state:
+            state.scope("before").set("k", 1)
+            state.scope("before").clear()
+        status, _ = _import_interrupted(
+            db_path, source, tmp_path, lambda d=delay: time.sleep(d), signal.SIGKILL
+        )
+        keys = raw_query(db_path, "SELECT count(*) FROM reactor_kv")[0][0]
+        assert keys in (0, count), keys
+        seen.add((status, keys))
+        raw_query(db_path, "DELETE FROM reactor_kv")
+    assert seen, seen
 
 
 # -- timers and queues -------------------------------------------------------------
