@@ -32,6 +32,7 @@ import contextlib
 import functools
 import hashlib
 import logging
+import re
 import sys
 import threading
 from collections import deque
@@ -135,13 +136,15 @@ PREPARED_ROWS: Final = 8
 SYNCHRONOUS_COMMIT: Final = {"normal": "on", "full": "on", "memory": "off"}
 
 _converted: dict[str, str] = {}
+_NAME: Final = re.compile(r"\[(\w+)\]")  # a name a statement looks up (_sql)
 
 
 def _pg(sql: str) -> str:
-    """``sql`` with psycopg's placeholders (our statements hold no other ``?`` or ``%``)."""
+    """``sql`` with its names as columns and psycopg's placeholders (our statements hold
+    no other ``?`` or ``%``)."""
     found = _converted.get(sql)
     if found is None:
-        found = _converted[sql] = sql.replace("?", "%s")
+        found = _converted[sql] = _NAME.sub(r"\1", sql).replace("?", "%s")
     return found
 
 

@@ -224,7 +224,9 @@ def _plans(config: pytest.Config, db: Any) -> list[str]:
     plans = []
     for sql, params in statements:
         if backend(config) == "postgresql":
-            rows = raw_query(db, "EXPLAIN " + sql, params)
+            from reactor._postgres import _pg  # names as the indexes hold them
+
+            rows = raw_query(db, "EXPLAIN " + _pg(sql), params)
             plans.append("\n".join(str(row[0]) for row in rows))
         else:
             rows = raw_query(db, "EXPLAIN QUERY PLAN " + sql, params)
