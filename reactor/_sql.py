@@ -8,8 +8,10 @@ works the same on SQLite and PostgreSQL.
 A name (a scope, a key, a queue, a lock or a durable subscriber) that a statement looks up,
 compares or declares unique is written in brackets: ``[scope] = ?``, ``[key] IN (?, ?)``,
 ``[key] >= ?``, ``j.[queue] = q.[name]``, ``ON CONFLICT ([scope], [key])``. SQLite reads
-``[scope]`` as the column ``scope`` (a quoted identifier); ``_postgres`` converts the
-brackets to the form PostgreSQL's indexes hold.
+``[scope]`` as the column ``scope`` (a quoted identifier); PostgreSQL, whose B-tree
+entries hold at most 2,704 bytes, indexes a name by a bounded form of it, and
+``_postgres`` turns the brackets into that form (``_schema.NAME_INDEXED``), so that every
+name of up to 1,024 characters (4 KB of UTF-8) is stored and found through an index.
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ from collections.abc import Callable, Collection, Iterable
 from typing import Any, Final, TypeVar
 
 from ._combine import Combiner
-from ._keys import Pattern
+from ._keys import Pattern, _successor
+from ._schema import NAME_INDEXED
 from ._store import ChangeRecord, JobRow, Key, LockRow, Row, TimerRow, Upsert, WriteTxn
 from .errors import (
     BusyError,
@@ -231,10 +234,16 @@ QUEUES_DUE: Final = (
 def ranged(
     sql: str, scope: str, bounds: tuple[str, str | None] | None, *live: float
 ) -> tuple[str, tuple[Any, ...]]:
-    """``sql`` narrowed to the keys from ``bounds[0]`` up to (not including) ``bounds[1]``."""
+    """``sql`` narrowed to the keys from ``bounds[0]`` up to (not including) ``bounds[1]``,
+    or to a range holding it: bounds of more than ``NAME_INDEXED`` characters widen to
+    those of their first ``NAME_INDEXED`` (the range PostgreSQL's index of names can
+    seek; every caller matches the keys it reads against its pattern)."""
     params: tuple[Any, ...] = (scope, *live)
     if bounds is not None:
         low, high = bounds
+        low = low[:NAME_INDEXED]
+        if high is not None and len(high) > NAME_INDEXED:
+            high = _successor(high[:NAME_INDEXED])
         sql += RANGE
         params += (low,)
         if high is not None:
