@@ -42,7 +42,7 @@ from typing import Final
 
 from .errors import InvalidKeyError
 
-__all__ = ["Pattern", "check_key", "compile_pattern"]
+__all__ = ["Pattern", "check_key", "compile_pattern", "successor"]
 
 MAX_KEY_LENGTH: Final = 1024
 _LAST_CODE_POINT: Final = 0x10FFFF
@@ -113,10 +113,10 @@ class Pattern:
         """
         if not self.prefix:
             return None
-        return self.prefix, _successor(self.prefix)
+        return self.prefix, successor(self.prefix)
 
 
-def _successor(prefix: str) -> str | None:
+def successor(prefix: str) -> str | None:
     """The least string greater than every string that starts with ``prefix``."""
     chars = list(prefix)
     while chars:

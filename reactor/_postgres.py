@@ -21,6 +21,12 @@ committed; a listener reads the change log from the last revision it handed on, 
 notification lost with a connection costs nothing: after reconnecting, the listener
 catches up from the log.
 
+Names (scopes, keys, queues, locks, durable subscribers) may have 1,024 characters, 4 KB
+of UTF-8, more than a B-tree entry holds (2,704 bytes): every index over names holds
+``reactor_name(name)`` instead, the name itself up to 256 characters, else its start and
+its SHA-256 (``_schema._REACTOR_NAME``), and every statement looks names up in that form
+(``indexed_names``).
+
 Read-only (``readonly=True``), the store never migrates, every connection is in
 read-only transactions (``default_transaction_read_only``), and writes are refused
 before anything is sent.
@@ -32,6 +38,7 @@ import contextlib
 import functools
 import hashlib
 import logging
+import re
 import sys
 import threading
 from collections import deque
@@ -67,13 +74,45 @@ logger = logging.getLogger("reactor")
 
 T = TypeVar("T")
 
+_converted: dict[str, str] = {}
+# A name compared equal to placeholders: [key] = ?, or [key] IN (?, ?, ...).
+_NAME_EQUALS: Final = re.compile(r"((?:\w+\.)?)\[(\w+)\] (=|IN) (\?|\((?:\?, )*\?\))")
+_NAME: Final = re.compile(r"((?:\w+\.)?)\[(\w+)\]")  # [key], k.[key]
+
+
+def _pg(sql: str) -> str:
+    """``sql`` with its names as PostgreSQL indexes them (``indexed_names``) and psycopg's
+    placeholders (our statements hold no other ``?`` or ``%``)."""
+    found = _converted.get(sql)
+    if found is None:
+        found = _converted[sql] = indexed_names(sql).replace("?", "%s")
+    return found
+
+
+def indexed_names(sql: str) -> str:
+    """``sql`` with each name in brackets (``_sql``) as the indexes hold it:
+    ``reactor_name(name)`` (``_schema._REACTOR_NAME``). A name compared equal to
+    placeholders is compared with ``reactor_name(?)``, the form of the value given; a
+    name compared with a bound (``[key] >= ?``, ``[key] < ?``) is compared with the bound
+    itself, which is right for bounds of up to ``NAME_INDEXED`` characters, the only ones
+    ``_sql.ranged`` gives: a name that long or shorter is its own form, and a longer one
+    sorts among them as its first ``NAME_INDEXED`` characters do."""
+
+    def equals(found: re.Match[str]) -> str:
+        table, column, operator, values = found.groups()
+        return f"reactor_name({table}{column}) {operator} " + values.replace("?", "reactor_name(?)")
+
+    sql = _NAME_EQUALS.sub(equals, sql)
+    return _NAME.sub(r"reactor_name(\1\2)", sql)
+
+
 # A flush, in one statement run at commit under the order lock: the records take the
 # revisions after the last committed one (b.base + n for the n-th), rows staged with a
 # provisional revision (-n) take theirs, deleted rows go, and the notification says
 # the last revision. Compaction always keeps the newest record (``_schema.changes``).
 # The arrays go in binary (``%b``): psycopg's text form escapes every quote and
 # backslash of a JSON text through a regular expression, seconds for a few megabytes.
-_FLUSH: Final = """
+_FLUSH: Final = indexed_names("""
 WITH b AS (SELECT COALESCE(MAX(revision), 0) AS base FROM reactor_changes),
 logged AS (
     INSERT INTO reactor_changes
@@ -88,7 +127,7 @@ logged AS (
 ),
 gone AS (
     DELETE FROM reactor_kv AS k USING unnest(%b::text[], %b::text[]) AS d(scope, key)
-    WHERE k.scope = d.scope AND k.key = d.key
+    WHERE k.[scope] = d.[scope] AND k.[key] = d.[key]
 ),
 kept AS (
     INSERT INTO reactor_kv (scope, key, value, expires_at, revision, created_revision, version)
@@ -99,11 +138,11 @@ kept AS (
     FROM b, unnest(%b::text[], %b::text[], %b::text[], %b::float8[], %b::bigint[],
                    %b::bigint[], %b::bigint[])
         AS u(scope, key, value, expires_at, revision, created, version)
-    ON CONFLICT (scope, key) DO UPDATE SET value = excluded.value,
+    ON CONFLICT ([scope], [key]) DO UPDATE SET value = excluded.value,
         expires_at = excluded.expires_at, revision = excluded.revision,
         created_revision = excluded.created_revision, version = excluded.version
 )
-"""
+""")
 # Jobs in one statement of a few arrays: many rows of ?-placeholders would be parsed by
 # the driver, every time, at about 6 ms a hundred rows.
 ADD_JOBS: Final = (
@@ -111,9 +150,11 @@ ADD_JOBS: Final = (
     "created_at) SELECT * FROM unnest(%b::text[], %b::bigint[], %b::text[], %b::text[], "
     "%b::float8[], %b::int[], %b::text[], %b::text[], %b::float8[])"
 )
-READ_AHEAD: Final = (
-    "SELECT key, value, expires_at, revision, created_revision, version FROM reactor_kv "
-    "WHERE scope = %s AND key = ANY(%s)"
+# The rows of some keys of a scope: one seek of the index of names a key.
+READ_AHEAD: Final = _pg(
+    "SELECT k.key, k.value, k.expires_at, k.revision, k.created_revision, k.version "
+    "FROM unnest(?::text[]) AS w(key) JOIN reactor_kv AS k ON k.[key] = w.[key] "
+    "WHERE k.[scope] = ?"
 )
 CHANGES: Final = _FLUSH + "SELECT b.base, pg_notify(%s, (b.base + %s)::text) FROM b"
 # Rows only (a deadline changed, no record): no revision, no notification, no lock.
@@ -134,16 +175,6 @@ WRITER_PREPARE_THRESHOLD: Final = 1
 # made batches of 100 asyncio writes half as fast again to begin.
 PREPARED_ROWS: Final = 8
 SYNCHRONOUS_COMMIT: Final = {"normal": "on", "full": "on", "memory": "off"}
-
-_converted: dict[str, str] = {}
-
-
-def _pg(sql: str) -> str:
-    """``sql`` with psycopg's placeholders (our statements hold no other ``?`` or ``%``)."""
-    found = _converted.get(sql)
-    if found is None:
-        found = _converted[sql] = sql.replace("?", "%s")
-    return found
 
 
 def is_postgres_url(url: sa.URL) -> bool:
@@ -716,7 +747,7 @@ class PostgresStore(SQLStore):
                         (
                             scope,
                             conn.execute(
-                                READ_AHEAD, (scope, names), prepare=len(names) <= PREPARED_ROWS
+                                READ_AHEAD, (names, scope), prepare=len(names) <= PREPARED_ROWS
                             ),
                         )
                         for scope, names in by_scope.items()

@@ -4,6 +4,14 @@ Statements are written once, with ``?`` placeholders; a backend whose driver wan
 another style converts them (``_postgres``). A backend provides a way to run a query
 (``SQLStore._query``) and a write connection (``SQLStatements``); everything else here
 works the same on SQLite and PostgreSQL.
+
+A name (a scope, a key, a queue, a lock or a durable subscriber) that a statement looks up,
+compares or declares unique is written in brackets: ``[scope] = ?``, ``[key] IN (?, ?)``,
+``[key] >= ?``, ``j.[queue] = q.[name]``, ``ON CONFLICT ([scope], [key])``. SQLite reads
+``[scope]`` as the column ``scope`` (a quoted identifier); PostgreSQL, whose B-tree
+entries hold at most 2,704 bytes, indexes a name by a bounded form of it, and
+``_postgres`` turns the brackets into that form (``_schema.NAME_INDEXED``), so that every
+name of up to 1,024 characters (4 KB of UTF-8) is stored and found through an index.
 """
 
 from __future__ import annotations
@@ -13,7 +21,8 @@ from collections.abc import Callable, Collection, Iterable
 from typing import Any, Final, TypeVar
 
 from ._combine import Combiner
-from ._keys import Pattern
+from ._keys import Pattern, successor
+from ._schema import NAME_INDEXED
 from ._store import ChangeRecord, JobRow, Key, LockRow, Row, TimerRow, Upsert, WriteTxn
 from ._turn import Turn
 from .errors import (
@@ -31,14 +40,14 @@ logger = logging.getLogger("reactor")
 T = TypeVar("T")
 
 _LIVE: Final = "(expires_at IS NULL OR expires_at > ?)"
-GET: Final = f"SELECT value FROM reactor_kv WHERE scope = ? AND key = ? AND {_LIVE}"
+GET: Final = f"SELECT value FROM reactor_kv WHERE [scope] = ? AND [key] = ? AND {_LIVE}"
 GET_ENTRY: Final = (
-    f"SELECT value, expires_at FROM reactor_kv WHERE scope = ? AND key = ? AND {_LIVE}"
+    f"SELECT value, expires_at FROM reactor_kv WHERE [scope] = ? AND [key] = ? AND {_LIVE}"
 )
-ITEMS: Final = f"SELECT key, value FROM reactor_kv WHERE scope = ? AND {_LIVE}"
-KEYS: Final = f"SELECT key FROM reactor_kv WHERE scope = ? AND {_LIVE}"
-RANGE: Final = " AND key >= ?"
-RANGE_END: Final = " AND key < ?"
+ITEMS: Final = f"SELECT key, value FROM reactor_kv WHERE [scope] = ? AND {_LIVE}"
+KEYS: Final = f"SELECT key FROM reactor_kv WHERE [scope] = ? AND {_LIVE}"
+RANGE: Final = " AND [key] >= ?"
+RANGE_END: Final = " AND [key] < ?"
 SCOPES: Final = f"SELECT DISTINCT scope FROM reactor_kv WHERE {_LIVE} ORDER BY scope"
 COUNTS: Final = f"SELECT scope, COUNT(*) FROM reactor_kv WHERE {_LIVE} GROUP BY scope"
 # Every live key, in the order of the primary key (an export's, streamed).
@@ -50,19 +59,19 @@ EXPIRED: Final = (
     "SELECT scope, key FROM reactor_kv WHERE expires_at IS NOT NULL AND expires_at <= ?"
 )
 ROW_COLUMNS: Final = "value, expires_at, revision, created_revision, version"
-ROW: Final = f"SELECT {ROW_COLUMNS} FROM reactor_kv WHERE scope = ? AND key = ?"
+ROW: Final = f"SELECT {ROW_COLUMNS} FROM reactor_kv WHERE [scope] = ? AND [key] = ?"
 LIVE_ROW: Final = f"{ROW} AND {_LIVE}"
-ROWS: Final = f"SELECT key, {ROW_COLUMNS} FROM reactor_kv WHERE scope = ?"
+ROWS: Final = f"SELECT key, {ROW_COLUMNS} FROM reactor_kv WHERE [scope] = ?"
 UPSERT: Final = (
     "INSERT INTO reactor_kv (scope, key, value, expires_at, revision, created_revision, "
     "version) VALUES (?, ?, ?, ?, ?, ?, ?) "
-    "ON CONFLICT (scope, key) DO UPDATE SET value = excluded.value, "
+    "ON CONFLICT ([scope], [key]) DO UPDATE SET value = excluded.value, "
     "expires_at = excluded.expires_at, revision = excluded.revision, "
     "created_revision = excluded.created_revision, version = excluded.version"
 )
-DELETE: Final = "DELETE FROM reactor_kv WHERE scope = ? AND key = ?"
+DELETE: Final = "DELETE FROM reactor_kv WHERE [scope] = ? AND [key] = ?"
 REVISION: Final = "SELECT COALESCE(MAX(revision), 0) FROM reactor_changes"
-CHANGED_SINCE: Final = "SELECT 1 FROM reactor_changes WHERE scope = ? AND revision > ? LIMIT 1"
+CHANGED_SINCE: Final = "SELECT 1 FROM reactor_changes WHERE [scope] = ? AND revision > ? LIMIT 1"
 COMPACT_UPTO: Final = "DELETE FROM reactor_changes WHERE revision <= ?"
 # By age: everything below the oldest revision still young enough, so that the log
 # stays a contiguous range even if timestamps do not rise with revisions; the newest
@@ -87,22 +96,22 @@ LOG_AFTER: Final = (
     f"SELECT {RECORD_COLUMNS} "
     "FROM reactor_changes WHERE revision > ? AND revision <= ? ORDER BY revision LIMIT ?"
 )
-POSITION: Final = "SELECT position FROM reactor_subscribers WHERE name = ?"
+POSITION: Final = "SELECT position FROM reactor_subscribers WHERE [name] = ?"
 SUBSCRIBERS: Final = "SELECT name, position, delivered, failed FROM reactor_subscribers"
 SAVE_POSITION: Final = (
     "INSERT INTO reactor_subscribers (name, position, delivered, failed, updated_at) "
-    "VALUES (?, ?, ?, ?, ?) ON CONFLICT (name) DO UPDATE SET position = excluded.position, "
+    "VALUES (?, ?, ?, ?, ?) ON CONFLICT ([name]) DO UPDATE SET position = excluded.position, "
     "delivered = excluded.delivered, failed = excluded.failed, updated_at = excluded.updated_at"
 )
 RECORD_FAILURE: Final = (
     "INSERT INTO reactor_failures (name, revision, error, failed_at) VALUES (?, ?, ?, ?) "
-    "ON CONFLICT (name, revision) DO UPDATE SET error = excluded.error, "
+    "ON CONFLICT ([name], revision) DO UPDATE SET error = excluded.error, "
     "failed_at = excluded.failed_at"
 )
-LOCK: Final = "SELECT owner, token, expires_at FROM reactor_locks WHERE name = ?"
+LOCK: Final = "SELECT owner, token, expires_at FROM reactor_locks WHERE [name] = ?"
 SAVE_LOCK: Final = (
     "INSERT INTO reactor_locks (name, owner, token, expires_at) VALUES (?, ?, ?, ?) "
-    "ON CONFLICT (name) DO UPDATE SET owner = excluded.owner, token = excluded.token, "
+    "ON CONFLICT ([name]) DO UPDATE SET owner = excluded.owner, token = excluded.token, "
     "expires_at = excluded.expires_at"
 )
 LOCKS_HELD: Final = "SELECT COUNT(*) FROM reactor_locks WHERE owner IS NOT NULL AND expires_at > ?"
@@ -113,11 +122,12 @@ HELD_LOCKS: Final = (
 # On the index reactor_changes_key (scope, key, revision): a key's records, in order.
 HISTORY: Final = (
     f"SELECT {RECORD_COLUMNS} "
-    "FROM reactor_changes WHERE scope = ? AND key = ? ORDER BY revision DESC LIMIT ?"
+    "FROM reactor_changes WHERE [scope] = ? AND [key] = ? ORDER BY revision DESC LIMIT ?"
 )
 KEY_HISTORY: Final = (
     f"SELECT {RECORD_COLUMNS} "
-    "FROM reactor_changes WHERE scope = ? AND key = ? AND revision > ? ORDER BY revision LIMIT ?"
+    "FROM reactor_changes WHERE [scope] = ? AND [key] = ? AND revision > ? ORDER BY revision "
+    "LIMIT ?"
 )
 # The value of a key at revision R, in one statement (one snapshot): the old value of
 # its first change after R if there is one, else its row now; and the time of R, since
@@ -125,19 +135,19 @@ KEY_HISTORY: Final = (
 VALUE_AT: Final = (
     "SELECT 0, type, old_value, expires_at FROM (SELECT type, old_value, expires_at "
     "FROM reactor_changes "
-    "WHERE scope = ? AND key = ? AND revision > ? ORDER BY revision LIMIT 1) AS first_after "
-    "UNION ALL SELECT 1, NULL, value, expires_at FROM reactor_kv WHERE scope = ? AND key = ? "
+    "WHERE [scope] = ? AND [key] = ? AND revision > ? ORDER BY revision LIMIT 1) AS first_after "
+    "UNION ALL SELECT 1, NULL, value, expires_at FROM reactor_kv WHERE [scope] = ? AND [key] = ? "
     "UNION ALL SELECT 2, NULL, NULL, timestamp FROM reactor_changes WHERE revision = ? "
     "UNION ALL SELECT 3, NULL, NULL, value FROM reactor_meta WHERE name = 'compacted' "
     "UNION ALL SELECT 4, NULL, NULL, MAX(revision) FROM reactor_changes "
     "UNION ALL SELECT 5, NULL, NULL, value FROM reactor_meta WHERE name = 'compacted_at'"
 )
 SCOPE_CHANGED_KEYS: Final = (
-    "SELECT DISTINCT key FROM reactor_changes WHERE scope = ? AND revision > ?"
+    "SELECT DISTINCT key FROM reactor_changes WHERE [scope] = ? AND revision > ?"
 )
 # Whether any of some keys changed after a revision (if_revision on a write of several).
 KEYS_CHANGED_SINCE: Final = (
-    "SELECT 1 FROM reactor_changes WHERE scope = ? AND key IN ({}) AND revision > ? LIMIT 1"
+    "SELECT 1 FROM reactor_changes WHERE [scope] = ? AND [key] IN ({}) AND revision > ? LIMIT 1"
 )
 # Timers (reactor_timers): on the index reactor_timers_due (due, id).
 TIMER_COLUMNS: Final = "id, scope, key, due, every, value, ops"
@@ -156,37 +166,37 @@ IN_CHUNK: Final = 500  # keys per IN (...) list, well under every driver's varia
 # Work queues. A statement that looks for jobs names the queue and a state, and orders
 # by (ready_at, id): it seeks the index reactor_jobs_ready (queue, state, ready_at, id),
 # O(log n) however many jobs the queue holds.
-QUEUE: Final = "SELECT max_attempts, next_id FROM reactor_queues WHERE name = ?"
+QUEUE: Final = "SELECT max_attempts, next_id FROM reactor_queues WHERE [name] = ?"
 ADD_QUEUE: Final = "INSERT INTO reactor_queues (name, max_attempts, next_id) VALUES (?, ?, ?)"
-SET_QUEUE: Final = "UPDATE reactor_queues SET max_attempts = ?, next_id = ? WHERE name = ?"
+SET_QUEUE: Final = "UPDATE reactor_queues SET max_attempts = ?, next_id = ? WHERE [name] = ?"
 QUEUE_NAMES: Final = "SELECT name FROM reactor_queues ORDER BY name"
 JOB_COLUMNS: Final = "id, item, state, ready_at, attempts, owner"
-JOB: Final = f"SELECT {JOB_COLUMNS} FROM reactor_jobs WHERE queue = ? AND id = ?"
+JOB: Final = f"SELECT {JOB_COLUMNS} FROM reactor_jobs WHERE [queue] = ? AND id = ?"
 FIRST_READY: Final = (
-    f"SELECT {JOB_COLUMNS} FROM reactor_jobs WHERE queue = ? AND state = 'ready' "
+    f"SELECT {JOB_COLUMNS} FROM reactor_jobs WHERE [queue] = ? AND state = 'ready' "
     "AND ready_at <= ? ORDER BY ready_at, id LIMIT 1"
 )
 DUE_JOBS: Final = (
-    f"SELECT {JOB_COLUMNS} FROM reactor_jobs WHERE queue = ? AND state = ? "
+    f"SELECT {JOB_COLUMNS} FROM reactor_jobs WHERE [queue] = ? AND state = ? "
     "AND ready_at <= ? ORDER BY ready_at, id LIMIT ?"
 )
 JOBS_IN_STATE: Final = (
-    f"SELECT {JOB_COLUMNS} FROM reactor_jobs WHERE queue = ? AND state = ? "
+    f"SELECT {JOB_COLUMNS} FROM reactor_jobs WHERE [queue] = ? AND state = ? "
     "ORDER BY ready_at, id LIMIT ?"
 )
 # When a job may next be taken: the first ready one, or the first lease to run out.
 # ORDER BY ... LIMIT 1 rather than MIN(): PostgreSQL reads MIN() off the index only when
 # its statistics say the range is large, and a queue just filled has none yet.
-_FIRST_AT: Final = "(SELECT ready_at FROM reactor_jobs WHERE queue = ? AND state = "
+_FIRST_AT: Final = "(SELECT ready_at FROM reactor_jobs WHERE [queue] = ? AND state = "
 NEXT_TIMES: Final = (
     f"SELECT {_FIRST_AT}'ready' ORDER BY ready_at LIMIT 1), "
     f"{_FIRST_AT}'taken' ORDER BY ready_at LIMIT 1)"
 )
 # Every job of a queue with its idempotency key, in the order of ready_at (an export's).
 QUEUE_JOBS: Final = (
-    f"SELECT {JOB_COLUMNS}, key FROM reactor_jobs WHERE queue = ? ORDER BY ready_at, id"
+    f"SELECT {JOB_COLUMNS}, key FROM reactor_jobs WHERE [queue] = ? ORDER BY ready_at, id"
 )
-JOBS_BY_KEY: Final = "SELECT key, id FROM reactor_jobs WHERE queue = ? AND key IN ({})"
+JOBS_BY_KEY: Final = "SELECT key, id FROM reactor_jobs WHERE [queue] = ? AND [key] IN ({})"
 ADD_JOBS: Final = (
     "INSERT INTO reactor_jobs (queue, id, item, state, ready_at, attempts, owner, key, "
     "created_at) VALUES {}"
@@ -195,20 +205,20 @@ JOB_PLACES: Final = "(?, ?, ?, ?, ?, ?, ?, ?, ?)"
 JOBS_PER_INSERT: Final = 100  # 900 parameters: under SQLite's oldest limit (999)
 SET_JOB: Final = (
     "UPDATE reactor_jobs SET state = ?, ready_at = ?, attempts = ?, owner = ? "
-    "WHERE queue = ? AND id = ?"
+    "WHERE [queue] = ? AND id = ?"
 )
 SET_JOB_STATES: Final = (
-    "UPDATE reactor_jobs SET state = ?, owner = NULL WHERE queue = ? AND id IN ({})"
+    "UPDATE reactor_jobs SET state = ?, owner = NULL WHERE [queue] = ? AND id IN ({})"
 )
 REVIVE_JOBS: Final = (
     "UPDATE reactor_jobs SET state = 'ready', ready_at = ?, attempts = 0, owner = NULL "
-    "WHERE queue = ? AND id IN ({})"
+    "WHERE [queue] = ? AND id IN ({})"
 )
-DELETE_JOB: Final = "DELETE FROM reactor_jobs WHERE queue = ? AND id = ?"
+DELETE_JOB: Final = "DELETE FROM reactor_jobs WHERE [queue] = ? AND id = ?"
 # How many jobs of a queue: ready now, ready later, taken, taken with the lease run out
 # (with attempts left, and without), dead. Each a range of the index: no sort, no
 # grouping, and the table itself read only for the leases that ran out.
-_COUNT: Final = "(SELECT COUNT(*) FROM reactor_jobs WHERE queue = ? AND state = "
+_COUNT: Final = "(SELECT COUNT(*) FROM reactor_jobs WHERE [queue] = ? AND state = "
 JOB_COUNTS: Final = (
     f"SELECT {_COUNT}'ready' AND ready_at <= ?), {_COUNT}'ready' AND ready_at > ?), "
     f"{_COUNT}'taken' AND ready_at > ?), "
@@ -218,17 +228,23 @@ JOB_COUNTS: Final = (
 # The queues with a lease run out: one seek of the index per queue, not a table scan.
 QUEUES_DUE: Final = (
     "SELECT q.name FROM reactor_queues AS q WHERE EXISTS (SELECT 1 FROM reactor_jobs AS j "
-    "WHERE j.queue = q.name AND j.state = 'taken' AND j.ready_at <= ?)"
+    "WHERE j.[queue] = q.[name] AND j.state = 'taken' AND j.ready_at <= ?)"
 )
 
 
 def ranged(
     sql: str, scope: str, bounds: tuple[str, str | None] | None, *live: float
 ) -> tuple[str, tuple[Any, ...]]:
-    """``sql`` narrowed to the keys from ``bounds[0]`` up to (not including) ``bounds[1]``."""
+    """``sql`` narrowed to the keys from ``bounds[0]`` up to (not including) ``bounds[1]``,
+    or to a range holding it: bounds of more than ``NAME_INDEXED`` characters widen to
+    those of their first ``NAME_INDEXED`` (the range PostgreSQL's index of names can
+    seek; every caller matches the keys it reads against its pattern)."""
     params: tuple[Any, ...] = (scope, *live)
     if bounds is not None:
         low, high = bounds
+        low = low[:NAME_INDEXED]
+        if high is not None and len(high) > NAME_INDEXED:
+            high = successor(high[:NAME_INDEXED])
         sql += RANGE
         params += (low,)
         if high is not None:
@@ -290,7 +306,7 @@ class _RowReads:
         unique = list(dict.fromkeys(keys))
         for start in range(0, len(unique), IN_CHUNK):
             chunk = unique[start : start + IN_CHUNK]
-            sql = f"{ROWS} AND key IN ({', '.join('?' * len(chunk))})"
+            sql = f"{ROWS} AND [key] IN ({', '.join('?' * len(chunk))})"
             for key, *row in self._all(sql, (scope, *chunk)):
                 found[key] = Row(*row)
         return found
@@ -866,7 +882,7 @@ class SQLStore:
         found: dict[str, str] = {}
         for start in range(0, len(wanted), IN_CHUNK):
             chunk = wanted[start : start + IN_CHUNK]
-            sql = f"{ITEMS} AND key IN ({', '.join('?' * len(chunk))})"
+            sql = f"{ITEMS} AND [key] IN ({', '.join('?' * len(chunk))})"
             found.update(self._query(sql, (scope, now, *chunk)))
         return {key: found[key] for key in wanted if key in found}
 

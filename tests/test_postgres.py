@@ -3,7 +3,9 @@ connections. Needs ``REACTOR_TEST_POSTGRES_URL``; skips without it (in either pa
 
 from __future__ import annotations
 
+import hashlib
 import io
+import re
 import subprocess
 import sys
 import threading
@@ -16,7 +18,7 @@ import pytest
 import sqlalchemy as sa
 
 import reactor
-from reactor import _exchange, _registry, _schema
+from reactor import _exchange, _postgres, _registry, _schema, _sql
 from reactor._engine import engine_of
 from reactor._export import ExportView
 
@@ -428,3 +430,168 @@ def test_a_write_cut_off_during_its_commit_says_the_outcome_is_unknown(
         assert unknown, "the killer never hit a commit: the test proves nothing"
         # Every write that committed is delivered, those of unknown outcome included.
         wait_for(lambda: set(heard) == present, timeout=10)
+
+
+# -- names of any length: PostgreSQL indexes reactor_name(name) --------------------------
+def _connect(url: str) -> psycopg.Connection[Any]:
+    parsed = sa.make_url(url).set(drivername="postgresql")
+    options = parsed.query.get("options")
+    conninfo = parsed.set(query={}).render_as_string(hide_password=False)
+    return psycopg.connect(conninfo, options=options, autocommit=True)
+
+
+def _indexed_form(name: str) -> str:
+    if len(name) <= _schema.NAME_INDEXED:
+        return name
+    return name[: _schema.NAME_INDEXED] + hashlib.sha256(name.encode()).hexdigest()
+
+
+def test_an_index_holds_a_short_name_whole_and_a_long_one_as_its_start_and_sha256(
+    schemas: PostgresSchemas,
+) -> None:
+    url = schemas.create()
+    reactor.open(url).close()
+    names = ["k", "日" * 256, "日" * 257, "😀" * 1024, "\\" * 300, "\\101" * 100, "a'b" * 200]
+    with _connect(url) as conn:
+        for name in names:
+            found = conn.execute("SELECT reactor_name(%s)", (name,)).fetchall()
+            assert found == [(_indexed_form(name),)], name
+
+
+def _plan(conn: psycopg.Connection[Any], sql: str, params: tuple[Any, ...]) -> str:
+    rows = conn.execute("EXPLAIN " + sql, params).fetchall()
+    return "\n".join(str(row[0]) for row in rows)
+
+
+def test_every_statement_that_looks_up_a_name_can_seek_an_index(
+    schemas: PostgresSchemas,
+) -> None:
+    url = schemas.create()
+    long = "😀" * 1024
+    with reactor.open(url) as state:
+        state.scope("s").set_many({"k": 1, long: 2})
+        state.queue("q").put(1, key="i")
+        state.lock("l", ttl=30).acquire(blocking=False)
+    now = time.time()
+    ins = "?, ?"
+    statements: list[tuple[str, tuple[Any, ...]]] = [
+        (_sql.GET, ("s", "k", now)),
+        (_sql.GET_ENTRY, ("s", long, now)),
+        (_sql.LIVE_ROW, ("s", "k", now)),
+        (_sql.ROWS + _sql.RANGE + _sql.RANGE_END, ("s", "a", "b")),
+        (_sql.ITEMS + f" AND [key] IN ({ins})", ("s", now, "k", long)),
+        (_sql.KEYS + _sql.RANGE + _sql.RANGE_END + " ORDER BY key", ("s", now, "a", "b")),
+        (_sql.DELETE, ("s", "k")),
+        (_sql.CHANGED_SINCE, ("s", 0)),
+        (_sql.HISTORY, ("s", "k", 10)),
+        (_sql.KEY_HISTORY, ("s", "k", 0, 10)),
+        (_sql.VALUE_AT, ("s", "k", 1, "s", "k", 1)),
+        (_sql.SCOPE_CHANGED_KEYS + _sql.RANGE, ("s", 0, "a")),
+        (_sql.KEYS_CHANGED_SINCE.format(ins), ("s", "k", long, 0)),
+        (_sql.POSITION, ("d",)),
+        (_sql.LOCK, ("l",)),
+        (_sql.QUEUE, ("q",)),
+        (_sql.SET_QUEUE, (5, 2, "q")),
+        (_sql.JOB, ("q", 1)),
+        (_sql.FIRST_READY, ("q", now)),
+        (_sql.DUE_JOBS, ("q", "taken", now, 10)),
+        (_sql.JOBS_IN_STATE, ("q", "dead", 10)),
+        (_sql.NEXT_TIMES, ("q", "q")),
+        (_sql.QUEUE_JOBS, ("q",)),
+        (_sql.JOBS_BY_KEY.format(ins), ("q", "i", long)),
+        (_sql.SET_JOB, ("taken", now, 1, "o", "q", 1)),
+        (_sql.SET_JOB_STATES.format(ins), ("dead", "q", 1, 2)),
+        (_sql.REVIVE_JOBS.format(ins), (now, "q", 1, 2)),
+        (_sql.DELETE_JOB, ("q", 1)),
+        (_sql.JOB_COUNTS, ("q", now) * 3 + ("q", now, 5) * 2 + ("q",)),
+        (_sql.QUEUES_DUE, (now,)),  # one seek of the jobs a queue
+        (_postgres.READ_AHEAD, (["k", long], "s")),
+    ]
+    upserts: list[tuple[str, tuple[Any, ...], str]] = [
+        (_sql.UPSERT, ("s", "k", "1", None, 1, 1, 1), "reactor_kv_name"),
+        (_sql.SAVE_POSITION, ("d", 1, 0, 0, now), "reactor_subscribers_name"),
+        (_sql.RECORD_FAILURE, ("d", 1, "e", now), "reactor_failures_name"),
+        (_sql.SAVE_LOCK, ("l", None, 1, None), "reactor_locks_name"),
+    ]
+    scanned = re.compile(r"Seq Scan on (reactor_\w+)")
+    with _connect(url) as conn:
+        conn.execute("SET enable_seqscan = off")  # a plan that can seek an index does
+        for sql, params in statements:
+            converted = sql if "%s" in sql else _postgres._pg(sql)
+            plan = _plan(conn, converted, params)
+            tables = set(scanned.findall(plan)) - {"reactor_meta", "reactor_queues"}
+            assert not tables, f"{sql}\n{plan}"
+            assert "Index" in plan, f"{sql}\n{plan}"
+        for sql, params, index in upserts:
+            plan = _plan(conn, _postgres._pg(sql), params)
+            assert f"Conflict Arbiter Indexes: {index}" in plan, plan
+        # The flush of a commit: rows found through the index, records appended.
+        flush = (
+            ["s"], ["k"], ["updated"], ["1"], ["2"], [None], [now], [2], [None], [None],
+            ["s"], [long],
+            ["s"], ["k"], ["2"], [None], [-1], [1], [2],
+            "reactor_x", 1,
+        )  # fmt: skip
+        plan = _plan(conn, _postgres.CHANGES, flush)
+        assert "Conflict Arbiter Indexes: reactor_kv_name" in plan, plan
+        assert "Index Scan using reactor_kv_name" in plan, plan
+        assert "Seq Scan on reactor_kv" not in plan, plan
+
+
+def test_a_database_of_version_5_gets_the_indexes_of_names(schemas: PostgresSchemas) -> None:
+    url = schemas.create()
+    engine = sa.create_engine(sa.make_url(url).set(drivername="postgresql+psycopg"))
+    _schema.migrate(engine, target=5)
+    with engine.begin() as conn:
+        for statement in (
+            (
+                "INSERT INTO reactor_kv (scope, key, value, expires_at, revision, "
+                "created_revision, version) VALUES ('s', 'k', '1', NULL, 1, 1, 1)"
+            ),
+            (
+                "INSERT INTO reactor_changes (revision, scope, key, type, old_value, new_value, "
+                "timestamp, version) VALUES (1, 's', 'k', 'created', NULL, '1', 0, 1)"
+            ),
+            (
+                "INSERT INTO reactor_locks (name, owner, token, expires_at) "
+                "VALUES ('l', NULL, 7, NULL)"
+            ),
+            "INSERT INTO reactor_queues (name, max_attempts, next_id) VALUES ('q', 5, 2)",
+            (
+                "INSERT INTO reactor_jobs (queue, id, item, state, ready_at, attempts, owner, key, "
+                "created_at) VALUES ('q', 1, '\"job\"', 'ready', 0, 0, NULL, 'i', 0)"
+            ),
+        ):
+            conn.exec_driver_sql(statement)
+    engine.dispose()
+    long = "😀" * 1024
+    with reactor.open(url) as state:
+        scope = state.scope("s")
+        assert scope.get("k") == 1
+        scope.set("k", 2)  # the row of version 5, found through the new index
+        scope.set(long, 3)
+        assert scope.list() == {"k": 2, long: 3}
+        assert [e.new_value for e in scope.history("k")] == [1, 2]
+        lock = state.lock("l", ttl=30)
+        assert lock.acquire(blocking=False)
+        assert lock.token == 8
+        queue = state.queue("q")
+        assert queue.put("again", key="i") == 1  # the key of the job of version 5
+        assert queue.put("new") == 2
+    constraints = raw_query(
+        url,
+        "SELECT conrelid::regclass::text, conname FROM pg_constraint "
+        "WHERE contype = 'p' AND connamespace = current_schema()::regnamespace",
+    )
+    assert sorted(constraints) == [
+        ("reactor_changes", "reactor_changes_pkey"),
+        ("reactor_meta", "reactor_meta_pkey"),
+        ("reactor_timers", "reactor_timers_pkey"),
+    ]
+    indexes = raw_query(
+        url, "SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = current_schema()"
+    )
+    by_name = dict(indexes)
+    for name in ("reactor_kv_name", "reactor_changes_key", "reactor_jobs_key"):
+        assert "reactor_name(" in by_name[name], by_name[name]
+    assert _schema.SCHEMA_VERSION == 6
