@@ -333,6 +333,10 @@ class WriteTxn:
         else:
             work(self)
 
+    def deferred_work(self) -> Iterator[Callable[[WriteTxn], None]]:
+        """The work deferred to the commit so far, in order."""
+        return (work for _, work in self._deferred)
+
     def last_deferred(self) -> Callable[[WriteTxn], None] | None:
         """The work deferred last, if no change was recorded since (more of the same
         may join it, keeping the body's order); None otherwise."""

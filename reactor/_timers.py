@@ -36,11 +36,14 @@ if TYPE_CHECKING:
     from ._options import Options
 
 __all__ = [
+    "AddTimer",
+    "DropTimer",
     "Fired",
     "check_timer_id",
     "drop_timer",
     "fire",
     "next_due",
+    "pending_timer",
     "restore",
     "schedule",
     "timer_of",
@@ -109,7 +112,7 @@ def schedule(
         else:
             due = txn.now + (delay if delay is not None else period or 0.0)
         row = TimerRow(timer_id, scope, key, due, period, value_text, ops_text)
-        txn.defer(lambda commit: commit.statements.add_timer(row, commit.now))
+        txn.defer(AddTimer(row))
         return timer_of(row)
 
     return Work(work)
@@ -134,11 +137,8 @@ def restore(
     """
     scheduled = schedule(options, scope, key, value, ops, due_in, None, every, timer_id=timer_id)
 
-    def drop(commit: WriteTxn) -> None:
-        commit.statements.drop_timer(timer_id)
-
     def work(txn: WriteTxn) -> Timer:
-        txn.defer(drop)  # before the timer's row goes in: deferred too, in order
+        txn.defer(DropTimer(timer_id))  # before the timer's row goes in: deferred too
         return scheduled(txn)
 
     return Work(work)
@@ -168,6 +168,44 @@ def drop_timer(timer_id: str) -> Work[bool]:
         return txn.statements.drop_timer(timer_id)
 
     return Work(work)
+
+
+class AddTimer:
+    """Deferred work that adds a timer's row (at the commit of a transaction body)."""
+
+    __slots__ = ("row",)
+
+    def __init__(self, row: TimerRow) -> None:
+        self.row = row
+
+    def __call__(self, commit: WriteTxn) -> None:
+        commit.statements.add_timer(self.row, commit.now)
+
+
+class DropTimer:
+    """Deferred work that removes a timer's row, if it is still there."""
+
+    __slots__ = ("timer_id",)
+
+    def __init__(self, timer_id: str) -> None:
+        self.timer_id = timer_id
+
+    def __call__(self, commit: WriteTxn) -> None:
+        commit.statements.drop_timer(self.timer_id)
+
+
+def pending_timer(txn: WriteTxn, timer_id: str) -> TimerRow | None:
+    """The timer ``timer_id`` as a transaction body sees it: the stored one, unless the
+    body's own schedules and cancels (deferred to its commit, in order) say otherwise;
+    None when there is none (never was, cancelled, or fired)."""
+    row = None
+    said = False
+    for work in txn.deferred_work():
+        if isinstance(work, AddTimer) and work.row.id == timer_id:
+            row, said = work.row, True
+        elif isinstance(work, DropTimer) and work.timer_id == timer_id:
+            row, said = None, True
+    return row if said else txn.statements.fetch_timer(timer_id)
 
 
 def timer_of(row: TimerRow) -> Timer:

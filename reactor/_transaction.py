@@ -34,7 +34,7 @@ from ._keys import Pattern, check_key
 from ._results import Snapshot
 from ._sql import TransactionReader
 from ._store import Row, WriteTxn
-from ._timers import check_timer_id
+from ._timers import DropTimer, check_timer_id, pending_timer
 from ._verbs import ScopeVerbs, verb
 from .errors import (
     ClosedError,
@@ -311,16 +311,12 @@ class Hold:
         checked = check_timer_id(timer_id)
         txn = self.txn
         assert txn is not None
-        row = txn.statements.fetch_timer(checked)
+        row = pending_timer(txn, checked)  # the body's own schedules and cancels count
         if row is None:
             return False
         if row.scope not in self.names:
             self.locks.add(row.scope)  # the commit holds it, ordered with the firing
-
-        def drop(commit: WriteTxn) -> None:
-            commit.statements.drop_timer(checked)  # gone already if it fired meanwhile
-
-        txn.defer(drop)
+        txn.defer(DropTimer(checked))  # gone already if it fired meanwhile: nothing
         return True
 
     def usable(self) -> Engine:
@@ -402,8 +398,9 @@ class Transaction(ScopeVerbs):
 
     def cancel_timer(self, timer_id: str) -> bool:
         """Cancel a pending timer with the commit, or not at all; return whether it is
-        pending now. (A timer of a scope this transaction does not hold may still fire
-        before the commit: then there is nothing left to cancel.)
+        pending now, as this body sees it: its own ``schedule`` and earlier cancels
+        count. (A timer of a scope this transaction does not hold may still fire before
+        the commit: then there is nothing left to cancel.)
 
         Raises:
             InvalidArgumentError: ``timer_id`` is not a str.

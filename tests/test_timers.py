@@ -183,6 +183,49 @@ def test_a_transaction_creates_its_timers_with_its_commit(
     assert scope.get("never") is None
 
 
+def test_a_body_sees_its_own_schedules_and_cancels(state: reactor.State, clock: FakeClock) -> None:
+    """Issue 22, item 8: tx.cancel_timer could not see the same body's tx.schedule
+    (False, and the timer fired after the commit), and cancelling a stored timer twice
+    in one body said True twice."""
+    scope = state.scope("s")
+    stored = scope.schedule("stored", 1, after=5)
+    with scope.transaction() as tx:
+        fresh = tx.schedule("fresh", 1, after=5)
+        assert tx.cancel_timer(fresh.id) is True  # the body's own schedule
+        assert tx.cancel_timer(fresh.id) is False  # cancelled already, in this body
+        assert tx.cancel_timer(stored.id) is True
+        assert tx.cancel_timer(stored.id) is False
+        kept = tx.schedule("kept", 1, after=5)
+        assert state.timers() == [stored]  # nothing changes before the commit
+    assert state.timers() == [kept]
+    with state.transaction("s", "t") as multi:
+        other = multi["t"].schedule("k", 2, after=5)
+        assert multi.cancel_timer(other.id) is True
+        assert multi["s"].cancel_timer(other.id) is False
+    with pytest.raises(RuntimeError), scope.transaction() as tx:
+        assert tx.cancel_timer(kept.id) is True
+        raise RuntimeError  # rolled back: the cancel goes with it
+    with scope.transaction() as tx:
+        assert tx.cancel_timer(kept.id) is True
+        with pytest.raises(reactor.InvalidArgumentError):
+            tx.schedule("bad", 1, after=float("nan"))  # a failed verb undoes nothing else
+        assert tx.cancel_timer(kept.id) is False
+    assert state.timers() == []
+    clock.advance(6)
+    engine_of(state).sweeper.fire_timers()
+    assert scope.keys() == []
+    assert state.scope("t").keys() == []
+
+
+async def test_an_async_body_sees_its_own_schedules_and_cancels(db_path: Any) -> None:
+    async with reactor.aio.open(db_path) as state:
+        async with state.scope("s").transaction() as tx:
+            fresh = await tx.schedule("fresh", 1, after=5)
+            assert await tx.cancel_timer(fresh.id) is True
+            assert await tx.cancel_timer(fresh.id) is False
+        assert await state.timers() == []
+
+
 CONFLICTER = """
     import sys, reactor
     with reactor.open(sys.argv[1]) as state:
