@@ -260,13 +260,15 @@ def _settled_revision(engine: Any) -> int:
     raise AssertionError("the database never settled")
 
 
+@pytest.mark.timeout(600)  # about 20 s on a quiet machine; minutes beside CPU burners
 def test_every_consumer_sees_the_change_log_exactly(
     db_path: Any, tmp_path: Path, processes: list[Any]
 ) -> None:
     # PostgreSQL commits a durable subscriber's positions a few times slower: less to
-    # catch up on keeps the run short.
+    # catch up on keeps the run short. A loaded machine slows the consumers more than
+    # the writers: they get the patience for it.
     postgres = str(db_path).startswith("postgresql")
-    _run_campaign(db_path, tmp_path, processes, seconds=3.0 if postgres else 6.0, patience=30.0)
+    _run_campaign(db_path, tmp_path, processes, seconds=3.0 if postgres else 6.0, patience=180.0)
 
 
 @pytest.mark.slow

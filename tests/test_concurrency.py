@@ -139,7 +139,7 @@ def test_readers_see_writes_acknowledged_before_they_began(open_state: Opener) -
 
 
 def test_operation_timeout_withdraws_a_queued_write(open_state: Opener, db_path: Path) -> None:
-    state = open_state(timeout=0.2)
+    state = open_state(timeout=1.0)  # a loaded machine may stall a write 0.2 s
     engine = engine_of(state)
     scope = state.scope("slow")
     running = engine.mailbox("slow")._running  # type: ignore[attr-defined]
@@ -152,7 +152,7 @@ def test_operation_timeout_withdraws_a_queued_write(open_state: Opener, db_path:
 
 
 def test_a_writer_held_too_long_is_a_busy_error(open_state: Opener) -> None:
-    state = open_state(timeout=0.2)
+    state = open_state(timeout=1.0)  # a loaded machine may stall a write 0.2 s
     scope = state.scope("s")
     gate = engine_of(state).store._gate  # type: ignore[attr-defined]
     with held_elsewhere(gate), pytest.raises(reactor.BusyError):
