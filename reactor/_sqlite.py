@@ -16,7 +16,9 @@ which sleeps; other processes are waited for by ``busy_timeout``.
 
 The file is checked before anything touches it (``_probe``): a file that is not a reactor
 database, or one from a newer reactor, is refused byte-for-byte untouched, since the
-first pragma of a connection (``journal_mode = WAL``) rewrites the header. While open,
+first pragma of a connection (``journal_mode = WAL``) rewrites the header; and with no
+file made beside it, since even a ``mode=ro`` connection makes the -wal and -shm files
+of a database in WAL mode that no connection has open (``_probing``). While open,
 the store remembers which file it opened: a commit that finds the path no longer
 leading to that file (or to its WAL) is not acknowledged (``_check_file``), since
 SQLite would go on writing into an unlinked inode that no other process can see.
@@ -896,24 +898,79 @@ def _probe(
     return its schema version (0: a new database; None: unknown until a hot journal
     is rolled back).
 
-    It reads through a read-only connection, which never changes the database file
-    (a read-write one would rewrite the header to WAL mode, and checkpoint a WAL left
-    over into it when it closes): a ``mode=ro`` one, or what ``connect`` makes. An
-    empty file, or a SQLite database with nothing in it, is a new database.
+    It reads through a connection that writes nothing, neither the database file (a
+    read-write one would rewrite the header to WAL mode, and checkpoint a WAL left
+    over into it when it closes) nor files beside it: ``_probing``'s, or what
+    ``connect`` makes. An empty file, or a SQLite database with nothing in it, is a
+    new database.
 
     Raises:
         SchemaError: the database comes from a newer reactor.
         StorageError: it is not a reactor database, or cannot be read.
     """
+    location = str(path)
+    while True:
+        mark: tuple[int, ...] | None = None
+        try:
+            if connect is not None:
+                conn = connect()
+            else:
+                conn, mark = _probing(location, timeout)
+        except sqlite3.Error as exc:
+            raise translate(exc) from exc
+        try:
+            version = _read_version(path, conn)
+        except ReactorError:
+            if mark is None or not _opened_since(location, mark):
+                raise
+            continue  # what it read may be torn: read again, as the other connection does
+        finally:
+            conn.close()
+        if mark is None or not _opened_since(location, mark):
+            return version
+
+
+def _probing(path: str, timeout: float) -> tuple[sqlite3.Connection, tuple[int, ...] | None]:
+    """A connection that reads ``path`` once and creates nothing beside it; with the
+    file's ``_mark`` when it reads the file alone, ``immutable=1``.
+
+    A ``mode=ro`` connection to a database in WAL mode makes its -wal and -shm files
+    when they are missing, and may not delete them when it closes: a database refused
+    would be left with two new files. With no -wal file, every commit is in the
+    database file and no connection has the database open: it is read alone, with no
+    lock and no WAL index (``_probe`` reads again if a connection opened it
+    meanwhile). A database in rollback mode (or a file that is none) is read
+    ``mode=ro``, which makes no file, and which sees a hot journal; so is a database
+    whose WAL is there, which it shares (it makes the -shm file only if that one is
+    gone alone).
+    """
+    uri = f"file:{quote(path)}?mode=ro"
+    mark = None
+    if _in_wal_mode(path) and not os.path.exists(path + "-wal"):
+        mark = _mark(path)  # before connecting: a change in between is seen
+        uri += "&immutable=1"
+    return sqlite3.connect(uri, uri=True, timeout=timeout, isolation_level=None), mark
+
+
+def _in_wal_mode(path: str) -> bool:
+    """Whether the header of the SQLite database at ``path`` says WAL mode (its read
+    and write versions are 2)."""
     try:
-        if connect is not None:
-            conn = connect()
-        else:
-            conn = sqlite3.connect(
-                f"file:{quote(str(path))}?mode=ro", uri=True, timeout=timeout, isolation_level=None
-            )
-    except sqlite3.Error as exc:
-        raise translate(exc) from exc
+        with open(path, "rb") as file:
+            header = file.read(20)
+    except OSError:
+        return False
+    return header[:16] == b"SQLite format 3\0" and header[18:20] == b"\x02\x02"
+
+
+def _opened_since(path: str, mark: tuple[int, ...]) -> bool:
+    """Whether a connection may have opened the database at ``path`` (it made the WAL)
+    or changed the file since ``mark``: an immutable read of it may be torn."""
+    return os.path.exists(path + "-wal") or _mark(path) != mark
+
+
+def _read_version(path: Path, conn: sqlite3.Connection) -> int | None:
+    """``_probe``'s reading, on ``conn``."""
     try:
         tables = {name for (name,) in conn.execute("SELECT name FROM sqlite_master")}
         marks = (
@@ -929,8 +986,6 @@ def _probe(
         if getattr(exc, "sqlite_errorcode", None) == _READONLY_ROLLBACK:
             return None  # a hot journal to roll back first: migrate() will see what it holds
         raise translate(exc) from exc
-    finally:
-        conn.close()
     if not found or type(found[0][0]) is not int:
         shown = ", ".join(sorted(tables)[:5]) or "no table"
         raise StorageError(f"{path} is not a reactor database ({shown}); it was left untouched")

@@ -465,7 +465,28 @@ class AsyncState:
     def watch(
         self, since: int | None = None, scope: str | None = None, key: str | None = None
     ) -> AsyncWatch:
-        """An async iterator over changes: those after ``since``, then live ones."""
+        """An async iterator over changes: those after ``since``, then live ones.
+
+        Without ``since`` it starts now, at this call: the changes committed after it
+        returns are all yielded, also those committed before the first iteration. That
+        needs the handle open (inside ``async with``, or after any awaited call); with
+        ``since`` it may be opened by the first iteration.
+
+        Raises:
+            ClosedError: the handle is closed, or (without ``since``) not open yet.
+        """
+        if self._closed:
+            raise ClosedError("this reactor handle is closed")
+        if since is None:
+            if self._state is None:
+                raise ClosedError(
+                    "this handle is not open: a watch without since= starts when it is "
+                    "made, so make it inside 'async with reactor.aio.open()' (or pass since=)"
+                )
+            # Where "now" is, read on the loop: the last revision this engine published
+            # (no lock, no thread). The first iteration replays the log from there, so
+            # the changes committed between this call and that one are not missed.
+            since = engine_of(self._state).dispatcher.published
         return AsyncWatch(self, since, scope, key)
 
     async def close(self) -> None:
@@ -862,7 +883,9 @@ class AsyncWatch:
     closes. Waiting for the next event holds no thread: the watch wakes the loop when
     events arrive (one wake-up for a burst, shared by every watch on the loop). The
     replay of the log after ``since`` is read a page at a time in the handle's worker
-    threads."""
+    threads. Until its first iteration a watch holds nothing (no feed, no buffer): the
+    replay covers what was committed since it was made (``since``: ``state.watch``
+    sets it to "now" when none is given)."""
 
     def __init__(
         self, handle: AsyncState, since: int | None, scope: str | None, key: str | None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -156,6 +157,94 @@ async def test_async_for_over_watch(db_path: Path) -> None:
                     break
             await writer
         assert seen == ["past", "live"]
+
+
+# Another process's writes: three keys, one commit each.
+REMOTE_WRITER = """
+import sys, reactor
+with reactor.open(sys.argv[1]) as state:
+    for i in range(3):
+        state.scope("s").set(f"remote-{i}", i)
+"""
+
+
+async def test_a_watch_starts_when_made_not_when_first_iterated(db_path: Path) -> None:
+    """SPEC §7, §9: without ``since``, a watch starts "now", at ``watch()``; the writes
+    made between that and its first iteration, by this process and by another (which
+    arrive through the follower, or LISTEN/NOTIFY), are all yielded, in order, once."""
+    async with reactor.aio.open(db_path) as state:
+        scope = state.scope("s")
+        await scope.set("before", 0)
+        watch = state.watch(scope="s")
+        await scope.set("here", 1)
+        await scope.set_many({"a": 2, "b": 3})
+        writer = await asyncio.create_subprocess_exec(
+            sys.executable, "-c", REMOTE_WRITER, str(db_path), stderr=asyncio.subprocess.PIPE
+        )
+        _, err = await asyncio.wait_for(writer.communicate(), 60)
+        assert writer.returncode == 0, err.decode()
+        await scope.set("after", 4)
+        # This engine has published every write by now: a watch starting at its first
+        # iteration would miss them all.
+        engine = engine_of(await state._sync())
+        last = (await state.changes())[-1].revision
+        deadline = time.monotonic() + 10
+        while engine.dispatcher.published < last:
+            assert time.monotonic() < deadline, "the remote writes were never published"
+            await asyncio.sleep(0.01)
+        expected = ["here", "a", "b", "remote-0", "remote-1", "remote-2", "after"]
+
+        async def collect() -> list[reactor.ChangeEvent]:
+            events = []
+            async for event in watch:
+                events.append(event)
+                if len(events) == len(expected):
+                    break
+            return events
+
+        async with watch:
+            events = await asyncio.wait_for(collect(), 10)
+            assert [event.key for event in events] == expected
+            revisions = [event.revision for event in events]
+            assert revisions == sorted(set(revisions))
+            await scope.set("end", 5)  # the next one: nothing was yielded twice
+            assert (await asyncio.wait_for(watch.__anext__(), 10)).key == "end"
+
+
+async def test_a_watch_without_since_needs_an_open_handle(db_path: Path) -> None:
+    """Its start is where the engine is when ``watch()`` is called: a handle not open
+    yet has none, so it refuses rather than start later. With ``since`` the first
+    iteration opens the handle, as any call does."""
+    state = reactor.aio.open(db_path)
+    with pytest.raises(reactor.ClosedError, match="not open"):
+        state.watch()
+    async with state.watch(since=0) as watch:
+        await state.scope("s").set("k", 1)
+        assert (await asyncio.wait_for(watch.__anext__(), 10)).key == "k"
+    await state.close()
+    with pytest.raises(reactor.ClosedError):
+        state.watch()
+    with pytest.raises(reactor.ClosedError):
+        state.watch(since=0)
+
+
+async def test_a_watch_never_iterated_holds_nothing(db_path: Path) -> None:
+    """Until its first iteration a watch has no feed: nothing buffers the events it
+    will replay, nothing is left when the handle closes without it being iterated."""
+    async with reactor.aio.open(db_path) as state:
+        await state.scope("s").set("warm", 1)
+        engine = engine_of(await state._sync())
+        receivers = len(engine.dispatcher.signal.receivers)
+        watches = [state.watch(scope="s") for _ in range(100)]
+        await state.scope("s").set_many({f"k{i}": i for i in range(100)})
+        assert not engine._feeds
+        assert len(engine.dispatcher.signal.receivers) == receivers
+        async with watches[0] as watch:  # the first iteration still finds them all
+            keys = [(await asyncio.wait_for(watch.__anext__(), 10)).key for _ in range(100)]
+            assert keys == [f"k{i}" for i in range(100)]
+            assert len(engine._feeds) == 1
+        assert not engine._feeds
+    assert engine.closed
 
 
 async def test_async_subscribers_run_on_the_loop(db_path: Path) -> None:

@@ -36,6 +36,8 @@ import reactor
 from reactor import _schema
 from reactor._sqlite import use_wal
 
+from .conftest import run_reactor
+
 pytestmark = pytest.mark.sqlite_only("database files")
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -120,29 +122,119 @@ NOT_REACTOR: dict[str, tuple[Callable[[Path], None], type[reactor.ReactorError]]
 }
 
 
+def _refuse(how: str, path: Path, error: type[reactor.ReactorError]) -> None:
+    """Open ``path`` as ``how`` says, and check that it is refused with ``error``."""
+    if how.startswith("cli"):
+        command = ["get", "s", "k"] if how == "cli get" else ["set", "s", "k", "1"]
+        done = run_reactor(*command, "--db", str(path), cwd=path.parent)
+        assert done.returncode != 0, done.stdout
+        assert done.stderr.startswith("Error:"), done.stderr
+        return
+    with pytest.raises(error) as caught:
+        reactor.open(path, readonly=how == "readonly")
+    assert not isinstance(caught.value, reactor.BusyError)
+
+
+@pytest.mark.parametrize("how", ["open", "readonly", "cli get", "cli set"])
 @pytest.mark.parametrize("case", list(NOT_REACTOR))
 def test_a_file_that_is_not_a_current_reactor_database_is_refused_untouched(
-    case: str, tmp_path: Path
+    case: str, how: str, tmp_path: Path
 ) -> None:
-    """Before the fix, another application's database got reactor's tables, and a
-    rollback-journal file was switched to WAL (its header rewritten) before the
-    version check refused it."""
+    """Nothing changes in the folder: the file keeps its bytes and mtime, and nothing
+    appears beside it. Before the fix, another application's database got reactor's
+    tables, a rollback-journal file was switched to WAL (its header rewritten) before
+    the version check refused it, and a database in WAL mode was left with a -wal and
+    a -shm file (made by the read-only connection that checked its version)."""
     make, error = NOT_REACTOR[case]
     path = tmp_path / "state.db"
     make(path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["state.db"]
     before = _fingerprint(path)
-    beside = set(tmp_path.iterdir())
     for _ in range(2):  # and again: the first attempt left nothing that changes the second
-        with pytest.raises(error) as caught:
-            reactor.open(path)
-        assert not isinstance(caught.value, reactor.BusyError)
+        _refuse(how, path, error)
         assert _fingerprint(path) == before
-    # A reader of a WAL database may leave its -wal and -shm (SQLite's own doing);
-    # nothing else appears, and a file in rollback-journal mode gets neither.
-    added = {p.name for p in set(tmp_path.iterdir()) - beside}
-    assert added <= {"state.db-wal", "state.db-shm"}
-    if path.read_bytes()[18:20] == b"\x01\x01":
-        assert added == set()
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["state.db"]
+
+
+# A process that commits and dies without closing: its commits stay in the WAL.
+CRASHER = """
+import os, sys, reactor
+state = reactor.open(sys.argv[1])
+state.scope("s").set_many({f"k{i}": i for i in range(100)})
+state.scope("s").set("last", "committed")
+os._exit(0)
+"""
+
+
+def _in_the_file_alone(path: Path) -> set[str]:
+    """The keys the database file holds by itself (read ``immutable=1``: no WAL)."""
+    conn = sqlite3.connect(f"file:{path}?mode=ro&immutable=1", uri=True)
+    try:
+        return {key for (key,) in conn.execute("SELECT key FROM reactor_kv")}
+    except sqlite3.OperationalError:  # no table yet: the schema is in the WAL too
+        return set()
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize("fresh", [True, False], ids=["a new database", "an existing one"])
+@pytest.mark.parametrize("shm", [True, False], ids=["with its -shm", "its -shm gone"])
+def test_commits_a_crash_left_in_the_wal_are_all_there_after_open(
+    fresh: bool, shm: bool, tmp_path: Path
+) -> None:
+    """The version check before opening reads a database whose WAL is there through
+    that WAL (not the database file alone), and neither loses nor hides a commit."""
+    path = tmp_path / "state.db"
+    if not fresh:
+        _reactor_database(path, old=1)
+    subprocess.run([sys.executable, "-c", CRASHER, str(path)], check=True, timeout=60)
+    assert Path(f"{path}-wal").stat().st_size > 0
+    assert "last" not in _in_the_file_alone(path)  # in the WAL only
+    if not shm:
+        Path(f"{path}-shm").unlink()
+    expected = {f"k{i}": i for i in range(100)} | {"last": "committed"}
+    if not fresh:
+        expected["old"] = 1
+    if shm:  # a read-only open reads the WAL too (without its -shm, only a writer can)
+        with reactor.open(path, readonly=True) as state:
+            assert state.scope("s").list() == expected
+    with reactor.open(path) as state:
+        assert state.scope("s").list() == expected
+        state.scope("s").set("after", True)
+    with reactor.open(path) as state:
+        assert state.scope("s").list() == expected | {"after": True}
+
+
+def test_a_version_check_that_another_connection_overtook_reads_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With no WAL there, the check reads the database file alone (no lock): when
+    another connection opens the database meanwhile, what it read may be torn, so it
+    reads again, through the WAL, rather than refuse a good database."""
+    from reactor import _sqlite
+
+    path = tmp_path / "state.db"
+    _reactor_database(path)
+    read = _sqlite._read_version
+    others: list[sqlite3.Connection] = []
+
+    def overtaken(at: Path, conn: sqlite3.Connection) -> int | None:
+        if not others:  # the first read: another connection opens it, and commits
+            other = sqlite3.connect(path, isolation_level=None)
+            other.execute("UPDATE reactor_kv SET value = '\"other\"'")
+            others.append(other)
+            raise reactor.StorageError("the database failed: database disk image is malformed")
+        return read(at, conn)
+
+    monkeypatch.setattr(_sqlite, "_read_version", overtaken)
+    try:
+        assert _sqlite._probe(path, 5.0) == _schema.SCHEMA_VERSION
+    finally:
+        for other in others:
+            other.close()
+    monkeypatch.undo()
+    with reactor.open(path) as state:
+        assert state.scope("s").get("k") == "other"
 
 
 def test_a_zero_length_file_is_a_new_database(tmp_path: Path) -> None:
