@@ -271,6 +271,7 @@ class AsyncState:
         self._options = options
         self._state: State | None = None
         self._opening: asyncio.Future[State] | None = None
+        self._unstarted: weakref.WeakSet[AsyncWatch] = weakref.WeakSet()
         self._closed = False
         self._workers: ThreadPoolExecutor | None = None
 
@@ -283,7 +284,15 @@ class AsyncState:
                 self._opening = asyncio.ensure_future(
                     self._run(functools.partial(open_sync, self._target, **self._options))
                 )
-            self._state = await asyncio.shield(self._opening)
+            state = await asyncio.shield(self._opening)
+            if self._state is None:  # the first task to resume: before any other goes on
+                self._state = state
+                # Watches made before the open start now: before this handle's first
+                # write, which waits for the open.
+                published = engine_of(state).dispatcher.published
+                for watch in self._unstarted:
+                    watch._begin_at(published)
+                self._unstarted.clear()
         return self._state
 
     async def _run(self, call: Callable[..., T], *args: Any) -> T:
@@ -468,26 +477,26 @@ class AsyncState:
         """An async iterator over changes: those after ``since``, then live ones.
 
         Without ``since`` it starts now, at this call: the changes committed after it
-        returns are all yielded, also those committed before the first iteration. That
-        needs the handle open (inside ``async with``, or after any awaited call); with
-        ``since`` it may be opened by the first iteration.
+        returns are all yielded, also those committed before the first iteration. On a
+        handle not open yet (``reactor.aio.open`` returns at once and opens on first
+        use), "now" is when the first iteration opens it: this handle wrote nothing
+        before that.
 
         Raises:
-            ClosedError: the handle is closed, or (without ``since``) not open yet.
+            ClosedError: the handle is closed.
         """
         if self._closed:
             raise ClosedError("this reactor handle is closed")
-        if since is None:
-            if self._state is None:
-                raise ClosedError(
-                    "this handle is not open: a watch without since= starts when it is "
-                    "made, so make it inside 'async with reactor.aio.open()' (or pass since=)"
-                )
+        if since is None and self._state is not None:
             # Where "now" is, read on the loop: the last revision this engine published
-            # (no lock, no thread). The first iteration replays the log from there, so
-            # the changes committed between this call and that one are not missed.
+            # (no lock, no thread), where a sync watch starts too. The first iteration
+            # replays the log from there, so the changes committed between this call
+            # and that one are not missed.
             since = engine_of(self._state).dispatcher.published
-        return AsyncWatch(self, since, scope, key)
+        watch = AsyncWatch(self, since, scope, key)
+        if since is None:
+            self._unstarted.add(watch)  # it starts when the handle opens (``_sync``)
+        return watch
 
     async def close(self) -> None:
         """Close this handle; idempotent. Lock waiters get ``ClosedError``; watches end
@@ -925,6 +934,12 @@ class AsyncWatch:
             if item:
                 raise StopAsyncIteration
             await self._arrived.wait()
+
+    def _begin_at(self, revision: int) -> None:
+        """Start after ``revision`` (a watch made before its handle opened)."""
+        since, scope, key = self._args
+        if since is None and self._watch is None:
+            self._args = (revision, scope, key)
 
     async def _start(self) -> Watch:
         state = await self._handle._sync()

@@ -211,16 +211,21 @@ async def test_a_watch_starts_when_made_not_when_first_iterated(db_path: Path) -
             assert (await asyncio.wait_for(watch.__anext__(), 10)).key == "end"
 
 
-async def test_a_watch_without_since_needs_an_open_handle(db_path: Path) -> None:
-    """Its start is where the engine is when ``watch()`` is called: a handle not open
-    yet has none, so it refuses rather than start later. With ``since`` the first
-    iteration opens the handle, as any call does."""
+async def test_a_watch_made_before_the_handle_opens_starts_when_it_opens(
+    db_path: Path,
+) -> None:
+    """``reactor.aio.open`` returns at once; a watch made then starts when its first
+    iteration opens the handle (this handle wrote nothing before). With ``since`` it
+    replays from there."""
+    with reactor.open(db_path) as other:
+        other.scope("s").set("before", 1)
     state = reactor.aio.open(db_path)
-    with pytest.raises(reactor.ClosedError, match="not open"):
-        state.watch()
-    async with state.watch(since=0) as watch:
+    live = state.watch()
+    replay = state.watch(since=0)
+    async with live, replay:
         await state.scope("s").set("k", 1)
-        assert (await asyncio.wait_for(watch.__anext__(), 10)).key == "k"
+        assert (await asyncio.wait_for(live.__anext__(), 10)).key == "k"
+        assert (await asyncio.wait_for(replay.__anext__(), 10)).key == "before"
     await state.close()
     with pytest.raises(reactor.ClosedError):
         state.watch()
