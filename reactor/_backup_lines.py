@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final, NamedTuple
 
 from . import _jobs, _timers
-from ._keys import check_key
+from ._keys import check_key, check_writable
 from ._options import Options
 from ._values import DEFAULT_MAX_DEPTH, DEFAULT_MAX_VALUE_BYTES, MISSING, encode
 from ._writes import check_ttl, finite
@@ -153,7 +153,9 @@ def _entry(data: dict[str, Any]) -> Entry:
         raise _BadLine(f"'ttl' must be a number of seconds > 0 or null, not {ttl!r}")
     value = data["value"]
     encode(value, max_depth=DEFAULT_MAX_DEPTH, max_bytes=DEFAULT_MAX_VALUE_BYTES)
-    scope = check_key(data["scope"], "scope name")
+    # A key of a scope of events (queue:NAME) is not a line an export writes: a
+    # queue's events are its jobs, exported as job lines.
+    scope = check_writable(check_key(data["scope"], "scope name"))
     return Entry(scope, check_key(data["key"]), value, None if ttl is None else float(ttl))
 
 
@@ -162,7 +164,7 @@ def _timer(data: dict[str, Any]) -> TimerEntry:
     timer_id = _timers.check_timer_id(data["timer"])
     if not 0 < len(timer_id) <= MAX_TIMER_ID:
         raise _BadLine(f"a timer id has 1 to {MAX_TIMER_ID} characters, not {len(timer_id)}")
-    scope = check_key(data["scope"], "scope name")
+    scope = check_writable(check_key(data["scope"], "scope name"))
     due_in = finite(data["due_in"])
     if due_in is None:
         raise _BadLine(f"'due_in' must be a finite number of seconds, not {data['due_in']!r}")

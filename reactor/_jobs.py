@@ -24,7 +24,7 @@ import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
-from ._keys import check_key
+from ._keys import QUEUE_PREFIX, check_key
 from ._store import JobRow, WriteTxn
 from ._values import encode
 from .errors import InvalidArgumentError, InvalidKeyError, LockNotOwnedError
@@ -62,7 +62,7 @@ __all__ = [
 
 DEFAULT_MAX_ATTEMPTS: Final = 5
 DEFAULT_LEASE: Final = 30.0
-PREFIX: Final = "queue:"  # a queue's lock, and the scope of its change events
+PREFIX: Final = QUEUE_PREFIX  # a queue's lock, and the scope of its change events
 # A queue name leaves room for the prefix in a scope name (1,024 characters at most).
 MAX_NAME: Final = 1024 - len(PREFIX)
 READY: Final = '{"state":"ready"'  # how the document of a ready job begins

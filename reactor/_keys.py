@@ -1,4 +1,5 @@
-"""Keys, scope names and glob patterns.
+"""Keys, scope names (and the prefixes reserved for reactor's own events) and glob
+patterns.
 
 Patterns follow Redis ``KEYS`` (``stringmatchlen`` in its ``src/util.c``, as Redis
 7.0.15 with its security fixes runs it), read on characters (code points) where Redis
@@ -42,9 +43,25 @@ from typing import Final
 
 from .errors import InvalidKeyError
 
-__all__ = ["Pattern", "check_key", "compile_pattern", "successor"]
+__all__ = [
+    "QUEUE_PREFIX",
+    "RESERVED_PREFIXES",
+    "RUN_PREFIX",
+    "Pattern",
+    "check_key",
+    "check_writable",
+    "compile_pattern",
+    "successor",
+]
 
 MAX_KEY_LENGTH: Final = 1024
+# The scopes of the events reactor records itself: a queue's jobs (SPEC §13) under
+# "queue:NAME", a workflow's runs (§14) under "run:WORKFLOW". Users read them, and never
+# write there: their own keys would mix with those events (in history, at_revision,
+# wait_for) and their transactions would conflict with the queue's activity.
+QUEUE_PREFIX: Final = "queue:"
+RUN_PREFIX: Final = "run:"
+RESERVED_PREFIXES: Final = (QUEUE_PREFIX, RUN_PREFIX)
 _LAST_CODE_POINT: Final = 0x10FFFF
 
 _NEGATIONS: Final = "^!"  # "!" is reactor's extension; Redis has "^" only
@@ -86,6 +103,21 @@ def check_key(key: object, what: str = "key") -> str:
     if "\x00" in key:
         raise InvalidKeyError(f"{what} {key!r} holds a NUL character")
     return key
+
+
+def check_writable(scope: str) -> str:
+    """Return ``scope`` (a valid scope name) if users may write to it: one ``startswith``,
+    run once per write call, whatever the keys.
+
+    Raises:
+        InvalidKeyError: its name begins with a reserved prefix (``queue:``, ``run:``).
+    """
+    if scope.startswith(RESERVED_PREFIXES):
+        raise InvalidKeyError(
+            f"cannot write to scope {scope!r}: scope names beginning with 'queue:' or 'run:' "
+            "are reserved for the events of queues and workflow runs"
+        )
+    return scope
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from . import _waiting, _writes
 from ._engine import engine_of
-from ._keys import Pattern, check_key
+from ._keys import Pattern, check_key, check_writable
 from ._results import Snapshot
 from ._store import Row
 from ._transaction import Transaction, in_transaction
@@ -33,7 +33,9 @@ class Scope(ScopeVerbs):
 
     Every verb raises ``ClosedError`` once the handle it came from is closed,
     ``InvalidKeyError`` for a bad key and ``InvalidValueError`` for a value that is not
-    storable JSON; nothing is written when a verb raises.
+    storable JSON; nothing is written when a verb raises. A scope whose name begins
+    with ``queue:`` or ``run:`` holds the events of a queue or of a workflow's runs:
+    its reads work, and its write verbs (and ``transaction``) raise ``InvalidKeyError``.
     """
 
     __slots__ = ("_state", "name")
@@ -45,6 +47,10 @@ class Scope(ScopeVerbs):
 
     def __repr__(self) -> str:
         return f"<reactor.Scope {self.name!r}>"
+
+    def _writable(self) -> Engine:
+        check_writable(self.name)
+        return self._usable()
 
     def _usable(self) -> Engine:
         engine = engine_of(self._state)
@@ -136,6 +142,10 @@ class Scope(ScopeVerbs):
         ``with scope.transaction() as tx:`` — every verb works on ``tx``; the writes
         commit together when the body ends, or not at all if it raises. Using this
         handle inside the body raises ``ReentrancyError``.
+
+        Raises:
+            InvalidKeyError: a scope of events (``queue:NAME``, ``run:NAME``), which
+                no transaction writes.
         """
-        self._usable()
+        self._writable()
         return Transaction(self._state, self.name)

@@ -53,7 +53,9 @@ class State:
         return self._engine is None or self._engine.closed
 
     def scope(self, name: str) -> Scope:
-        """The handle to scope ``name`` (created when first written).
+        """The handle to scope ``name`` (created when first written). A name beginning
+        with ``queue:`` or ``run:`` is the scope of a queue's (or a workflow's) events:
+        its handle reads them, and its writes raise ``InvalidKeyError``.
 
         Raises:
             InvalidKeyError: ``name`` is not a valid scope name.
@@ -77,7 +79,8 @@ class State:
 
         Raises:
             InvalidArgumentError: no scope named.
-            InvalidKeyError: a name that is not a valid scope name.
+            InvalidKeyError: a name that is not a valid scope name, or a scope of events
+                (``queue:NAME``, ``run:NAME``), which no transaction writes.
             ReentrancyError: this thread is inside a transaction on one of the scopes.
             ConflictError: (at the end of the block) another process changed one of the
                 scopes meanwhile; nothing was applied.

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from . import _jobs, _writes
 from ._engine import engine_of
-from ._keys import Pattern, check_key
+from ._keys import Pattern, check_key, check_writable
 from ._results import Snapshot
 from ._sql import TransactionReader
 from ._store import Row, WriteTxn
@@ -81,9 +81,10 @@ def scope_names(scopes: Iterable[object]) -> tuple[str, ...]:
 
     Raises:
         InvalidArgumentError: no scope.
-        InvalidKeyError: a name that is not a valid scope name.
+        InvalidKeyError: a name that is not a valid scope name, or a scope of events
+            (``queue:NAME``, ``run:NAME``), which no transaction writes.
     """
-    names = {check_key(name, "scope name") for name in scopes}
+    names = {check_writable(check_key(name, "scope name")) for name in scopes}
     if not names:
         raise InvalidArgumentError("a transaction needs at least one scope name")
     return tuple(sorted(names))
@@ -93,10 +94,11 @@ def part_of(names: tuple[str, ...], name: object) -> str:
     """``name``, if it is one of the transaction's scopes (``tx[name]``).
 
     Raises:
-        InvalidKeyError: ``name`` is not a valid scope name.
+        InvalidKeyError: ``name`` is not a valid scope name, or is a scope of events
+            (``queue:NAME``, ``run:NAME``), which no transaction holds.
         InvalidArgumentError: the transaction does not hold that scope.
     """
-    checked = check_key(name, "scope name")
+    checked = check_writable(check_key(name, "scope name"))
     if checked not in names:
         held = ", ".join(repr(held) for held in names)
         raise InvalidArgumentError(

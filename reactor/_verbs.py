@@ -39,12 +39,15 @@ T = TypeVar("T")
 V = TypeVar("V", bound="ScopeVerbs")
 
 
-def verb(name: str) -> Callable[[Callable[Concatenate[V, P], R]], Callable[Concatenate[V, P], R]]:
-    """Check the handle may be used, and time the call for ``stats()``."""
+def verb(
+    name: str, *, write: bool = False
+) -> Callable[[Callable[Concatenate[V, P], R]], Callable[Concatenate[V, P], R]]:
+    """Check the handle may be used (``write``: may write, before any argument is looked
+    at), and time the call for ``stats()``."""
 
     def decorate(method: Callable[Concatenate[V, P], R]) -> Callable[Concatenate[V, P], R]:
         def timed(self: V, /, *args: P.args, **kwargs: P.kwargs) -> R:
-            engine = self._usable()
+            engine = self._writable() if write else self._usable()
             start = perf_counter()
             try:
                 return method(self, *args, **kwargs)
@@ -72,6 +75,10 @@ class ScopeVerbs:
     def _usable(self) -> Engine:
         """The engine, once this handle is known to be usable (else raise)."""
         raise NotImplementedError
+
+    def _writable(self) -> Engine:
+        """The engine, once this handle is known to be usable for writes (else raise)."""
+        return self._usable()
 
     @property
     def _engine(self) -> Engine:
@@ -236,7 +243,7 @@ class ScopeVerbs:
         return len(value)
 
     # -- timers --------------------------------------------------------------------
-    @verb("schedule")
+    @verb("schedule", write=True)
     def schedule(
         self,
         key: str,
@@ -265,7 +272,7 @@ class ScopeVerbs:
         return self._run(_timers.schedule(options, self.name, key, value, ops, after, at, every))
 
     # -- writes --------------------------------------------------------------------
-    @verb("set")
+    @verb("set", write=True)
     def set(
         self,
         key: str,
@@ -291,7 +298,7 @@ class ScopeVerbs:
             _writes.set_value(options, self.name, key, value, ttl, keep_ttl, if_revision)
         )
 
-    @verb("set_many")
+    @verb("set_many", write=True)
     def set_many(
         self,
         mapping: Mapping[str, Any],
@@ -307,12 +314,12 @@ class ScopeVerbs:
         work = _writes.set_many(self._engine.options, self.name, mapping, ttl, if_revision)
         return {} if work is None else self._run(work)
 
-    @verb("delete")
+    @verb("delete", write=True)
     def delete(self, key: str, *, if_revision: int | None = None) -> Any:
         """Remove ``key``; return its old value, or None if it was absent."""
         return self._run(_writes.delete(self.name, key, if_revision))
 
-    @verb("clear")
+    @verb("clear", write=True)
     def clear(self, pattern: str = "*", *, if_revision: int | None = None) -> int:
         """Remove every key matching the glob ``pattern``; return how many.
 
@@ -320,7 +327,7 @@ class ScopeVerbs:
         """
         return self._run(_writes.clear(self.name, pattern, if_revision))
 
-    @verb("expire")
+    @verb("expire", write=True)
     def expire(self, key: str, seconds: float | None, *, if_revision: int | None = None) -> bool:
         """Give ``key`` a new expiry; return whether it existed.
 
@@ -328,7 +335,7 @@ class ScopeVerbs:
         """
         return self._run(_writes.expire(self.name, key, seconds, if_revision))
 
-    @verb("increment")
+    @verb("increment", write=True)
     def increment(
         self,
         key: str,
@@ -345,7 +352,7 @@ class ScopeVerbs:
         options = self._engine.options
         return self._run(_writes.increment(options, self.name, key, by, default, if_revision))
 
-    @verb("decrement")
+    @verb("decrement", write=True)
     def decrement(
         self,
         key: str,
@@ -360,7 +367,7 @@ class ScopeVerbs:
             _writes.increment(options, self.name, key, by, default, if_revision, down=True)
         )
 
-    @verb("append")
+    @verb("append", write=True)
     def append(self, key: str, text: str, *, if_revision: int | None = None) -> int:
         """Append ``text`` to the string at ``key`` (``""`` when absent); return its length.
 
@@ -370,7 +377,7 @@ class ScopeVerbs:
         options = self._engine.options
         return self._run(_writes.append_text(options, self.name, key, text, if_revision))
 
-    @verb("compare_and_swap")
+    @verb("compare_and_swap", write=True)
     def compare_and_swap(
         self, key: str, expected: Any, new: Any, *, if_revision: int | None = None
     ) -> bool:
@@ -384,7 +391,7 @@ class ScopeVerbs:
             _writes.compare_and_swap(options, self.name, key, expected, new, if_revision)
         )
 
-    @verb("push")
+    @verb("push", write=True)
     def push(self, key: str, *items: Any, if_revision: int | None = None) -> int:
         """Append ``items`` to the list at ``key`` (``[]`` when absent); return its length.
 
@@ -394,7 +401,7 @@ class ScopeVerbs:
         options = self._engine.options
         return self._run(_writes.push(options, self.name, key, items, if_revision))
 
-    @verb("pop")
+    @verb("pop", write=True)
     def pop(self, key: str, front: bool = False, *, if_revision: int | None = None) -> Any:
         """Remove and return the last item of the list at ``key`` (the first with
         ``front=True``); None when the list is empty or absent.
@@ -404,7 +411,7 @@ class ScopeVerbs:
         """
         return self._run(_writes.pop(self.name, key, front, if_revision))
 
-    @verb("update")
+    @verb("update", write=True)
     def update(
         self,
         key: str,

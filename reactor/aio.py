@@ -57,7 +57,7 @@ from ._aio_reads import AsyncReads
 from ._clock import Clock
 from ._engine import Engine, engine_of, operation_timeout
 from ._events import ChangeEvent
-from ._keys import check_key
+from ._keys import check_key, check_writable
 from ._open import open as open_sync
 from ._options import Durability
 from ._results import Change, Snapshot, Timer, UpdateResult
@@ -346,7 +346,8 @@ class AsyncState:
 
         Raises:
             InvalidArgumentError: no scope named.
-            InvalidKeyError: a name that is not a valid scope name.
+            InvalidKeyError: a name that is not a valid scope name, or a scope of events
+                (``queue:NAME``, ``run:NAME``), which no transaction writes.
             ReentrancyError: (on entry) this task holds a transaction on one of them.
             ConflictError: (at the end of the block) another process changed one of the
                 scopes meanwhile; nothing was applied.
@@ -563,7 +564,7 @@ class AsyncScope(AsyncReads):
         return self._scope
 
     async def _engine(self) -> Engine:
-        """The engine, once this task may write to the scope.
+        """The engine, once this task may wait on the scope.
 
         Raises:
             ClosedError: the handle is closed.
@@ -572,6 +573,17 @@ class AsyncScope(AsyncReads):
         engine = engine_of(await self._handle._sync())
         check_not_held(id(engine), self.name)
         return engine
+
+    async def _writer(self) -> Engine:
+        """The engine, once this task may write to the scope.
+
+        Raises:
+            InvalidKeyError: a scope of events (``queue:NAME``, ``run:NAME``).
+            ClosedError: the handle is closed.
+            ReentrancyError: this task holds a transaction on the scope.
+        """
+        check_writable(self.name)
+        return await self._engine()
 
     async def _submit(self, verb: str, engine: Engine, work: Work[T]) -> T:
         """Queue ``work`` for the scope's actor and await its result (no thread waits);
@@ -587,10 +599,13 @@ class AsyncScope(AsyncReads):
         """``async with scope.transaction() as tx:``: the scope is this task's until the
         block ends; ``tx``'s verbs (coroutines) commit together, or not at all.
 
-        Raises (at the end of the block):
-            ConflictError: another process changed the scope meanwhile (nothing applied).
+        Raises:
+            InvalidKeyError: a scope of events (``queue:NAME``, ``run:NAME``), which
+                no transaction writes.
+            ConflictError: (at the end of the block) another process changed the scope
+                meanwhile; nothing was applied.
         """
-        return AsyncTransaction(self._handle, self.name)
+        return AsyncTransaction(self._handle, check_writable(self.name))
 
     async def _read(self, read: Callable[[ScopeVerbs], T]) -> T:
         scope = await self._reader()
@@ -647,7 +662,7 @@ class AsyncScope(AsyncReads):
         if_revision: int | None = None,
     ) -> Change:
         """``Scope.set``: store ``value`` at ``key``; return the old and new value."""
-        engine = await self._engine()
+        engine = await self._writer()
         work = _writes.set_value(engine.options, self.name, key, value, ttl, keep_ttl, if_revision)
         return await self._submit("set", engine, work)
 
@@ -659,19 +674,19 @@ class AsyncScope(AsyncReads):
         if_revision: int | None = None,
     ) -> dict[str, Change]:
         """``Scope.set_many``: every key-value of ``mapping`` in one write."""
-        engine = await self._engine()
+        engine = await self._writer()
         work = _writes.set_many(engine.options, self.name, mapping, ttl, if_revision)
         return {} if work is None else await self._submit("set_many", engine, work)
 
     async def delete(self, key: str, *, if_revision: int | None = None) -> Any:
         """``Scope.delete``: remove ``key``; return its old value, or None."""
-        engine = await self._engine()
+        engine = await self._writer()
         work = _writes.delete(self.name, key, if_revision)
         return await self._submit("delete", engine, work)
 
     async def clear(self, pattern: str = "*", *, if_revision: int | None = None) -> int:
         """``Scope.clear``: remove the keys matching ``pattern``; return how many."""
-        engine = await self._engine()
+        engine = await self._writer()
         work = _writes.clear(self.name, pattern, if_revision)
         return await self._submit("clear", engine, work)
 
@@ -679,7 +694,7 @@ class AsyncScope(AsyncReads):
         self, key: str, seconds: float | None, *, if_revision: int | None = None
     ) -> bool:
         """``Scope.expire``: a new expiry for ``key``; whether it existed."""
-        engine = await self._engine()
+        engine = await self._writer()
         work = _writes.expire(self.name, key, seconds, if_revision)
         return await self._submit("expire", engine, work)
 
@@ -692,7 +707,7 @@ class AsyncScope(AsyncReads):
         if_revision: int | None = None,
     ) -> int | float:
         """``Scope.increment``: add ``by`` to the number at ``key``; the result."""
-        engine = await self._engine()
+        engine = await self._writer()
         work = _writes.increment(engine.options, self.name, key, by, default, if_revision)
         return await self._submit("increment", engine, work)
 
@@ -705,7 +720,7 @@ class AsyncScope(AsyncReads):
         if_revision: int | None = None,
     ) -> int | float:
         """``Scope.decrement``: subtract ``by`` from the number at ``key``; the result."""
-        engine = await self._engine()
+        engine = await self._writer()
         work = _writes.increment(
             engine.options, self.name, key, by, default, if_revision, down=True
         )
@@ -713,7 +728,7 @@ class AsyncScope(AsyncReads):
 
     async def append(self, key: str, text: str, *, if_revision: int | None = None) -> int:
         """``Scope.append``: append ``text`` to the string at ``key``; its length."""
-        engine = await self._engine()
+        engine = await self._writer()
         work = _writes.append_text(engine.options, self.name, key, text, if_revision)
         return await self._submit("append", engine, work)
 
@@ -721,19 +736,19 @@ class AsyncScope(AsyncReads):
         self, key: str, expected: Any, new: Any, *, if_revision: int | None = None
     ) -> bool:
         """``Scope.compare_and_swap``: set ``key`` to ``new`` if it holds ``expected``."""
-        engine = await self._engine()
+        engine = await self._writer()
         work = _writes.compare_and_swap(engine.options, self.name, key, expected, new, if_revision)
         return await self._submit("compare_and_swap", engine, work)
 
     async def push(self, key: str, *items: Any, if_revision: int | None = None) -> int:
         """``Scope.push``: append ``items`` to the list at ``key``; its length."""
-        engine = await self._engine()
+        engine = await self._writer()
         work = _writes.push(engine.options, self.name, key, items, if_revision)
         return await self._submit("push", engine, work)
 
     async def pop(self, key: str, front: bool = False, *, if_revision: int | None = None) -> Any:
         """``Scope.pop``: remove and return the last (or first) item of the list."""
-        engine = await self._engine()
+        engine = await self._writer()
         work = _writes.pop(self.name, key, front, if_revision)
         return await self._submit("pop", engine, work)
 
@@ -748,7 +763,7 @@ class AsyncScope(AsyncReads):
         ops: builtins.list[dict[str, Any]] | None = None,
     ) -> Timer:
         """``Scope.schedule``: a write of ``value`` (or ``ops``) to ``key``, due later."""
-        engine = await self._engine()
+        engine = await self._writer()
         work = _timers.schedule(engine.options, self.name, key, value, ops, after, at, every)
         return await self._submit("schedule", engine, work)
 
@@ -761,7 +776,7 @@ class AsyncScope(AsyncReads):
         if_revision: int | None = None,
     ) -> UpdateResult:
         """``Scope.update``: apply update ops or a JSON Patch in one write."""
-        engine = await self._engine()
+        engine = await self._writer()
         work = _writes.update(engine.options, self.name, key, ops, atomic, if_revision)
         return await self._submit("update", engine, work)
 

@@ -44,7 +44,7 @@ from ._cli_output import (
     update_view,
     value_view,
 )
-from ._keys import compile_pattern
+from ._keys import check_writable, compile_pattern
 from ._locate import locate
 from ._state import State
 from .errors import ReactorError, ReadOnlyError
@@ -207,6 +207,15 @@ def _state(*, create: bool = False) -> State:
     return ctx.with_resource(open_state(target))
 
 
+def _writable_scope(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
+    """The SCOPE of a write command: a scope of events (``queue:NAME``) is a usage
+    error, caught before any database is opened or created."""
+    try:
+        return check_writable(value)
+    except ReactorError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
 def _show_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
     # click.version_option, but importing importlib.metadata only when asked.
     if value and not ctx.resilient_parsing:
@@ -277,7 +286,7 @@ def get(scope: str, key: str, default: str | None) -> None:
 
 
 @cli.command("set", context_settings={"ignore_unknown_options": True})  # a value of -1
-@click.argument("scope")
+@click.argument("scope", callback=_writable_scope)
 @click.argument("key")
 @click.argument("value", metavar="JSON")
 @click.option(
@@ -302,7 +311,7 @@ def set_value(scope: str, key: str, value: str, ttl: float | None, keep_ttl: boo
 
 
 @cli.command()
-@click.argument("scope")
+@click.argument("scope", callback=_writable_scope)
 @click.argument("key")
 @click.argument("ops", metavar="OPS_JSON")
 @click.option("--atomic", is_flag=True, help="All the update ops or none (a JSON Patch always).")
@@ -327,7 +336,7 @@ def update(scope: str, key: str, ops: str, atomic: bool) -> None:
 
 
 @cli.command()
-@click.argument("scope")
+@click.argument("scope", callback=_writable_scope)
 @click.argument("key")
 @_options()
 def delete(scope: str, key: str) -> None:
@@ -342,7 +351,7 @@ def delete(scope: str, key: str) -> None:
 
 
 @cli.command(context_settings={"ignore_unknown_options": True})  # a step of -1
-@click.argument("scope")
+@click.argument("scope", callback=_writable_scope)
 @click.argument("key")
 @click.argument("by", metavar="[BY]", default="1")
 @_options(raw=True)
@@ -437,7 +446,7 @@ def timers(ctx: click.Context, pattern: str, limit: int | None) -> None:
 
 
 @timers.command("add", context_settings={"ignore_unknown_options": True})
-@click.argument("scope")
+@click.argument("scope", callback=_writable_scope)
 @click.argument("key")
 @click.argument("value")
 @click.option("--after", type=float, metavar="SECONDS", help="Due this many seconds from now.")

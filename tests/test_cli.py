@@ -277,6 +277,44 @@ def test_usage_errors_exit_with_2(db_path: Any, tmp_path: Path) -> None:
         assert "Traceback" not in done.stderr, done.args
 
 
+def _writes_to(scope: str) -> list[tuple[str, ...]]:
+    """Every command that writes to a scope, writing to ``scope``."""
+    return [
+        ("set", scope, "k", "1"),
+        ("update", scope, "k", '{"type": "increment", "path": "n"}'),
+        ("delete", scope, "k"),
+        ("incr", scope, "k"),
+        ("timers", "add", scope, "k", "1", "--after", "60"),
+    ]
+
+
+def test_writes_to_a_scope_of_events_are_usage_errors(db_path: Any, tmp_path: Path) -> None:
+    for scope in ("queue:jobs", "run:fulfil"):
+        for done in _run_all(db_path, _writes_to(scope), tmp_path):
+            assert done.returncode == 2, (done.args, done.stderr)
+            assert done.stderr.splitlines()[-1] == (
+                f"Error: Invalid value for 'SCOPE': cannot write to scope {scope!r}: scope names"
+                " beginning with 'queue:' or 'run:' are reserved for the events of queues and"
+                " workflow runs"
+            ), done.args
+            assert "Traceback" not in done.stderr, done.args
+            assert done.stdout == "", done.args
+    if isinstance(db_path, Path):
+        assert not db_path.exists()  # refused before any database is opened or created
+
+
+def test_a_queues_events_read_through_its_scope(db_path: Any, tmp_path: Path) -> None:
+    with reactor.open(db_path) as state:
+        state.queue("jobs").put({"to": "ada"})
+    watch = ("watch", "--scope", "queue:*", "--since", "0", "--limit", "1")
+    done = run_reactor("--db", str(db_path), *watch, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    event = json.loads(done.stdout)
+    assert (event["scope"], event["key"], event["type"]) == ("queue:jobs", "1", "created")
+    assert event["new_value"]["item"] == {"to": "ada"}
+    assert _ok(db_path, "keys", "queue:jobs", cwd=tmp_path) == []  # a job is no key
+
+
 # -- what users of redis-cli, etcdctl and sqlite-utils expect ---------------------
 def test_raw_prints_strings_as_text(db_path: Any, tmp_path: Path) -> None:
     text = 'Zoë says "hi"\tand\nbye \\o/ \x1b[31m'
@@ -555,18 +593,20 @@ def test_import_checks_every_line_first(db_path: Any, tmp_path: Path) -> None:
         {"scope": "s", "key": "k3"},
         good,
         [1],
+        {"scope": "queue:q", "key": "1", "value": {"state": "ready"}},  # a queue's events
     ]
     text = "\n".join(line if isinstance(line, str) else json.dumps(line) for line in bad)
     (tmp_path / "bad.jsonl").write_text(text + "\n\n", encoding="utf-8")
     error = _fails(db_path, "import", str(tmp_path / "bad.jsonl"), cwd=tmp_path)
-    assert error.startswith("Error: 5 bad lines, nothing imported: line 2: not JSON")
-    for number in (3, 4, 5, 7):
+    assert error.startswith("Error: 6 bad lines, nothing imported: line 2: not JSON")
+    for number in (3, 4, 5, 7, 8):
         assert f"line {number}: " in error
     assert "line 1:" not in error
     assert "line 6:" not in error
     assert "a key must not be empty" in error
     assert "'ttl' must be a number of seconds > 0 or null, not 0" in error
     assert "missing 'value'" in error
+    assert "line 8: cannot write to scope 'queue:q': scope names beginning with" in error
     with reactor.open(db_path) as state:
         assert state.scopes() == []
 

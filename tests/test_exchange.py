@@ -973,6 +973,52 @@ def test_a_bad_timer_or_job_line_imports_nothing(
     assert (state.timers(), state.queues()) == ([], [])
 
 
+@pytest.mark.parametrize("scope", ["queue:q", "run:w"])
+def test_a_key_or_timer_of_a_scope_of_events_imports_nothing(
+    state: reactor.State, scope: str
+) -> None:
+    # No export writes such lines: a queue's events are its jobs, exported as jobs.
+    state.scope("kept").set("k", 1)
+    before = _dumped(state)
+    lines = [
+        json.dumps({"scope": scope, "key": "1", "value": {"state": "ready"}}),
+        json.dumps({**_TIMER, "scope": scope}),
+    ]
+    with pytest.raises(
+        InvalidArgumentError, match="2 bad lines, nothing imported: line 5: cannot write to scope"
+    ) as info:
+        _exchange.load(state, [*_good_lines(), *lines])
+    assert "line 6: cannot write to scope" in str(info.value)
+    assert "reserved for the events of queues and workflow runs" in str(info.value)
+    assert _dumped(state) == before
+    assert (state.timers(), state.queues()) == ([], [])
+
+
+def test_a_database_with_queues_round_trips(
+    state: reactor.State, open_state: Callable[..., reactor.State], fresh_db: Any
+) -> None:
+    # Their events, scopes queue:NAME in the log, are not exported: their jobs are.
+    q = state.queue("q")
+    q.put("done")
+    q.put("waiting", key="w")
+    _took(q)
+    with state.scope("orders").transaction() as tx:
+        tx.set("o-1", 1)
+        tx.enqueue("q", "from the outbox")
+    assert {e.scope for e in state.changes()} == {"orders", "queue:q"}
+    tally, lines = _export(state)
+    assert tally == Tally(keys=1, timers=0, queues=1, jobs=2)
+    assert [json.loads(line).get("scope") for line in lines] == ["orders", None, None, None]
+    restored = open_state(fresh_db)
+    assert _exchange.load(restored, lines) == tally
+    assert _export(restored) == (tally, lines)
+    assert [e.new_value["item"] for e in restored.changes(scope="queue:q")] == [
+        "waiting",
+        "from the outbox",
+    ]
+    assert _took(restored.queue("q")) == ("waiting", 1)
+
+
 @pytest.mark.parametrize(
     ("line", "error"),
     [

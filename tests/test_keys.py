@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import inspect
 import random
 import time
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -11,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import reactor
+import reactor.aio
 from reactor._engine import engine_of
 from reactor._keys import compile_pattern
 from tests.conftest import FakeClock, wait_for
@@ -62,6 +65,105 @@ def test_keys_may_hold_any_unicode_and_sql_metacharacters(state: reactor.State) 
         scope.set(key, i)
     assert scope.list() == {key: i for i, key in enumerate(keys)}
     assert state.scopes() == [scope.name]
+
+
+# -- the scopes of reactor's own events: queue:NAME, run:WORKFLOW (SPEC §2) ------------
+RESERVED = ["queue:x", "run:x", "queue:", "run:", "queue:queue:x", "run:orders/o-1"]
+# Only the exact prefixes: not a look-alike, another case, or the word elsewhere.
+NOT_RESERVED = ["queue", "run", "queues:x", "Queue:x", "RUN:x", " queue:x", "x:queue:", "runs:x"]
+WHY = "scope names beginning with 'queue:' or 'run:' are reserved for the events of queues"
+READ_VERBS = {"entry", "exists", "get", "get_many", "history", "keys", "length", "list", "name"}
+READ_VERBS |= {"snapshot", "ttl", "wait_for"}
+
+
+def write_verbs(scope: Any) -> dict[str, Callable[[], Any]]:
+    """A call of every write verb of ``scope`` (a ``Scope``, a ``Transaction`` or an
+    ``AsyncScope``), with arguments it takes on any other scope."""
+    return {
+        "set": lambda: scope.set("k", 1),
+        "set_many": lambda: scope.set_many({"k": 1}),
+        "update": lambda: scope.update("k", [reactor.ops.increment("n", 1)]),
+        "delete": lambda: scope.delete("k"),
+        "clear": scope.clear,
+        "expire": lambda: scope.expire("k", 10),
+        "increment": lambda: scope.increment("k"),
+        "decrement": lambda: scope.decrement("k"),
+        "append": lambda: scope.append("k", "x"),
+        "compare_and_swap": lambda: scope.compare_and_swap("k", reactor.MISSING, 1),
+        "push": lambda: scope.push("k", 1),
+        "pop": lambda: scope.pop("k"),
+        "schedule": lambda: scope.schedule("k", 1, after=10),
+        "transaction": scope.transaction,
+    }
+
+
+def test_every_verb_is_a_read_or_a_write_refused_on_a_scope_of_events(
+    state: reactor.State,
+) -> None:
+    verbs = {name for name in dir(reactor.Scope) if not name.startswith("_")}
+    assert verbs - READ_VERBS == set(write_verbs(state.scope("s")))
+    assert {name for name in dir(reactor.aio.AsyncScope) if not name.startswith("_")} == verbs
+
+
+def assert_untouched(state: reactor.State) -> None:
+    assert state.changes() == []
+    assert state.scopes() == []
+    assert state.timers() == []
+
+
+@pytest.mark.parametrize("name", RESERVED)
+def test_writes_to_a_scope_of_events_are_refused(state: reactor.State, name: str) -> None:
+    scope = state.scope(name)  # the handle exists: its reads show the events
+    writes = write_verbs(scope)
+    writes["set_many of nothing"] = lambda: scope.set_many({})
+    writes["set with a bad value"] = lambda: scope.set("k", float("nan"))  # refused first
+    writes["several scopes"] = lambda: state.transaction("orders", name)
+    writes["one scope"] = lambda: state.transaction(name)
+    for verb, write in writes.items():
+        with pytest.raises(reactor.InvalidKeyError, match=WHY):
+            write()
+            pytest.fail(f"{verb} wrote to {name!r}")
+    # Nor through another scope's transaction.
+    with state.transaction("orders") as tx, pytest.raises(reactor.InvalidKeyError, match=WHY):
+        tx[name]
+    assert_untouched(state)
+    assert scope.get("k") is None
+    assert scope.keys() == []
+    assert scope.list() == {}
+    assert scope.history("k") == []
+    assert not scope.exists("k")
+    assert scope.ttl("k") == -2
+    assert scope.snapshot().values == {}
+
+
+@pytest.mark.parametrize("name", NOT_RESERVED)
+def test_only_the_exact_prefixes_are_reserved(state: reactor.State, name: str) -> None:
+    scope = state.scope(name)
+    scope.set("k", 1)
+    with scope.transaction() as tx:
+        tx.increment("k")
+    with state.transaction(name, "orders") as tx:
+        tx[name].push("list", 1)
+    assert scope.list() == {"k": 2, "list": [1]}
+
+
+@pytest.mark.parametrize("name", ["queue:x", "run:x"])
+async def test_async_writes_to_a_scope_of_events_are_refused(db_path: Any, name: str) -> None:
+    async with reactor.aio.open(db_path) as state:
+        scope = state.scope(name)
+        writes = write_verbs(scope)
+        writes["set_many of nothing"] = lambda: scope.set_many({})
+        writes["several scopes"] = lambda: state.transaction("orders", name)
+        for verb, write in writes.items():
+            with pytest.raises(reactor.InvalidKeyError, match=WHY):
+                called = write()
+                if inspect.isawaitable(called):
+                    await called
+                pytest.fail(f"{verb} wrote to {name!r}")
+        assert await scope.get("k") is None
+        assert await scope.list() == {}
+        assert await state.changes() == []
+        assert await state.timers() == []
 
 
 MATCHES = [

@@ -22,12 +22,13 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
+from unittest.mock import ANY
 
 import pytest
 
 import reactor
 import reactor.aio
-from reactor import _jobs, _queues
+from reactor import _jobs, _queues, _waiting
 from reactor._engine import Engine, engine_of
 from tests.conftest import FakeClock, raw_query
 from tests.conftest import wait_for as eventually
@@ -64,6 +65,12 @@ def queue_events(state: reactor.State, name: str = "q") -> list[tuple[str, str, 
         (event.key, event.type, None if event.new_value is None else event.new_value["state"])
         for event in state.changes(scope=_jobs.lock_name(name))
     ]
+
+
+def waiting_for(engine: Engine) -> int:
+    """How many ``wait_for`` calls wait on the engine's changes."""
+    hub = _waiting._hubs.get(engine)
+    return 0 if hub is None else sum(len(found) for found in hub._waiters.values())
 
 
 def cpu_seconds() -> float:
@@ -662,6 +669,64 @@ def test_subscribers_see_every_transition_in_order(
     assert seen[-1].old_value["item"] == {"n": 1}
 
 
+# -- the scope of a queue's events: read, never written (SPEC §2) ---------------------
+WHY = "scope names beginning with 'queue:' or 'run:' are reserved for the events of queues"
+
+
+def test_a_queues_events_read_through_its_scope(state: reactor.State, q: reactor.Queue) -> None:
+    scope = state.scope("queue:q")
+    seen: list[reactor.ChangeEvent] = []
+    subscription = state.subscribe(seen.append, scope="queue:*")
+    taken = Background(lambda: scope.wait_for("1", lambda job: job["state"] == "taken", PATIENCE))
+    eventually(lambda: waiting_for(engine_of(state)))
+    q.put({"n": 1})
+    take_now(q).ack()
+    assert taken.result() == {"state": "taken", "attempts": 1, "ready_at": ANY, "item": {"n": 1}}
+    history = scope.history("1")
+    assert [(e.type, e.new_value and e.new_value["state"]) for e in history] == [
+        ("created", "ready"),
+        ("updated", "taken"),
+        ("deleted", None),
+    ]
+    assert scope.get("1", at_revision=history[0].revision) == history[0].new_value
+    assert scope.get("1", at_revision=history[1].revision) == history[1].new_value
+    assert scope.get("1", at_revision=history[2].revision) is None
+    # A job is a row of the jobs table, not a key: the scope holds no keys.
+    assert (scope.get("1"), scope.keys(), scope.list()) == (None, [], {})
+    with state.watch(since=0, scope="queue:q") as watch:
+        assert [next(watch) for _ in history] == history
+    eventually(lambda: len(seen) == len(history))
+    subscription.close()
+    assert seen == history
+    assert state.changes(scope="queue:q") == history
+
+
+def test_a_scope_of_your_own_cannot_share_a_queues_events(
+    state: reactor.State, q: reactor.Queue
+) -> None:
+    # The report: a scope "queue:q" of the user's, next to queue "q", took the queue's
+    # job documents into its history, at_revision and wait_for, and its transactions
+    # conflicted with the queue's activity. It can no longer be written to.
+    q.put("job")
+    mine = state.scope("queue:q")
+    for write in (
+        lambda: mine.set("1", "my value"),
+        lambda: mine.set_many({"2": "mine"}),
+        lambda: mine.delete("1"),
+        mine.transaction,
+        lambda: state.transaction("orders", "queue:q"),
+    ):
+        with pytest.raises(reactor.InvalidKeyError, match=WHY):
+            write()
+    take_now(q).ack()
+    assert [e.new_value and e.new_value["item"] for e in mine.history("1")] == ["job", "job", None]
+    assert {e.scope for e in state.changes()} == {"queue:q"}
+    with state.scope("orders").transaction() as tx:  # the outbox still writes there
+        tx.set("o-1", 1)
+        tx.enqueue("q", "from the outbox")
+    assert mine.history("2")[0].new_value["item"] == "from the outbox"
+
+
 # -- waiting ---------------------------------------------------------------------------
 def test_a_waiting_take_wakes_on_a_put(state: reactor.State, engine: Engine) -> None:
     q = state.queue("q")
@@ -1090,6 +1155,20 @@ def test_takers_of_an_idle_queue_write_nothing(
     assert writes_of(lambda: q.take(timeout=0)) == (None, 1)  # it was busy: one write
     assert writes_of(lambda: q.take(timeout=0)) == (None, 0)  # idle again: a read
     assert q.stats() == {"ready": 0, "delayed": 0, "taken": 0, "dead": 0}
+
+
+async def test_a_queues_events_read_through_its_async_scope(db_path: Any) -> None:
+    async with reactor.aio.open(db_path) as state:
+        q, scope = state.queue("q"), state.scope("queue:q")
+        waiting = asyncio.ensure_future(scope.wait_for("1", timeout=PATIENCE))
+        await eventually_async(lambda: waiting_for(async_engine(state)))
+        await q.put("job")
+        assert (await waiting)["item"] == "job"
+        assert [e.type for e in await scope.history("1")] == ["created"]
+        with pytest.raises(reactor.InvalidKeyError, match=WHY):
+            await scope.set("1", "mine")
+        with pytest.raises(reactor.InvalidKeyError, match=WHY):
+            scope.transaction()
 
 
 # -- the command line ------------------------------------------------------------------

@@ -337,6 +337,14 @@ BAD_INPUT = [
     ("/api/update", {"scope": "orders", "key": "o-1"}, "InvalidRequest"),
     ("/api/delete", {"scope": "orders", "key": ""}, "InvalidKeyError"),
     ("/api/delete", {"scope": "orders"}, "InvalidRequest"),
+    # The scopes of a queue's and a workflow's events: read, never written.
+    ("/api/set", {"scope": "queue:emails", "key": "1", "value": 1}, "InvalidKeyError"),
+    (
+        "/api/update",
+        {"scope": "run:fulfil", "key": "k", "ops": [{"type": "remove", "path": ""}]},
+        "InvalidKeyError",
+    ),
+    ("/api/delete", {"scope": "queue:emails", "key": "1"}, "InvalidKeyError"),
 ]
 
 
