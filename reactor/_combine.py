@@ -79,7 +79,11 @@ class Combiner:
     def __init__(self, write_once: WriteOnce, timeout: float) -> None:
         self._write_once = write_once
         self._timeout = timeout
-        self._ready = threading.Condition()
+        # Entered as the lock itself (a call into C), never as the condition, whose
+        # __enter__ is Python: a Ctrl-C landing in it just after the lock was taken
+        # would keep the lock from every other writer for good (see ``_turn``).
+        self._lock = threading.RLock()
+        self._ready = threading.Condition(self._lock)
         self._queue: deque[_Slot[Any]] = deque()
         self._leading = False
 
@@ -108,7 +112,7 @@ class Combiner:
         # thread took (its place in line, the lead, others' work) is given back in the
         # ``finally``, whose every step is a single store or a call into C.
         try:
-            with self._ready:
+            with self._lock:
                 self._queue.append(slot)
                 leading = self._wait_turn(slot)  # a Python call: the flag and this agree
                 if leading:
@@ -128,10 +132,10 @@ class Combiner:
                         other.error = _interrupted()
                         other.done = True
             elif not slot.done and slot in self._queue:
-                with self._ready:
+                with self._lock:
                     if slot in self._queue:
                         self._queue.remove(slot)
-            with self._ready:
+            with self._lock:
                 self._ready.notify_all()  # the served wake, and one of the others leads
         if slot.error is not None:
             raise slot.error
