@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Iterator
 from typing import Any, Final, TypeVar
 
 from ._combine import Combiner
@@ -145,11 +145,15 @@ TIMER_INSERT: Final = (
     "VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
 )
 TIMER: Final = f"SELECT {TIMER_COLUMNS} FROM reactor_timers WHERE id = ?"
-TIMERS_DUE: Final = "SELECT id, scope FROM reactor_timers WHERE due <= ?"
+TIMERS_DUE: Final = "SELECT id, scope, key FROM reactor_timers WHERE due <= ?"
 TIMERS: Final = f"SELECT {TIMER_COLUMNS} FROM reactor_timers ORDER BY due, id"
+# ORDER BY ... LIMIT 1 rather than MIN(): see NEXT_TIMES.
+NEXT_TIMER: Final = "SELECT due FROM reactor_timers WHERE due > ? ORDER BY due LIMIT 1"
+TIMERS_BY_ID: Final = f"SELECT {TIMER_COLUMNS} FROM reactor_timers WHERE id IN ({{}})"
 TIMERS_PENDING: Final = "SELECT COUNT(*) FROM reactor_timers"
 TIMER_DELETE: Final = "DELETE FROM reactor_timers WHERE id = ?"
-TIMER_MOVE: Final = "UPDATE reactor_timers SET due = ? WHERE id = ?"
+TIMERS_DELETE: Final = "DELETE FROM reactor_timers WHERE id IN ({})"
+TIMERS_MOVE: Final = "UPDATE reactor_timers SET due = ? WHERE id IN ({})"
 IN_CHUNK: Final = 500  # keys per IN (...) list, well under every driver's variable limit
 
 # Work queues. A statement that looks for jobs names the queue and a state, and orders
@@ -221,6 +225,12 @@ QUEUES_DUE: Final = (
 )
 
 
+def _chunks(items: list[T]) -> Iterator[list[T]]:
+    """``items`` in lists of ``IN_CHUNK`` at most, for ``IN (...)``."""
+    for start in range(0, len(items), IN_CHUNK):
+        yield items[start : start + IN_CHUNK]
+
+
 def ranged(
     sql: str, scope: str, bounds: tuple[str, str | None] | None, *live: float
 ) -> tuple[str, tuple[Any, ...]]:
@@ -243,6 +253,11 @@ class _RowReads:
 
     def _all(self, sql: str, params: tuple[Any, ...]) -> list[Any]:
         raise NotImplementedError
+
+    def _all_several(self, statements: list[tuple[str, tuple[Any, ...]]]) -> list[list[Any]]:
+        """The rows of each of ``statements``: one by one (PostgreSQL's writer sends
+        them in one round trip)."""
+        return [self._all(sql, params) for sql, params in statements]
 
     def compacted(self) -> int:
         raise NotImplementedError
@@ -279,6 +294,15 @@ class _RowReads:
     def fetch_timer(self, timer_id: str) -> TimerRow | None:
         found = self._all(TIMER, (timer_id,))
         return TimerRow(*found[0]) if found else None
+
+    def fetch_timers(self, timer_ids: list[str]) -> dict[str, TimerRow]:
+        """The timers of ``timer_ids`` that exist, by id: read together (one round trip
+        on PostgreSQL)."""
+        statements = [
+            (TIMERS_BY_ID.format(", ".join("?" * len(chunk))), tuple(chunk))
+            for chunk in _chunks(list(dict.fromkeys(timer_ids)))
+        ]
+        return {row[0]: TimerRow(*row) for found in self._all_several(statements) for row in found}
 
     def fetch_lock(self, name: str) -> LockRow | None:
         found = self._all(LOCK, (name,))
@@ -572,16 +596,32 @@ class SQLStatements(_RowReads):
         self._run(SAVE_LOCK, (name, row.owner, row.token, row.expires_at))
 
     def add_timer(self, timer: TimerRow, now: float) -> None:
-        self._run(
+        self._send(  # on PostgreSQL, not a round trip per timer of a transaction
             TIMER_INSERT,
             (timer.id, timer.scope, timer.key, timer.due, timer.every, timer.value, timer.ops, now),
         )
 
+    def _send(self, sql: str, params: tuple[Any, ...]) -> None:
+        """Run ``sql``, whose answer nothing waits for: at once here; on PostgreSQL with
+        the next statement answered (in order, in one round trip)."""
+        self._run(sql, params)
+
     def drop_timer(self, timer_id: str) -> bool:
         return self._run(TIMER_DELETE, (timer_id,)) > 0
 
-    def move_timer(self, timer_id: str, due: float) -> None:
-        self._run(TIMER_MOVE, (due, timer_id))
+    def drop_timers(self, timer_ids: list[str]) -> None:
+        for chunk in _chunks(timer_ids):
+            self._send(TIMERS_DELETE.format(", ".join("?" * len(chunk))), tuple(chunk))
+
+    def move_timers(self, moves: list[tuple[str, float]]) -> None:
+        """Move each timer (id, due) to its new due time: a statement per due time (the
+        timers of one period, fired together, move together)."""
+        by_due: dict[float, list[str]] = {}
+        for timer_id, due in moves:
+            by_due.setdefault(due, []).append(timer_id)
+        for due, timer_ids in by_due.items():
+            for chunk in _chunks(timer_ids):
+                self._send(TIMERS_MOVE.format(", ".join("?" * len(chunk))), (due, *chunk))
 
     def jobs(self) -> SQLJobs:
         return SQLJobs(self._all, self._run)
@@ -654,8 +694,11 @@ class TransactionReader(_RowReads):
     def drop_timer(self, *_: object) -> bool:
         raise AssertionError("a transaction body defers its timers to the commit")
 
-    def move_timer(self, *_: object) -> None:
-        raise AssertionError("a transaction body defers its timers to the commit")
+    def drop_timers(self, *_: object) -> None:
+        raise AssertionError("a transaction body never fires timers")
+
+    def move_timers(self, *_: object) -> None:
+        raise AssertionError("a transaction body never fires timers")
 
     def jobs(self) -> SQLJobs:
         """Reads of the queues; a body's enqueues run in its commit (``WriteTxn.defer``)."""
@@ -903,16 +946,21 @@ class SQLStore:
 
     def due_timers(
         self, now: float, limit: int, skip: Collection[str] = ()
-    ) -> list[tuple[str, str]]:
-        """Up to ``limit`` timers due at ``now`` (id, scope), earliest first, of scopes
-        other than those in ``skip``."""
+    ) -> list[tuple[str, str, str]]:
+        """Up to ``limit`` timers due at ``now`` (id, scope, key), earliest first, of
+        scopes other than those in ``skip``."""
         sql: str = TIMERS_DUE
         params: tuple[Any, ...] = (now,)
         if skip:
             sql += f" AND scope NOT IN ({', '.join('?' * len(skip))})"
             params += tuple(skip)
         found = self._query(sql + " ORDER BY due, id LIMIT ?", (*params, limit))
-        return [(timer_id, scope) for timer_id, scope in found]
+        return [(timer_id, scope, key) for timer_id, scope, key in found]
+
+    def next_timer(self, now: float) -> float | None:
+        """When the first timer due after ``now`` is due (None: none is)."""
+        found = self._query(NEXT_TIMER, (now,))
+        return float(found[0][0]) if found else None
 
     def timers(self, limit: int | None = None) -> list[TimerRow]:
         """The pending timers, earliest first (the first ``limit`` of them)."""

@@ -25,6 +25,7 @@ __all__ = ["Sweeper"]
 logger = logging.getLogger("reactor")
 
 SWEEP_INTERVAL: Final = 0.25  # seconds between sweeps: expiry events within a second
+MIN_PAUSE: Final = 0.01  # seconds between sweeps at least, waiting for a timer
 SWEEP_BATCH: Final = 5000  # keys found due per look; a scope's share goes in one write
 TIMER_BATCH: Final = 1000  # timers found due per look
 COMPACT_INTERVAL: Final = 2.0  # seconds between compactions of the change log
@@ -63,8 +64,9 @@ class Sweeper:
     def _loop(self) -> None:
         checkpointed = compacted = time.monotonic()
         failures = 0
+        pause = SWEEP_INTERVAL
         while not self._stop.is_set():
-            self._again.wait(SWEEP_INTERVAL)
+            self._again.wait(pause)
             self._again.clear()
             if self._stop.is_set():
                 return
@@ -79,6 +81,7 @@ class Sweeper:
                 if now - compacted >= COMPACT_INTERVAL:
                     compacted = now
                     self.compact()
+                pause = self.pause()
                 failures = 0
             except ClosedError:
                 return
@@ -90,6 +93,17 @@ class Sweeper:
                         failures,
                     )
                 self._stop.wait(SWEEP_INTERVAL)
+
+    def pause(self) -> float:
+        """How long the next look may wait: ``SWEEP_INTERVAL``, or less if a timer comes
+        due sooner (it fires then, not up to an interval later)."""
+        engine = self._engine
+        now = engine.now()
+        due = engine.store.next_timer(now)
+        if due is None:
+            return SWEEP_INTERVAL
+        # Not less than MIN_PAUSE: a clock that stands still (a test's) spins no faster.
+        return min(SWEEP_INTERVAL, max(MIN_PAUSE, due - now))
 
     def compact(self) -> int:
         """Drop the change-log records beyond the retention policy; return how many."""
@@ -146,11 +160,11 @@ class Sweeper:
         # with many timers due, must not keep other scopes' timers from their turn.
         due = engine.store.due_timers(engine.now(), TIMER_BATCH, skip=busy)
         more = len(due) == TIMER_BATCH
-        by_scope: dict[str, list[str]] = {}
-        for timer_id, scope in due:
-            by_scope.setdefault(scope, []).append(timer_id)
-        for scope, timer_ids in by_scope.items():
-            future = engine.mailbox(scope).submit(fire(engine.options, scope, timer_ids), scope)
+        by_scope: dict[str, list[tuple[str, str]]] = {}
+        for timer_id, scope, key in due:
+            by_scope.setdefault(scope, []).append((timer_id, key))
+        for scope, timers in by_scope.items():
+            future = engine.mailbox(scope).submit(fire(engine.options, scope, timers), scope)
             with self._lock:
                 self._firing[scope] = future
             future.add_done_callback(functools.partial(self._fired, scope, more=more))

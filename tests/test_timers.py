@@ -386,3 +386,62 @@ def test_a_timer_id_that_no_timer_could_have_is_refused(state: reactor.State, ba
         tx.cancel_timer(bad)
     assert state.cancel_timer("") is False
     assert state.timers() == [timer]
+
+
+# -- a burst on time -----------------------------------------------------------------
+def _burst(state: reactor.State, count: int, scopes: int, lead: float) -> list[float]:
+    """Schedule ``count`` timers over ``scopes`` scopes, all due ``lead`` seconds from
+    now (created by one commit); check that each fires once, writing its value; how
+    late each one's event came, earliest first."""
+    arrivals: dict[str, float] = {}
+    state.subscribe(lambda event: arrivals.setdefault(event.timer or "", time.time()))
+    names = [f"burst-{n}" for n in range(scopes)]
+    due = time.time() + lead
+    with state.transaction(*names) as tx:
+        scheduled = {tx[names[n % scopes]].schedule(f"k{n}", n, at=due).id: n for n in range(count)}
+    assert time.time() < due - 0.5, "scheduling took too long to measure anything"
+    wait_for(lambda: len(arrivals) >= count, timeout=due - time.time() + 60)
+    time.sleep(0.2)  # an event too many would show up now
+    assert set(arrivals) == set(scheduled)  # each once, and nothing else
+    fired = [e.timer for e in state.changes(limit=None) if e.timer is not None]
+    assert len(fired) == len(set(fired)) == count
+    assert state.timers() == []
+    values = {name: state.scope(name).list() for name in names}
+    assert sum(len(found) for found in values.values()) == count
+    assert all(values[names[n % scopes]][f"k{n}"] == n for n in scheduled.values())
+    late = sorted(arrival - due for arrival in arrivals.values())
+    print(
+        f"{count} timers, {scopes} scope(s): late by {late[len(late) // 2]:.3f} s median, "
+        f"{late[-1]:.3f} s max"
+    )
+    assert late[0] >= -0.05  # none early (the clocks of the two threads agree)
+    return late
+
+
+@pytest.mark.parametrize("scopes", [1, 5])
+def test_ten_thousand_timers_due_at_once_fire_within_a_second_exactly_once(
+    open_state: Callable[..., reactor.State], scopes: int
+) -> None:
+    """SPEC §13: "within one second of its due time", for a burst too. Timers used to
+    be fired one by one, three round trips each: on PostgreSQL, 10,000 due at once came
+    2-5 s late at the median, 4-9 s at most. Now a few statements fire a thousand: the
+    last comes 0.5-0.9 s late here on a quiet machine. The median is held to the
+    second; the last one gets room for a machine loaded by other work (it came 1.8 s
+    late once, with six busy processes on two cores)."""
+    late = _burst(open_state(), 10_000, scopes, lead=4.0)
+    assert late[len(late) // 2] < 1.0
+    assert late[-1] < 2.0
+
+
+@pytest.mark.slow
+@pytest.mark.sqlite_only("a measure: SQLite's own writes are what a burst costs there")
+def test_a_hundred_thousand_timers_due_at_once_fire_exactly_once(
+    open_state: Callable[..., reactor.State],
+) -> None:
+    """At 100,000 due at once, SQLite's inserts and the writes' Python take about
+    40-60 µs a timer on two shared cores: the last fires 6-11 s late (the same before
+    and after timers were fired a batch at a time: SQLite never waited on round
+    trips). A measure, and a check that each fires once; the bound only catches a
+    collapse."""
+    late = _burst(open_state(log_retention=None), 100_000, 5, lead=20.0)
+    assert late[-1] < 30.0
