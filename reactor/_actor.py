@@ -65,9 +65,10 @@ class Request:
     ``owner`` marks the requests of a transaction holding ``scope``; a request with
     no work is a transaction's ``begin``. ``scopes``: every scope the work writes
     (the commit of a transaction over several scopes), ``(scope,)`` by default.
+    ``alone``: committed in a transaction of its own, never with other requests.
     """
 
-    __slots__ = ("future", "owner", "scope", "scopes", "work")
+    __slots__ = ("alone", "future", "owner", "scope", "scopes", "work")
 
     def __init__(
         self,
@@ -75,11 +76,14 @@ class Request:
         scope: str,
         owner: object = None,
         scopes: tuple[str, ...] | None = None,
+        *,
+        alone: bool = False,
     ) -> None:
         self.work = work
         self.scope = scope
         self.owner = owner
         self.scopes = (scope,) if scopes is None else scopes
+        self.alone = alone
         self.future: Future[Any] = Future()
 
 
@@ -125,6 +129,8 @@ class Mailbox:
         scope: str,
         owner: object = None,
         scopes: tuple[str, ...] | None = None,
+        *,
+        alone: bool = False,
     ) -> Future[T]: ...
 
     @overload
@@ -134,6 +140,8 @@ class Mailbox:
         scope: str,
         owner: object = None,
         scopes: tuple[str, ...] | None = None,
+        *,
+        alone: bool = False,
     ) -> Future[None]: ...
 
     def submit(
@@ -142,17 +150,21 @@ class Mailbox:
         scope: str,
         owner: object = None,
         scopes: tuple[str, ...] | None = None,
+        *,
+        alone: bool = False,
     ) -> Future[Any]:
         """Queue ``work`` on ``scope`` for the actor; the future holds its result after
         commit. ``owner`` is the transaction the work belongs to, if any; ``work=None``
         asks for the scope for that transaction (the future is done once it is held).
         ``scopes``: every scope ``work`` writes, if more than ``scope`` (the owner holds
         them all); the database transaction then keeps other processes off them all.
+        ``alone``: ``work`` commits in a transaction of its own (the sweeper's timers:
+        a write the database refuses then fails no other request).
 
         Raises:
             ClosedError: the engine is closing.
         """
-        request = Request(work, scope, owner, scopes)
+        request = Request(work, scope, owner, scopes, alone=alone)
         with self._lock:
             if self._closed:
                 raise ClosedError("the engine is closed")
@@ -244,8 +256,14 @@ class Mailbox:
                     continue
             if not request.future.set_running_or_notify_cancel():
                 continue  # its caller gave up waiting
-            if request.work is not None:
+            if request.work is not None and not request.alone:
                 batch.append(request)
+                continue
+            if request.work is not None:  # in order: after what came before it
+                if batch:
+                    self._run(batch)
+                    batch = []
+                self._run([request], shared=False)
                 continue
             # A transaction's begin: what came before it commits first.
             if batch:
@@ -258,7 +276,10 @@ class Mailbox:
         if batch:
             self._run(batch)
 
-    def _run(self, batch: list[Request]) -> None:
+    def _run(self, batch: list[Request], *, shared: bool = True) -> None:
+        """Run ``batch`` in one transaction (``shared``: which may commit together
+        with other actors' batches)."""
+
         def work(txn: WriteTxn) -> list[tuple[bool, Any]]:
             outcomes: list[tuple[bool, Any]] = []
             for request in batch:
@@ -278,7 +299,7 @@ class Mailbox:
                 work,
                 self._clock(),
                 self._on_commit,
-                shared=True,
+                shared=shared,
                 scopes={name for request in batch for name in request.scopes},
                 # One read for the batch rather than one per request: each statement
                 # hands the GIL over, and waits to get it back.

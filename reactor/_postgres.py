@@ -44,7 +44,7 @@ from sqlalchemy.pool import NullPool
 from ._combine import Combiner
 from ._schema import META_TABLE, SCHEMA_VERSION, check_version, migrate
 from ._sql import ITEMS, REVISION, STREAMED_ROWS, SQLJobs, SQLStatements, SQLStore
-from ._store import ChangeRecord, Key, Reads, Row, Upsert
+from ._store import ChangeRecord, Key, Reads, RefusedError, Row, Upsert
 from .errors import (
     BusyError,
     ClosedError,
@@ -134,6 +134,12 @@ WRITER_PREPARE_THRESHOLD: Final = 1
 PREPARED_ROWS: Final = 8
 SYNCHRONOUS_COMMIT: Final = {"normal": "on", "full": "on", "memory": "off"}
 
+# The SQLSTATE classes of a statement refused for what it would store, not for the
+# state of the server or of the connection: data exception (22), integrity constraint
+# violation (23), program limit exceeded (54: an index entry too big, say), and
+# PL/pgSQL's RAISE (P0: a trigger).
+REFUSED: Final = frozenset({"22", "23", "54", "P0"})
+
 _converted: dict[str, str] = {}
 
 
@@ -181,6 +187,8 @@ def translate(exc: Exception) -> ReactorError:
         return BusyError(f"the database stayed locked past the timeout: {exc}")
     if isinstance(exc, psycopg.errors.ReadOnlySqlTransaction):
         return ReadOnlyError(f"the database cannot be written: {exc}")
+    if isinstance(exc, psycopg.Error) and (exc.sqlstate or "")[:2] in REFUSED:
+        return RefusedError(f"the database refused the write: {exc}")
     return StorageError(f"the database failed: {exc}")
 
 

@@ -51,7 +51,7 @@ from urllib.parse import quote
 from ._combine import Combiner
 from ._schema import META_TABLE, SCHEMA_VERSION, check_version
 from ._sql import ITEMS, REVISION, STREAMED_ROWS, SQLStatements, SQLStore
-from ._store import ChangeRecord, Reads
+from ._store import ChangeRecord, Reads, RefusedError
 from .errors import BusyError, ClosedError, ReactorError, ReadOnlyError, StorageError
 
 if TYPE_CHECKING:
@@ -190,6 +190,9 @@ def translate(exc: sqlite3.Error) -> ReactorError:
     code = getattr(exc, "sqlite_errorcode", None)
     if code is not None and code & 0xFF == _READONLY:
         return ReadOnlyError(f"the database cannot be written: {exc}")
+    if isinstance(exc, sqlite3.IntegrityError | sqlite3.DataError):
+        # A constraint or a trigger (RAISE), a string or blob too big: what was written.
+        return RefusedError(f"the database refused the write: {exc}")
     return StorageError(f"the database failed: {exc}")
 
 

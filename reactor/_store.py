@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Final, Generic, Protocol, TypeVar
 
 from ._keys import Pattern
+from .errors import StorageError
 
 if TYPE_CHECKING:
     from ._sql import SQLJobs
@@ -24,6 +25,7 @@ __all__ = [
     "JobRow",
     "LockRow",
     "Reads",
+    "RefusedError",
     "Row",
     "Store",
     "TimerRow",
@@ -44,6 +46,13 @@ class _Absent(enum.Enum):
 
 
 _ABSENT: Final = _Absent.ABSENT
+
+
+class RefusedError(StorageError):
+    """The database refused what a write would store (a constraint or a trigger, a
+    value or key past one of its limits), not the transaction: nothing was applied, the
+    connection is sound, and the same write would be refused again. A write of several
+    requests may find which one by trying them apart (the sweeper does, for timers)."""
 
 
 @dataclass(slots=True)

@@ -4,6 +4,7 @@ out, checkpoints the database, and compacts the change log to its retention."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import threading
@@ -12,8 +13,8 @@ from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any, Final
 
 from ._jobs import expire_leases
-from ._store import WriteTxn
-from ._timers import Fired, fire
+from ._store import RefusedError, WriteTxn
+from ._timers import Fired, drop_failed, fire
 from ._writes import expire_keys
 from .errors import ClosedError
 
@@ -29,6 +30,9 @@ MIN_PAUSE: Final = 0.01  # seconds between sweeps at least, waiting for a timer
 SWEEP_BATCH: Final = 5000  # keys found due per look; a scope's share goes in one write
 TIMER_BATCH: Final = 1000  # timers found due per look
 COMPACT_INTERVAL: Final = 2.0  # seconds between compactions of the change log
+# Timers to fire (id, key) of one scope, and None; or the one timer to drop without its
+# write, which the database refused, and why.
+_Part = tuple[list[tuple[str, str]], str | None]
 
 
 class Sweeper:
@@ -164,22 +168,71 @@ class Sweeper:
         for timer_id, scope, key in due:
             by_scope.setdefault(scope, []).append((timer_id, key))
         for scope, timers in by_scope.items():
-            future = engine.mailbox(scope).submit(fire(engine.options, scope, timers), scope)
+            firing: Future[Fired] = Future()
             with self._lock:
-                self._firing[scope] = future
-            future.add_done_callback(functools.partial(self._fired, scope, more=more))
+                self._firing[scope] = firing
+            firing.add_done_callback(functools.partial(self._fired, scope, more=more))
+            self._fire(scope, [(timers, None)], Fired(), firing)
 
-    def _fired(self, scope: str, future: Future[Fired], *, more: bool) -> None:
+    def _fire(self, scope: str, parts: list[_Part], done: Fired, firing: Future[Fired]) -> None:
+        """Fire the last of ``parts``, then the others, one request at a time, each in
+        a transaction of its own (so that a write the database refuses fails no other
+        write); ``firing`` gets what they did, all told.
+
+        Raises:
+            ClosedError: the engine is closed (``firing`` is done: the rest stay due).
+        """
+        engine = self._engine
+        timers, why = part = parts.pop()
+        if why is None:
+            work = fire(engine.options, scope, timers)
+        else:
+            work = drop_failed(scope, timers[0][0], why)
+        try:
+            future = engine.mailbox(scope).submit(work, scope, alone=True)
+        except ClosedError as exc:
+            done.error = exc
+            firing.set_result(done)
+            raise
+        future.add_done_callback(
+            functools.partial(self._fired_part, scope, part, parts, done, firing)
+        )
+
+    def _fired_part(
+        self,
+        scope: str,
+        part: _Part,
+        parts: list[_Part],
+        done: Fired,
+        firing: Future[Fired],
+        future: Future[Fired],
+    ) -> None:
+        timers, why = part
+        try:
+            done.add(future.result())
+        except RefusedError as exc:
+            if why is not None:  # even without its write: it stays due
+                done.error = exc
+            elif len(timers) > 1:
+                # The database refused the write of one of them (or more): fire them
+                # apart, halves first, down to each one it refuses.
+                half = len(timers) // 2
+                parts += [(timers[half:], None), (timers[:half], None)]
+            else:
+                parts.append((timers, str(exc)))
+        except Exception as exc:  # noqa: BLE001 - the rest stay due, found again
+            done.error = exc
+        if done.error is not None or not parts:
+            firing.set_result(done)
+            return
+        with contextlib.suppress(ClosedError):
+            self._fire(scope, parts, done, firing)
+
+    def _fired(self, scope: str, firing: Future[Fired], *, more: bool) -> None:
         with self._lock:
-            if self._firing.get(scope) is future:
+            if self._firing.get(scope) is firing:
                 del self._firing[scope]
-        if future.cancelled():
-            return
-        error = future.exception()
-        if error is not None:
-            logger.warning("firing timers of %r failed (they stay due): %s", scope, error)
-            return
-        done = future.result()
+        done = firing.result()
         stats = self._engine.stats
         stats.count("timers_fired", done.fired)
         if done.failed:
@@ -188,7 +241,10 @@ class Sweeper:
                 logger.warning(
                     "the write of timer %s of %r failed, dropped: %s", timer_id, scope, why
                 )
-        if more:
+        if done.error is not None:
+            if not isinstance(done.error, ClosedError):
+                logger.warning("firing timers of %r failed (they stay due): %s", scope, done.error)
+        elif more:
             self._again.set()
 
     def _swept(self, scope: str, future: Future[Any], *, more: bool) -> None:

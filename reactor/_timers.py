@@ -14,7 +14,11 @@ not in a flood), a statement for the lot. The write and the row's removal
 commit together, under the scope's lock on PostgreSQL, so a timer fires exactly once,
 whichever process gets there first, and one due while no engine was open fires at the
 next open. A write that fails (a type mismatch) is dropped and counted: the timer
-still goes (a recurring one to its next period).
+still goes (a recurring one to its next period). So is a write the database refuses
+(``RefusedError``: a constraint, a trigger, one of its limits), which fails the whole
+transaction: timers fire in transactions of their own, and the sweeper fires a batch
+the database refused again in halves, down to the timer it refuses (``drop_failed``).
+A database that fails otherwise (a lost connection) drops nothing: the timers stay due.
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ if TYPE_CHECKING:
 __all__ = [
     "Fired",
     "check_timer_id",
+    "drop_failed",
     "drop_timer",
     "fire",
     "next_due",
@@ -191,13 +196,18 @@ def next_due(due: float, every: float, now: float) -> float:
 
 
 class Fired:
-    """What one firing request did: timers fired, and those whose write failed."""
+    """What firing requests did: timers fired, and those whose write failed."""
 
-    __slots__ = ("failed", "fired")
+    __slots__ = ("error", "failed", "fired")
 
     def __init__(self) -> None:
         self.fired = 0
         self.failed: list[tuple[str, str]] = []  # (timer id, why)
+        self.error: Exception | None = None  # what stopped them (the rest stay due)
+
+    def add(self, other: Fired) -> None:
+        self.fired += other.fired
+        self.failed += other.failed
 
 
 def fire(options: Options, scope: str, timers: list[tuple[str, str]]) -> Work[Fired]:
@@ -231,6 +241,27 @@ def fire(options: Options, scope: str, timers: list[tuple[str, str]]) -> Work[Fi
         return done
 
     return Work(work, keys)
+
+
+def drop_failed(scope: str, timer_id: str, why: str) -> Work[Fired]:
+    """The work that drops timer ``timer_id`` (of ``scope``) without its write, which
+    the database refused (``why``), if it is still there and due: counted as fired and
+    failed; a recurring one moves to its next period."""
+
+    def work(txn: WriteTxn) -> Fired:
+        done = Fired()
+        row = txn.statements.fetch_timers([timer_id]).get(timer_id)
+        if row is None or row.scope != scope or row.due > txn.now:
+            return done  # fired or cancelled elsewhere, or moved on
+        done.fired = 1
+        done.failed.append((timer_id, why))
+        if row.every is None:
+            txn.statements.drop_timers([timer_id])
+        else:
+            txn.statements.move_timers([(timer_id, next_due(row.due, row.every, txn.now))])
+        return done
+
+    return Work(work)
 
 
 def _apply(options: Options, txn: WriteTxn, row: TimerRow) -> str | None:

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -17,7 +18,7 @@ import pytest
 
 import reactor
 import reactor.aio
-from reactor import _timers, ops
+from reactor import _timers, _writes, ops
 from reactor._engine import engine_of
 from reactor._sql import TIMERS_DUE
 
@@ -445,3 +446,137 @@ def test_a_hundred_thousand_timers_due_at_once_fire_exactly_once(
     collapse."""
     late = _burst(open_state(log_retention=None), 100_000, 5, lead=20.0)
     assert late[-1] < 30.0
+
+
+# -- a write the database refuses ----------------------------------------------------
+def _refuse_key(db: Any, key: str) -> None:
+    """Have the database itself refuse any row of ``key`` in reactor_kv (a trigger):
+    a refusal reactor cannot see coming, as a key past an index's limit once was."""
+    if str(db).startswith("postgresql"):
+        raw_query(
+            db,
+            "CREATE FUNCTION refuse_key() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+            f"IF NEW.key = '{key}' THEN RAISE EXCEPTION 'no row for this key'; END IF; "
+            "RETURN NEW; END $$",
+        )
+        raw_query(
+            db,
+            "CREATE TRIGGER refuse_key BEFORE INSERT OR UPDATE ON reactor_kv "
+            "FOR EACH ROW EXECUTE FUNCTION refuse_key()",
+        )
+        return
+    for event in ("INSERT", "UPDATE"):
+        raw_query(
+            db,
+            f"CREATE TRIGGER refuse_key_{event} BEFORE {event} ON reactor_kv "
+            f"WHEN NEW.key = '{key}' BEGIN SELECT RAISE(ABORT, 'no row for this key'); END",
+        )
+
+
+def test_a_timer_whose_write_the_database_refuses_is_dropped_alone(
+    state: reactor.State, clock: FakeClock, db_path: Any
+) -> None:
+    """SPEC §13: a timer whose write fails is counted and dropped (a recurring one
+    fires again next period). A write the database itself refused used to fail the
+    whole request, so the timer stayed due for ever, retried four times a second, and
+    with it the other timers of its request and the writes committed with them."""
+    _refuse_key(db_path, "refused")
+    scope = state.scope("s")
+    with pytest.raises(reactor.StorageError, match="no row for this key"):
+        scope.set("refused", 1)
+    start = clock.time()
+    fine = [scope.schedule(f"k{n}", n, after=1) for n in range(6)]
+    scope.schedule("refused", "once", after=1)
+    recurring = scope.schedule("refused", ops=[ops.increment("")], every=10)
+    elsewhere = state.scope("t").schedule("k", "elsewhere", after=1)
+    engine = engine_of(state)
+    mailbox = engine.mailbox("s")
+    with mailbox._running:  # the actor waits: what is queued meanwhile comes in one batch
+        clock.advance(11)
+        plain = mailbox.submit(
+            _writes.set_value(engine.options, "s", "plain", "written", None, False), "s"
+        )
+        engine.sweeper.fire_timers()  # (or its thread did it: queued all the same)
+    assert plain.result(timeout=10) == reactor.Change(None, "written")  # not failed with it
+    wait_for(lambda: state.stats()["timers"]["failed"] == 2, timeout=10)
+    assert state.stats()["timers"] == {"pending": 1, "fired": 9, "failed": 2}
+    assert [scope.get(timer.key) for timer in fine] == list(range(6))
+    assert state.scope("t").get("k") == "elsewhere"
+    assert scope.get("refused") is None
+    (pending,) = state.timers()
+    assert (pending.id, pending.due) == (recurring.id, start + 20)  # its next period
+    fired = {e.timer for e in state.changes()}
+    assert {timer.id for timer in fine} | {elsewhere.id} <= fired
+    clock.advance(10)  # the next period fires (and is refused, and dropped, again)
+    wait_for(lambda: state.stats()["timers"]["failed"] == 3, timeout=10)
+    assert [(t.id, t.due) for t in state.timers()] == [(recurring.id, start + 30)]
+    assert scope.set("after", 1) == reactor.Change(None, 1)  # the scope goes on
+
+
+def test_due_timers_stay_due_while_the_database_is_down_and_fire_once_it_is_back(
+    state: reactor.State, clock: FakeClock, db_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An outage is not a refusal: no timer is dropped, each fires when it is over."""
+    scope = state.scope("s")
+    timers = [scope.schedule(f"k{n}", n, after=1) for n in range(5)]
+    engine = engine_of(state)
+    store: Any = engine.store
+    if str(db_path).startswith("postgresql"):
+        import psycopg
+
+        lost: Exception = psycopg.OperationalError("server closed the connection unexpectedly")
+    else:
+        import sqlite3
+
+        lost = sqlite3.OperationalError("disk I/O error")
+    begin = store._begin_write
+    down = threading.Event()
+    down.set()
+
+    def begin_write(*args: Any) -> Any:
+        if down.is_set():
+            raise lost  # as the driver raises it: the store translates it
+        return begin(*args)
+
+    monkeypatch.setattr(store, "_begin_write", begin_write)
+    clock.advance(2)
+    for _ in range(3):
+        engine.sweeper.fire_timers()
+        for firing in list(engine.sweeper._firing.values()):
+            firing.result(timeout=10)
+    assert state.stats()["timers"] == {"pending": 5, "fired": 0, "failed": 0}
+    down.clear()
+    wait_for(lambda: state.timers() == [], timeout=10)
+    assert [scope.get(timer.key) for timer in timers] == list(range(5))
+    assert state.stats()["timers"] == {"pending": 0, "fired": 5, "failed": 0}
+
+
+@pytest.mark.parametrize(
+    ("error", "refused"),
+    [
+        ("sqlite3.IntegrityError('CHECK constraint failed')", True),
+        ("sqlite3.DataError('string or blob too big')", True),
+        ("sqlite3.OperationalError('disk I/O error')", False),
+        ("sqlite3.OperationalError('database is locked')", False),
+        ("psycopg.errors.CheckViolation('refused')", True),
+        ("psycopg.errors.ProgramLimitExceeded('index row size exceeds maximum')", True),
+        ("psycopg.errors.RaiseException('a trigger said no')", True),
+        ("psycopg.errors.AdminShutdown('terminating connection')", False),
+        ("psycopg.OperationalError('server closed the connection unexpectedly')", False),
+        ("psycopg.errors.DiskFull('could not extend file')", False),
+        ("psycopg.errors.SerializationFailure('could not serialize')", False),
+    ],
+)
+def test_a_refused_write_is_told_from_a_failed_database(error: str, refused: bool) -> None:
+    import sqlite3
+
+    import psycopg
+
+    from reactor import _postgres, _sqlite
+    from reactor._store import RefusedError
+
+    exc = eval(error, {"sqlite3": sqlite3, "psycopg": psycopg})  # noqa: S307 - the table above
+    translate = _sqlite.translate if error.startswith("sqlite3") else _postgres.translate
+    translated = translate(exc)
+    assert isinstance(translated, reactor.StorageError)
+    assert isinstance(translated, RefusedError) is refused
