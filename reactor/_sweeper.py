@@ -28,7 +28,8 @@ logger = logging.getLogger("reactor")
 SWEEP_INTERVAL: Final = 0.25  # seconds between sweeps: expiry events within a second
 MIN_PAUSE: Final = 0.01  # seconds between sweeps at least, waiting for a timer
 SWEEP_BATCH: Final = 5000  # keys found due per look; a scope's share goes in one write
-TIMER_BATCH: Final = 1000  # timers found due per look
+TIMER_BATCH: Final = 5000  # timers found due per look
+FIRE_BATCH: Final = 1000  # timers fired per transaction: a scope's share, one after another
 COMPACT_INTERVAL: Final = 2.0  # seconds between compactions of the change log
 # Timers to fire (id, key) of one scope, and None; or the one timer to drop without its
 # write, which the database refused, and why.
@@ -172,7 +173,13 @@ class Sweeper:
             with self._lock:
                 self._firing[scope] = firing
             firing.add_done_callback(functools.partial(self._fired, scope, more=more))
-            self._fire(scope, [(timers, None)], Fired(), firing)
+            # The earliest first (the last part goes first): a transaction each, one
+            # after another, with the scope's other writes in between.
+            parts: list[_Part] = [
+                (timers[start : start + FIRE_BATCH], None)
+                for start in reversed(range(0, len(timers), FIRE_BATCH))
+            ]
+            self._fire(scope, parts, Fired(), firing)
 
     def _fire(self, scope: str, parts: list[_Part], done: Fired, firing: Future[Fired]) -> None:
         """Fire the last of ``parts``, then the others, one request at a time, each in
