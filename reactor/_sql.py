@@ -372,9 +372,32 @@ class SQLJobs:
     def queue_names(self) -> list[str]:
         return [name for (name,) in self._all(QUEUE_NAMES, ())]
 
-    def queues_due(self, now: float) -> list[str]:
-        """The queues holding a job whose lease ran out by ``now``."""
-        return [name for (name,) in self._all(QUEUES_DUE, (now,))]
+    def queues_due(self, now: float, limit: int | None = None) -> list[str]:
+        """The queues holding a job whose lease ran out by ``now`` (the first ``limit``
+        of them, by name)."""
+        if limit is None:
+            return [name for (name,) in self._all(QUEUES_DUE, (now,))]
+        return [
+            name for (name,) in self._all(QUEUES_DUE + " ORDER BY q.name LIMIT ?", (now, limit))
+        ]
+
+    def leases_run_out(
+        self, queues: list[str], now: float, limit: int
+    ) -> dict[str, tuple[int | None, list[JobRow]]]:
+        """Of each of ``queues``: its ``max_attempts`` (None: no such queue) and up to
+        ``limit`` of its jobs whose lease ran out by ``now``, earliest first; read
+        together (one round trip on PostgreSQL)."""
+        statements: list[tuple[str, tuple[Any, ...]]] = []
+        for queue in queues:
+            statements += [(QUEUE, (queue,)), (DUE_JOBS, (queue, "taken", now, limit))]
+        found = self._all_several(statements)
+        return {
+            queue: (
+                int(settings[0][0]) if settings else None,
+                [job_row(row) for row in due],
+            )
+            for queue, settings, due in zip(queues, found[::2], found[1::2], strict=True)
+        }
 
     # -- jobs ----------------------------------------------------------------------
     def job(self, queue: str, job_id: int) -> JobRow | None:

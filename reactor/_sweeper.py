@@ -12,7 +12,7 @@ import time
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any, Final
 
-from ._jobs import expire_leases
+from ._jobs import turn_back_leases
 from ._store import RefusedError, WriteTxn
 from ._timers import Fired, drop_failed, fire
 from ._writes import expire_keys
@@ -78,7 +78,10 @@ class Sweeper:
             try:
                 self.sweep()
                 self.fire_timers()
-                expire_leases(self._engine)  # work queues: leases that ran out
+                # Work queues' leases that ran out: a transaction's worth per round, so
+                # that thousands of them keep no timer or expiry waiting for long.
+                if turn_back_leases(self._engine)[1]:
+                    self._again.set()  # more: the next round comes at once
                 now = time.monotonic()
                 if now - checkpointed >= SWEEP_INTERVAL:
                     checkpointed = now
