@@ -1,6 +1,10 @@
 """``Sweeper``: an engine's background thread. It expires the keys whose deadline has
 passed, fires the timers that are due, turns back the queues' jobs whose lease ran
-out, checkpoints the database, and compacts the change log to its retention."""
+out, checkpoints the database, and compacts the change log to its retention.
+
+No chore keeps another waiting long: expiry and timers are requests to the scope
+actors (the thread only finds what is due), a round turns back one transaction's
+worth of leases, and a round with more left is followed by the next at once."""
 
 from __future__ import annotations
 
