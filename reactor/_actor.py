@@ -66,9 +66,10 @@ class Request:
     ``owner`` marks the requests of a transaction holding ``scope``; a request with
     no work is a transaction's ``begin``. ``scopes``: every scope the work writes
     (the commit of a transaction over several scopes), ``(scope,)`` by default.
+    ``alone``: committed in a transaction of its own, never with other requests.
     """
 
-    __slots__ = ("future", "owner", "scope", "scopes", "work")
+    __slots__ = ("alone", "future", "owner", "scope", "scopes", "work")
 
     def __init__(
         self,
@@ -76,11 +77,14 @@ class Request:
         scope: str,
         owner: object = None,
         scopes: tuple[str, ...] | None = None,
+        *,
+        alone: bool = False,
     ) -> None:
         self.work = work
         self.scope = scope
         self.owner = owner
         self.scopes = (scope,) if scopes is None else scopes
+        self.alone = alone
         self.future: Future[Any] = Future()
 
 
@@ -126,6 +130,8 @@ class Mailbox:
         scope: str,
         owner: object = None,
         scopes: tuple[str, ...] | None = None,
+        *,
+        alone: bool = False,
     ) -> Future[T]: ...
 
     @overload
@@ -135,6 +141,8 @@ class Mailbox:
         scope: str,
         owner: object = None,
         scopes: tuple[str, ...] | None = None,
+        *,
+        alone: bool = False,
     ) -> Future[None]: ...
 
     def submit(
@@ -143,17 +151,21 @@ class Mailbox:
         scope: str,
         owner: object = None,
         scopes: tuple[str, ...] | None = None,
+        *,
+        alone: bool = False,
     ) -> Future[Any]:
         """Queue ``work`` on ``scope`` for the actor; the future holds its result after
         commit. ``owner`` is the transaction the work belongs to, if any; ``work=None``
         asks for the scope for that transaction (the future is done once it is held).
         ``scopes``: every scope ``work`` writes, if more than ``scope`` (the owner holds
         them all); the database transaction then keeps other processes off them all.
+        ``alone``: ``work`` commits in a transaction of its own (the sweeper's timers:
+        a write the database refuses then fails no other request).
 
         Raises:
             ClosedError: the engine is closing.
         """
-        request = Request(work, scope, owner, scopes)
+        request = Request(work, scope, owner, scopes, alone=alone)
         with self._lock:
             if self._closed:
                 raise ClosedError("the engine is closed")
@@ -269,8 +281,14 @@ class Mailbox:
                     continue
             if not request.future.set_running_or_notify_cancel():
                 continue  # its caller gave up waiting
-            if request.work is not None:
+            if request.work is not None and not request.alone:
                 batch.append(request)
+                continue
+            if request.work is not None:  # in order: after what came before it
+                if batch:
+                    self._run(batch)
+                    batch = []
+                self._run([request], shared=False)
                 continue
             # A transaction's begin: what came before it commits first.
             if batch:
@@ -287,7 +305,10 @@ class Mailbox:
         if batch:
             self._run(batch)
 
-    def _run(self, batch: list[Request]) -> None:
+    def _run(self, batch: list[Request], *, shared: bool = True) -> None:
+        """Run ``batch`` in one transaction (``shared``: which may commit together
+        with other actors' batches)."""
+
         def work(txn: WriteTxn) -> list[tuple[bool, Any]]:
             outcomes: list[tuple[bool, Any]] = []
             for request in batch:
@@ -307,7 +328,7 @@ class Mailbox:
                 work,
                 self._clock(),
                 self._on_commit,
-                shared=True,
+                shared=shared,
                 scopes={name for request in batch for name in request.scopes},
                 # One read for the batch rather than one per request: each statement
                 # hands the GIL over, and waits to get it back.
@@ -320,7 +341,7 @@ class Mailbox:
             # The database refused one request's statement, and the whole transaction
             # with it (nothing was applied): each request runs alone.
             for request in batch:
-                self._run([request])
+                self._run([request], shared=shared)
             return
         except Exception as exc:  # noqa: BLE001 - every caller hears of it
             for request in batch:

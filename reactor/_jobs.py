@@ -21,7 +21,6 @@ job that became ready from the text's first bytes).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
 from ._keys import QUEUE_PREFIX, check_key
@@ -57,6 +56,7 @@ __all__ = [
     "restore",
     "retry_dead",
     "take",
+    "turn_back_leases",
     "untake",
 ]
 
@@ -67,6 +67,8 @@ PREFIX: Final = QUEUE_PREFIX  # a queue's lock, and the scope of its change even
 MAX_NAME: Final = 1024 - len(PREFIX)
 READY: Final = '{"state":"ready"'  # how the document of a ready job begins
 EXPIRE_BATCH: Final = 1000  # leases turned back per transaction
+# Queues whose leases one transaction turns back (each a lock to take on PostgreSQL).
+LEASE_QUEUES: Final = 100
 RETRY_BATCH: Final = 1000  # dead jobs revived per transaction
 
 # What a put or an enqueue stores: the item's JSON text, its delay, its idempotency key.
@@ -257,17 +259,21 @@ def _add(
     return ids, len(rows)
 
 
-def expire(txn: WriteTxn, queue: str, limit: int = EXPIRE_BATCH) -> int:
-    """Turn back up to ``limit`` jobs of ``queue`` whose lease ran out: ready again
-    (``ready_at`` stays the end of the lease: in line from when it became ready), or
-    dead once they have been taken ``max_attempts`` times. How many."""
-    jobs = txn.statements.jobs()
-    due = jobs.due(queue, "taken", txn.now, limit)
-    if not due:
-        return 0
-    found = jobs.queue(queue)
-    _turn_back(txn, queue, due, DEFAULT_MAX_ATTEMPTS if found is None else found[0])
-    return len(due)
+def expire(txn: WriteTxn, queues: list[str], limit: int = EXPIRE_BATCH) -> tuple[int, bool]:
+    """Turn back jobs of ``queues`` whose lease ran out, up to ``limit`` in all (shared
+    out between the queues, at least one each): ready again (``ready_at`` stays the end
+    of the lease: in line from when it became ready), or dead once they have been taken
+    ``max_attempts`` times. How many, and whether a queue may have more."""
+    each = max(1, limit // max(1, len(queues)))
+    found = txn.statements.jobs().leases_run_out(queues, txn.now, each)
+    turned, more = 0, False
+    for queue in queues:
+        max_attempts, due = found[queue]
+        if due:
+            _turn_back(txn, queue, due, max_attempts or DEFAULT_MAX_ATTEMPTS)
+            turned += len(due)
+            more = more or len(due) == each
+    return turned, more
 
 
 def _turn_back(txn: WriteTxn, queue: str, due: list[JobRow], max_attempts: int) -> list[JobRow]:
@@ -413,25 +419,41 @@ class Outbox:
             enqueue(txn, current, run)
 
 
-def _in(queue: str, work: Callable[[WriteTxn, str], int]) -> Callable[[WriteTxn], int]:
-    return lambda txn: work(txn, queue)
-
-
 def expire_leases(engine: Engine) -> int:
-    """Turn back the jobs whose lease ran out, in every queue (the sweeper calls it):
-    one write per queue that has some, and more while a batch comes full. How many.
+    """Turn back the jobs whose lease ran out, in every queue, a transaction of many
+    queues at a time (``turn_back_leases``) until none is left. How many.
 
     Raises:
         ClosedError: the engine closed.
-        StorageError: a write failed (the sweeper tries again later).
+        StorageError: a write failed.
     """
     turned = 0
-    for queue in engine.store.reader().jobs().queues_due(engine.now()):
-        while True:
-            count, _ = engine.store.write(
-                _in(queue, expire), engine.now(), engine.publish, scopes=(lock_name(queue),)
-            )
-            turned += count
-            if count < EXPIRE_BATCH:
-                break
-    return turned
+    while True:
+        count, more = turn_back_leases(engine)
+        turned += count
+        if not more:
+            return turned
+
+
+def turn_back_leases(engine: Engine) -> tuple[int, bool]:
+    """Turn back jobs whose lease ran out, in one transaction: of up to
+    ``LEASE_QUEUES`` queues, up to ``EXPIRE_BATCH`` jobs in all. How many, and whether
+    more may be left: the sweeper does one such transaction per round, between its
+    other chores, so that a worker that died holding jobs of thousands of queues keeps
+    no timer or expiry waiting.
+
+    Raises:
+        ClosedError: the engine closed.
+        StorageError: the write failed (the sweeper tries again later).
+    """
+    queues = engine.store.reader().jobs().queues_due(engine.now(), LEASE_QUEUES + 1)
+    if not queues:
+        return 0, False
+    some = queues[:LEASE_QUEUES]
+    (count, more), _ = engine.store.write(
+        lambda txn: expire(txn, some),
+        engine.now(),
+        engine.publish,
+        scopes=[lock_name(queue) for queue in some],
+    )
+    return count, more or len(queues) > LEASE_QUEUES

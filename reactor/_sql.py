@@ -17,7 +17,7 @@ name of up to 1,024 characters (4 KB of UTF-8) is stored and found through an in
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Iterator
 from typing import Any, Final, TypeVar
 
 from ._combine import Combiner
@@ -156,11 +156,15 @@ TIMER_INSERT: Final = (
     "VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
 )
 TIMER: Final = f"SELECT {TIMER_COLUMNS} FROM reactor_timers WHERE id = ?"
-TIMERS_DUE: Final = "SELECT id, scope FROM reactor_timers WHERE due <= ?"
+TIMERS_DUE: Final = "SELECT id, scope, key FROM reactor_timers WHERE due <= ?"
 TIMERS: Final = f"SELECT {TIMER_COLUMNS} FROM reactor_timers ORDER BY due, id"
+# ORDER BY ... LIMIT 1 rather than MIN(): see NEXT_TIMES.
+NEXT_TIMER: Final = "SELECT due FROM reactor_timers WHERE due > ? ORDER BY due LIMIT 1"
+TIMERS_BY_ID: Final = f"SELECT {TIMER_COLUMNS} FROM reactor_timers WHERE id IN ({{}})"
 TIMERS_PENDING: Final = "SELECT COUNT(*) FROM reactor_timers"
 TIMER_DELETE: Final = "DELETE FROM reactor_timers WHERE id = ?"
-TIMER_MOVE: Final = "UPDATE reactor_timers SET due = ? WHERE id = ?"
+TIMERS_DELETE: Final = "DELETE FROM reactor_timers WHERE id IN ({})"
+TIMERS_MOVE: Final = "UPDATE reactor_timers SET due = ? WHERE id IN ({})"
 IN_CHUNK: Final = 500  # keys per IN (...) list, well under every driver's variable limit
 
 # Work queues. A statement that looks for jobs names the queue and a state, and orders
@@ -232,6 +236,12 @@ QUEUES_DUE: Final = (
 )
 
 
+def _chunks(items: list[T]) -> Iterator[list[T]]:
+    """``items`` in lists of ``IN_CHUNK`` at most, for ``IN (...)``."""
+    for start in range(0, len(items), IN_CHUNK):
+        yield items[start : start + IN_CHUNK]
+
+
 def ranged(
     sql: str, scope: str, bounds: tuple[str, str | None] | None, *live: float
 ) -> tuple[str, tuple[Any, ...]]:
@@ -260,6 +270,11 @@ class _RowReads:
 
     def _all(self, sql: str, params: tuple[Any, ...]) -> list[Any]:
         raise NotImplementedError
+
+    def _all_several(self, statements: list[tuple[str, tuple[Any, ...]]]) -> list[list[Any]]:
+        """The rows of each of ``statements``: one by one (PostgreSQL's writer sends
+        them in one round trip)."""
+        return [self._all(sql, params) for sql, params in statements]
 
     def compacted(self) -> int:
         raise NotImplementedError
@@ -296,6 +311,15 @@ class _RowReads:
     def fetch_timer(self, timer_id: str) -> TimerRow | None:
         found = self._all(TIMER, (timer_id,))
         return TimerRow(*found[0]) if found else None
+
+    def fetch_timers(self, timer_ids: list[str]) -> dict[str, TimerRow]:
+        """The timers of ``timer_ids`` that exist, by id: read together (one round trip
+        on PostgreSQL)."""
+        statements = [
+            (TIMERS_BY_ID.format(", ".join("?" * len(chunk))), tuple(chunk))
+            for chunk in _chunks(list(dict.fromkeys(timer_ids)))
+        ]
+        return {row[0]: TimerRow(*row) for found in self._all_several(statements) for row in found}
 
     def fetch_lock(self, name: str) -> LockRow | None:
         found = self._all(LOCK, (name,))
@@ -365,9 +389,32 @@ class SQLJobs:
     def queue_names(self) -> list[str]:
         return [name for (name,) in self._all(QUEUE_NAMES, ())]
 
-    def queues_due(self, now: float) -> list[str]:
-        """The queues holding a job whose lease ran out by ``now``."""
-        return [name for (name,) in self._all(QUEUES_DUE, (now,))]
+    def queues_due(self, now: float, limit: int | None = None) -> list[str]:
+        """The queues holding a job whose lease ran out by ``now`` (the first ``limit``
+        of them, by name)."""
+        if limit is None:
+            return [name for (name,) in self._all(QUEUES_DUE, (now,))]
+        return [
+            name for (name,) in self._all(QUEUES_DUE + " ORDER BY q.name LIMIT ?", (now, limit))
+        ]
+
+    def leases_run_out(
+        self, queues: list[str], now: float, limit: int
+    ) -> dict[str, tuple[int | None, list[JobRow]]]:
+        """Of each of ``queues``: its ``max_attempts`` (None: no such queue) and up to
+        ``limit`` of its jobs whose lease ran out by ``now``, earliest first; read
+        together (one round trip on PostgreSQL)."""
+        statements: list[tuple[str, tuple[Any, ...]]] = []
+        for queue in queues:
+            statements += [(QUEUE, (queue,)), (DUE_JOBS, (queue, "taken", now, limit))]
+        found = self._all_several(statements)
+        return {
+            queue: (
+                int(settings[0][0]) if settings else None,
+                [job_row(row) for row in due],
+            )
+            for queue, settings, due in zip(queues, found[::2], found[1::2], strict=True)
+        }
 
     # -- jobs ----------------------------------------------------------------------
     def job(self, queue: str, job_id: int) -> JobRow | None:
@@ -591,16 +638,32 @@ class SQLStatements(_RowReads):
         self._run(SAVE_LOCK, (name, row.owner, row.token, row.expires_at))
 
     def add_timer(self, timer: TimerRow, now: float) -> None:
-        self._run(
+        self._send(  # on PostgreSQL, not a round trip per timer of a transaction
             TIMER_INSERT,
             (timer.id, timer.scope, timer.key, timer.due, timer.every, timer.value, timer.ops, now),
         )
 
+    def _send(self, sql: str, params: tuple[Any, ...]) -> None:
+        """Run ``sql``, whose answer nothing waits for: at once here; on PostgreSQL with
+        the next statement answered (in order, in one round trip)."""
+        self._run(sql, params)
+
     def drop_timer(self, timer_id: str) -> bool:
         return self._run(TIMER_DELETE, (timer_id,)) > 0
 
-    def move_timer(self, timer_id: str, due: float) -> None:
-        self._run(TIMER_MOVE, (due, timer_id))
+    def drop_timers(self, timer_ids: list[str]) -> None:
+        for chunk in _chunks(timer_ids):
+            self._send(TIMERS_DELETE.format(", ".join("?" * len(chunk))), tuple(chunk))
+
+    def move_timers(self, moves: list[tuple[str, float]]) -> None:
+        """Move each timer (id, due) to its new due time: a statement per due time (the
+        timers of one period, fired together, move together)."""
+        by_due: dict[float, list[str]] = {}
+        for timer_id, due in moves:
+            by_due.setdefault(due, []).append(timer_id)
+        for due, timer_ids in by_due.items():
+            for chunk in _chunks(timer_ids):
+                self._send(TIMERS_MOVE.format(", ".join("?" * len(chunk))), (due, *chunk))
 
     def jobs(self) -> SQLJobs:
         return SQLJobs(self._all, self._run)
@@ -673,8 +736,11 @@ class TransactionReader(_RowReads):
     def drop_timer(self, *_: object) -> bool:
         raise AssertionError("a transaction body defers its timers to the commit")
 
-    def move_timer(self, *_: object) -> None:
-        raise AssertionError("a transaction body defers its timers to the commit")
+    def drop_timers(self, *_: object) -> None:
+        raise AssertionError("a transaction body never fires timers")
+
+    def move_timers(self, *_: object) -> None:
+        raise AssertionError("a transaction body never fires timers")
 
     def jobs(self) -> SQLJobs:
         """Reads of the queues; a body's enqueues run in its commit (``WriteTxn.defer``)."""
@@ -946,16 +1012,21 @@ class SQLStore:
 
     def due_timers(
         self, now: float, limit: int, skip: Collection[str] = ()
-    ) -> list[tuple[str, str]]:
-        """Up to ``limit`` timers due at ``now`` (id, scope), earliest first, of scopes
-        other than those in ``skip``."""
+    ) -> list[tuple[str, str, str]]:
+        """Up to ``limit`` timers due at ``now`` (id, scope, key), earliest first, of
+        scopes other than those in ``skip``."""
         sql: str = TIMERS_DUE
         params: tuple[Any, ...] = (now,)
         if skip:
             sql += f" AND scope NOT IN ({', '.join('?' * len(skip))})"
             params += tuple(skip)
         found = self._query(sql + " ORDER BY due, id LIMIT ?", (*params, limit))
-        return [(timer_id, scope) for timer_id, scope in found]
+        return [(timer_id, scope, key) for timer_id, scope, key in found]
+
+    def next_timer(self, now: float) -> float | None:
+        """When the first timer due after ``now`` is due (None: none is)."""
+        found = self._query(NEXT_TIMER, (now,))
+        return float(found[0][0]) if found else None
 
     def timers(self, limit: int | None = None) -> list[TimerRow]:
         """The pending timers, earliest first (the first ``limit`` of them)."""

@@ -40,10 +40,11 @@ Upsert = tuple[str, str, str, float | None, int, int, int]
 
 
 class RefusedError(StorageError):
-    """The database refused a statement of a write transaction (a constraint, a limit,
-    a value it cannot store): nothing of it was applied, and the connection is sound.
-    Writes that shared that transaction are tried again on their own
-    (``Combiner``, ``Mailbox``), so that one refused write fails alone."""
+    """The database refused what a write would store (a constraint or a trigger, a
+    value or key past one of its limits), not the transaction: nothing was applied, the
+    connection is sound, and the same write would be refused again. Writes that shared
+    that transaction are tried again on their own (``Combiner``, ``Mailbox``), so that
+    one refused write fails alone; the sweeper finds a refused timer by halving."""
 
 
 class _Absent(enum.Enum):
@@ -139,9 +140,15 @@ class Statements(Protocol):
 
     def add_timer(self, timer: TimerRow, now: float) -> None: ...
 
+    def fetch_timers(self, timer_ids: list[str]) -> dict[str, TimerRow]: ...
+
     def drop_timer(self, timer_id: str) -> bool: ...
 
-    def move_timer(self, timer_id: str, due: float) -> None: ...
+    def drop_timers(self, timer_ids: list[str]) -> None: ...
+
+    def move_timers(self, moves: list[tuple[str, float]]) -> None:
+        """Move each timer of ``moves`` (id, due) to its new due time."""
+        ...
 
     def jobs(self) -> SQLJobs:
         """The statements of work queues (``reactor_queues``, ``reactor_jobs``)."""
@@ -512,7 +519,14 @@ class Store(Protocol):
 
     def due_timers(
         self, now: float, limit: int, skip: Collection[str] = ()
-    ) -> list[tuple[str, str]]: ...
+    ) -> list[tuple[str, str, str]]:
+        """Up to ``limit`` timers due at ``now`` (id, scope, key), earliest first, of
+        scopes other than those in ``skip``."""
+        ...
+
+    def next_timer(self, now: float) -> float | None:
+        """When the first timer due after ``now`` is due (None: none is)."""
+        ...
 
     def timers(self, limit: int | None = None) -> list[TimerRow]: ...
 

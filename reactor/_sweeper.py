@@ -1,9 +1,14 @@
 """``Sweeper``: an engine's background thread. It expires the keys whose deadline has
 passed, fires the timers that are due, turns back the queues' jobs whose lease ran
-out, checkpoints the database, and compacts the change log to its retention."""
+out, checkpoints the database, and compacts the change log to its retention.
+
+No chore keeps another waiting long: expiry and timers are requests to the scope
+actors (the thread only finds what is due), a round turns back one transaction's
+worth of leases, and a round with more left is followed by the next at once."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import threading
@@ -11,9 +16,9 @@ import time
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any, Final
 
-from ._jobs import expire_leases
-from ._store import WriteTxn
-from ._timers import Fired, fire
+from ._jobs import turn_back_leases
+from ._store import RefusedError, WriteTxn
+from ._timers import Fired, drop_failed, fire
 from ._writes import expire_keys
 from .errors import ClosedError
 
@@ -25,9 +30,14 @@ __all__ = ["Sweeper"]
 logger = logging.getLogger("reactor")
 
 SWEEP_INTERVAL: Final = 0.25  # seconds between sweeps: expiry events within a second
+MIN_PAUSE: Final = 0.01  # seconds between sweeps at least, waiting for a timer
 SWEEP_BATCH: Final = 5000  # keys found due per look; a scope's share goes in one write
-TIMER_BATCH: Final = 1000  # timers found due per look
+TIMER_BATCH: Final = 5000  # timers found due per look
+FIRE_BATCH: Final = 1000  # timers fired per transaction: a scope's share, one after another
 COMPACT_INTERVAL: Final = 2.0  # seconds between compactions of the change log
+# Timers to fire (id, key) of one scope, and None; or the one timer to drop without its
+# write, which the database refused, and why.
+_Part = tuple[list[tuple[str, str]], str | None]
 
 
 class Sweeper:
@@ -63,15 +73,19 @@ class Sweeper:
     def _loop(self) -> None:
         checkpointed = compacted = time.monotonic()
         failures = 0
+        pause = SWEEP_INTERVAL
         while not self._stop.is_set():
-            self._again.wait(SWEEP_INTERVAL)
+            self._again.wait(pause)
             self._again.clear()
             if self._stop.is_set():
                 return
             try:
                 self.sweep()
                 self.fire_timers()
-                expire_leases(self._engine)  # work queues: leases that ran out
+                # Work queues' leases that ran out: a transaction's worth per round, so
+                # that thousands of them keep no timer or expiry waiting for long.
+                if turn_back_leases(self._engine)[1]:
+                    self._again.set()  # more: the next round comes at once
                 now = time.monotonic()
                 if now - checkpointed >= SWEEP_INTERVAL:
                     checkpointed = now
@@ -79,6 +93,7 @@ class Sweeper:
                 if now - compacted >= COMPACT_INTERVAL:
                     compacted = now
                     self.compact()
+                pause = self.pause()
                 failures = 0
             except ClosedError:
                 return
@@ -90,6 +105,17 @@ class Sweeper:
                         failures,
                     )
                 self._stop.wait(SWEEP_INTERVAL)
+
+    def pause(self) -> float:
+        """How long the next look may wait: ``SWEEP_INTERVAL``, or less if a timer comes
+        due sooner (it fires then, not up to an interval later)."""
+        engine = self._engine
+        now = engine.now()
+        due = engine.store.next_timer(now)
+        if due is None:
+            return SWEEP_INTERVAL
+        # Not less than MIN_PAUSE: a clock that stands still (a test's) spins no faster.
+        return min(SWEEP_INTERVAL, max(MIN_PAUSE, due - now))
 
     def compact(self) -> int:
         """Drop the change-log records beyond the retention policy; return how many."""
@@ -146,26 +172,81 @@ class Sweeper:
         # with many timers due, must not keep other scopes' timers from their turn.
         due = engine.store.due_timers(engine.now(), TIMER_BATCH, skip=busy)
         more = len(due) == TIMER_BATCH
-        by_scope: dict[str, list[str]] = {}
-        for timer_id, scope in due:
-            by_scope.setdefault(scope, []).append(timer_id)
-        for scope, timer_ids in by_scope.items():
-            future = engine.mailbox(scope).submit(fire(engine.options, scope, timer_ids), scope)
+        by_scope: dict[str, list[tuple[str, str]]] = {}
+        for timer_id, scope, key in due:
+            by_scope.setdefault(scope, []).append((timer_id, key))
+        for scope, timers in by_scope.items():
+            firing: Future[Fired] = Future()
             with self._lock:
-                self._firing[scope] = future
-            future.add_done_callback(functools.partial(self._fired, scope, more=more))
+                self._firing[scope] = firing
+            firing.add_done_callback(functools.partial(self._fired, scope, more=more))
+            # The earliest first (the last part goes first): a transaction each, one
+            # after another, with the scope's other writes in between.
+            parts: list[_Part] = [
+                (timers[start : start + FIRE_BATCH], None)
+                for start in reversed(range(0, len(timers), FIRE_BATCH))
+            ]
+            self._fire(scope, parts, Fired(), firing)
 
-    def _fired(self, scope: str, future: Future[Fired], *, more: bool) -> None:
+    def _fire(self, scope: str, parts: list[_Part], done: Fired, firing: Future[Fired]) -> None:
+        """Fire the last of ``parts``, then the others, one request at a time, each in
+        a transaction of its own (so that a write the database refuses fails no other
+        write); ``firing`` gets what they did, all told.
+
+        Raises:
+            ClosedError: the engine is closed (``firing`` is done: the rest stay due).
+        """
+        engine = self._engine
+        timers, why = part = parts.pop()
+        if why is None:
+            work = fire(engine.options, scope, timers)
+        else:
+            work = drop_failed(scope, timers[0][0], why)
+        try:
+            future = engine.mailbox(scope).submit(work, scope, alone=True)
+        except ClosedError as exc:
+            done.error = exc
+            firing.set_result(done)
+            raise
+        future.add_done_callback(
+            functools.partial(self._fired_part, scope, part, parts, done, firing)
+        )
+
+    def _fired_part(
+        self,
+        scope: str,
+        part: _Part,
+        parts: list[_Part],
+        done: Fired,
+        firing: Future[Fired],
+        future: Future[Fired],
+    ) -> None:
+        timers, why = part
+        try:
+            done.add(future.result())
+        except RefusedError as exc:
+            if why is not None:  # even without its write: it stays due
+                done.error = exc
+            elif len(timers) > 1:
+                # The database refused the write of one of them (or more): fire them
+                # apart, halves first, down to each one it refuses.
+                half = len(timers) // 2
+                parts += [(timers[half:], None), (timers[:half], None)]
+            else:
+                parts.append((timers, str(exc)))
+        except Exception as exc:  # noqa: BLE001 - the rest stay due, found again
+            done.error = exc
+        if done.error is not None or not parts:
+            firing.set_result(done)
+            return
+        with contextlib.suppress(ClosedError):
+            self._fire(scope, parts, done, firing)
+
+    def _fired(self, scope: str, firing: Future[Fired], *, more: bool) -> None:
         with self._lock:
-            if self._firing.get(scope) is future:
+            if self._firing.get(scope) is firing:
                 del self._firing[scope]
-        if future.cancelled():
-            return
-        error = future.exception()
-        if error is not None:
-            logger.warning("firing timers of %r failed (they stay due): %s", scope, error)
-            return
-        done = future.result()
+        done = firing.result()
         stats = self._engine.stats
         stats.count("timers_fired", done.fired)
         if done.failed:
@@ -174,7 +255,10 @@ class Sweeper:
                 logger.warning(
                     "the write of timer %s of %r failed, dropped: %s", timer_id, scope, why
                 )
-        if more:
+        if done.error is not None:
+            if not isinstance(done.error, ClosedError):
+                logger.warning("firing timers of %r failed (they stay due): %s", scope, done.error)
+        elif more:
             self._again.set()
 
     def _swept(self, scope: str, future: Future[Any], *, more: bool) -> None:

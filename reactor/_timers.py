@@ -6,14 +6,19 @@ its period. Scheduling one is a write of the scope it belongs to (in a transacti
 body, deferred to the commit, atomically with the body's writes).
 
 Firing is the sweeper's (``Sweeper.fire_timers``), in every process that writes: it
-finds the timers due, and sends each scope's actor one request that, for each of them,
-reads the timer again inside the write transaction and, if it is still there and due,
-applies its write, then deletes the row (or moves a recurring one to its next period
-after now: missed periods fire once, not in a flood). The write and the row's removal
+finds the timers due, and sends each scope's actor one request that reads them again
+inside the write transaction (in one statement, the rows of their keys read ahead with
+the begin) and, for each one still there and due, applies its write; then deletes the
+rows (or moves a recurring one to its next period after now: missed periods fire once,
+not in a flood), a statement for the lot. The write and the row's removal
 commit together, under the scope's lock on PostgreSQL, so a timer fires exactly once,
 whichever process gets there first, and one due while no engine was open fires at the
 next open. A write that fails (a type mismatch) is dropped and counted: the timer
-still goes (a recurring one to its next period).
+still goes (a recurring one to its next period). So is a write the database refuses
+(``RefusedError``: a constraint, a trigger, one of its limits), which fails the whole
+transaction: timers fire in transactions of their own, and the sweeper fires a batch
+the database refused again in halves, down to the timer it refuses (``drop_failed``).
+A database that fails otherwise (a lost connection) drops nothing: the timers stay due.
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ __all__ = [
     "DropTimer",
     "Fired",
     "check_timer_id",
+    "drop_failed",
     "drop_timer",
     "fire",
     "next_due",
@@ -228,50 +234,99 @@ def next_due(due: float, every: float, now: float) -> float:
 
 
 class Fired:
-    """What one firing request did: timers fired, and those whose write failed."""
+    """What firing requests did: timers fired, and those whose write failed."""
 
-    __slots__ = ("failed", "fired")
+    __slots__ = ("error", "failed", "fired")
 
     def __init__(self) -> None:
         self.fired = 0
         self.failed: list[tuple[str, str]] = []  # (timer id, why)
+        self.error: Exception | None = None  # what stopped them (the rest stay due)
+
+    def add(self, other: Fired) -> None:
+        self.fired += other.fired
+        self.failed += other.failed
 
 
-def fire(options: Options, scope: str, timer_ids: list[str]) -> Work[Fired]:
-    """The work that fires the timers of ``timer_ids`` (of ``scope``) that are still
-    there and due when it runs, each as the write it holds."""
+def fire(options: Options, scope: str, timers: list[tuple[str, str]]) -> Work[Fired]:
+    """The work that fires the timers of ``timers`` (id, key: of ``scope``) that are
+    still there and due when it runs, each as the write it holds.
+
+    A few statements for the lot, not a few per timer: the rows of their keys are read
+    ahead with the transaction's begin (``Work.reads``), the timers in one read, and
+    their removal (or move to the next period) goes with the commit on PostgreSQL."""
+    keys = tuple(dict.fromkeys((scope, key) for _, key in timers))
 
     def work(txn: WriteTxn) -> Fired:
         done = Fired()
-        for timer_id in timer_ids:
-            row = txn.statements.fetch_timer(timer_id)
-            if row is None or row.due > txn.now:
-                continue  # fired or cancelled elsewhere, or moved on
+        rows = txn.statements.fetch_timers([timer_id for timer_id, _ in timers])
+        dropped: list[str] = []
+        moved: list[tuple[str, float]] = []
+        for timer_id, _ in timers:
+            row = rows.get(timer_id)
+            if row is None or row.scope != scope or row.due > txn.now:
+                continue  # fired or cancelled elsewhere, or moved on (or replaced)
             done.fired += 1
-            mark = txn.savepoint()
-            txn.timer = timer_id
-            try:
-                if row.ops is None:
-                    assert row.value is not None
-                    write: Work[Any] = _writes.set_value(
-                        options, scope, row.key, decode(row.value), None, False
-                    )
-                else:
-                    write = _writes.update(options, scope, row.key, decode(row.ops), None)
-                result = write(txn)
-                if isinstance(result, UpdateResult) and result.errors:
-                    done.failed.append((timer_id, result.errors[0]["message"]))
-            except Exception as exc:  # one timer's failure is its own
-                txn.rollback_to(mark)
-                if isinstance(exc, StorageError):
-                    raise  # the database failed: the whole request does, and stays due
-                done.failed.append((timer_id, f"{type(exc).__name__}: {exc}"))
-            finally:
-                txn.timer = None
+            why = _apply(options, txn, row)
+            if why is not None:
+                done.failed.append((timer_id, why))
             if row.every is None:
-                txn.statements.drop_timer(timer_id)
+                dropped.append(timer_id)
             else:
-                txn.statements.move_timer(timer_id, next_due(row.due, row.every, txn.now))
+                moved.append((timer_id, next_due(row.due, row.every, txn.now)))
+        txn.statements.drop_timers(dropped)
+        txn.statements.move_timers(moved)
+        return done
+
+    return Work(work, keys)
+
+
+def drop_failed(scope: str, timer_id: str, why: str) -> Work[Fired]:
+    """The work that drops timer ``timer_id`` (of ``scope``) without its write, which
+    the database refused (``why``), if it is still there and due: counted as fired and
+    failed; a recurring one moves to its next period."""
+
+    def work(txn: WriteTxn) -> Fired:
+        done = Fired()
+        row = txn.statements.fetch_timers([timer_id]).get(timer_id)
+        if row is None or row.scope != scope or row.due > txn.now:
+            return done  # fired or cancelled elsewhere, or moved on
+        done.fired = 1
+        done.failed.append((timer_id, why))
+        if row.every is None:
+            txn.statements.drop_timers([timer_id])
+        else:
+            txn.statements.move_timers([(timer_id, next_due(row.due, row.every, txn.now))])
         return done
 
     return Work(work)
+
+
+def _apply(options: Options, txn: WriteTxn, row: TimerRow) -> str | None:
+    """Apply the write of timer ``row``, undone alone if it fails: why it failed, or
+    None.
+
+    Raises:
+        StorageError: the database failed (the whole request does, and stays due).
+    """
+    mark = txn.savepoint()
+    txn.timer = row.id
+    try:
+        if row.ops is None:
+            assert row.value is not None
+            write: Work[Any] = _writes.set_value(
+                options, row.scope, row.key, decode(row.value), None, False
+            )
+        else:
+            write = _writes.update(options, row.scope, row.key, decode(row.ops), None)
+        result = write(txn)
+        if isinstance(result, UpdateResult) and result.errors:
+            return str(result.errors[0]["message"])
+        return None
+    except Exception as exc:  # one timer's failure is its own
+        txn.rollback_to(mark)
+        if isinstance(exc, StorageError):
+            raise
+        return f"{type(exc).__name__}: {exc}"
+    finally:
+        txn.timer = None

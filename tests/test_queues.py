@@ -416,6 +416,52 @@ def test_the_sweeper_turns_back_leases_by_itself(
     eventually(lambda: ("1", "updated", "ready") in queue_events(state), timeout=PATIENCE)
 
 
+def test_leases_run_out_in_thousands_of_queues_keep_no_timer_or_expiry_waiting(
+    state: reactor.State, clock: FakeClock, db_path: Any
+) -> None:
+    """A worker that held a job of each of thousands of queues dies: its leases run out,
+    then an unrelated timer and key come due. They still come within a second (SPEC §3,
+    §13), and every job is ready again, once. The sweeper used to turn the leases back
+    a write per queue, all of them before its next look: the timer and the expiry came
+    1.7-2.6 s late."""
+    count = 1000 if str(db_path).startswith("postgresql") else 10_000
+    names = [f"q{n:05d}" for n in range(count)]
+    with state.scope("setup").transaction() as tx:
+        for name in names:
+            tx.enqueue(name, name)
+    for name in names:
+        take_now(state.queue(name), lease=10)  # and the worker dies: no ack, no nack
+    other = state.scope("other")
+    due = clock.time() + 11  # a second after the leases
+    other.schedule("timer", "fired", at=due)
+    other.set("cached", 1, ttl=due - clock.time())
+    arrivals: dict[str, float] = {}
+    turned: list[str] = []
+
+    def note(event: reactor.ChangeEvent) -> None:
+        if event.scope == "other":
+            arrivals.setdefault(event.type, time.monotonic())
+        elif event.new_value is not None and event.new_value["state"] == "ready":
+            assert event.new_value["attempts"] == 1
+            turned.append(event.scope)
+
+    state.subscribe(note)
+    clock.advance(10.5)  # the leases ran out, not yet the timer nor the key
+    eventually(lambda: turned, timeout=PATIENCE)  # the sweeper is turning them back
+    clock.advance(1)
+    began = time.monotonic()
+    eventually(lambda: {"created", "expired"} <= set(arrivals), timeout=PATIENCE)
+    late = max(arrivals.values()) - began
+    print(f"{count} leases run out: the timer and the expiry came {late:.3f} s late at most")
+    assert late < 1.0
+    eventually(lambda: len(turned) >= count, timeout=PATIENCE)
+    time.sleep(0.2)  # one too many would show up now
+    assert sorted(turned) == [_jobs.lock_name(name) for name in names]  # each once
+    for name in (names[0], names[-1]):
+        assert state.queue(name).stats()["ready"] == 1
+        assert take_now(state.queue(name)).attempts == 2
+
+
 def test_after_max_attempts_a_job_is_dead(
     state: reactor.State, engine: Engine, clock: FakeClock
 ) -> None:

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -17,11 +18,11 @@ import pytest
 
 import reactor
 import reactor.aio
-from reactor import _timers, ops
+from reactor import _timers, _writes, ops
 from reactor._engine import engine_of
 from reactor._sql import TIMERS_DUE
 
-from .conftest import FakeClock, raw_query, run_reactor, wait_for
+from .conftest import FakeClock, held_elsewhere, raw_query, run_reactor, wait_for
 
 
 def _events(state: reactor.State) -> list[tuple[str, str, Any, str | None]]:
@@ -429,3 +430,198 @@ def test_a_timer_id_that_no_timer_could_have_is_refused(state: reactor.State, ba
         tx.cancel_timer(bad)
     assert state.cancel_timer("") is False
     assert state.timers() == [timer]
+
+
+# -- a burst on time -----------------------------------------------------------------
+def _burst(state: reactor.State, count: int, scopes: int, lead: float) -> list[float]:
+    """Schedule ``count`` timers over ``scopes`` scopes, all due ``lead`` seconds from
+    now (created by one commit); check that each fires once, writing its value; how
+    late each one's event came, earliest first."""
+    arrivals: dict[str, float] = {}
+    state.subscribe(lambda event: arrivals.setdefault(event.timer or "", time.time()))
+    names = [f"burst-{n}" for n in range(scopes)]
+    due = time.time() + lead
+    with state.transaction(*names) as tx:
+        scheduled = {tx[names[n % scopes]].schedule(f"k{n}", n, at=due).id: n for n in range(count)}
+    assert time.time() < due - 0.5, "scheduling took too long to measure anything"
+    wait_for(lambda: len(arrivals) >= count, timeout=due - time.time() + 60)
+    time.sleep(0.2)  # an event too many would show up now
+    assert set(arrivals) == set(scheduled)  # each once, and nothing else
+    fired = [e.timer for e in state.changes(limit=None) if e.timer is not None]
+    assert len(fired) == len(set(fired)) == count
+    assert state.timers() == []
+    values = {name: state.scope(name).list() for name in names}
+    assert sum(len(found) for found in values.values()) == count
+    assert all(values[names[n % scopes]][f"k{n}"] == n for n in scheduled.values())
+    late = sorted(arrival - due for arrival in arrivals.values())
+    print(
+        f"{count} timers, {scopes} scope(s): late by {late[len(late) // 2]:.3f} s median, "
+        f"{late[-1]:.3f} s max"
+    )
+    assert late[0] >= -0.05  # none early (the clocks of the two threads agree)
+    return late
+
+
+@pytest.mark.parametrize("scopes", [1, 5])
+def test_ten_thousand_timers_due_at_once_fire_within_a_second_exactly_once(
+    open_state: Callable[..., reactor.State], scopes: int
+) -> None:
+    """SPEC §13: "within one second of its due time", for a burst too. Timers used to
+    be fired one by one, three round trips each: on PostgreSQL, 10,000 due at once came
+    2-5 s late at the median, 4-9 s at most. Now a few statements fire a thousand: the
+    last comes 0.5-0.9 s late here on a quiet machine. The median is held to the
+    second; the last one gets room for a machine loaded by other work (it came 1.8 s
+    late once, with six busy processes on two cores)."""
+    late = _burst(open_state(), 10_000, scopes, lead=4.0)
+    assert late[len(late) // 2] < 1.0
+    assert late[-1] < 2.0
+
+
+@pytest.mark.slow
+@pytest.mark.sqlite_only("a measure: SQLite's own writes are what a burst costs there")
+def test_a_hundred_thousand_timers_due_at_once_fire_exactly_once(
+    open_state: Callable[..., reactor.State],
+) -> None:
+    """At 100,000 due at once, SQLite's inserts and the writes' Python take about
+    40-60 µs a timer on two shared cores: the last fires 6-11 s late (the same before
+    and after timers were fired a batch at a time: SQLite never waited on round
+    trips). A measure, and a check that each fires once; the bound only catches a
+    collapse."""
+    late = _burst(open_state(log_retention=None), 100_000, 5, lead=20.0)
+    assert late[-1] < 30.0
+
+
+# -- a write the database refuses ----------------------------------------------------
+def _refuse_key(db: Any, key: str) -> None:
+    """Have the database itself refuse any row of ``key`` in reactor_kv (a trigger):
+    a refusal reactor cannot see coming, as a key past an index's limit once was."""
+    if str(db).startswith("postgresql"):
+        raw_query(
+            db,
+            "CREATE FUNCTION refuse_key() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+            f"IF NEW.key = '{key}' THEN RAISE EXCEPTION 'no row for this key'; END IF; "
+            "RETURN NEW; END $$",
+        )
+        raw_query(
+            db,
+            "CREATE TRIGGER refuse_key BEFORE INSERT OR UPDATE ON reactor_kv "
+            "FOR EACH ROW EXECUTE FUNCTION refuse_key()",
+        )
+        return
+    for event in ("INSERT", "UPDATE"):
+        raw_query(
+            db,
+            f"CREATE TRIGGER refuse_key_{event} BEFORE {event} ON reactor_kv "
+            f"WHEN NEW.key = '{key}' BEGIN SELECT RAISE(ABORT, 'no row for this key'); END",
+        )
+
+
+def test_a_timer_whose_write_the_database_refuses_is_dropped_alone(
+    state: reactor.State, clock: FakeClock, db_path: Any
+) -> None:
+    """SPEC §13: a timer whose write fails is counted and dropped (a recurring one
+    fires again next period). A write the database itself refused used to fail the
+    whole request, so the timer stayed due for ever, retried four times a second, and
+    with it the other timers of its request and the writes committed with them."""
+    _refuse_key(db_path, "refused")
+    scope = state.scope("s")
+    with pytest.raises(reactor.StorageError, match="no row for this key"):
+        scope.set("refused", 1)
+    start = clock.time()
+    fine = [scope.schedule(f"k{n}", n, after=1) for n in range(6)]
+    scope.schedule("refused", "once", after=1)
+    recurring = scope.schedule("refused", ops=[ops.increment("")], every=10)
+    elsewhere = state.scope("t").schedule("k", "elsewhere", after=1)
+    engine = engine_of(state)
+    mailbox = engine.mailbox("s")
+    with held_elsewhere(
+        mailbox._running
+    ):  # the actor waits: what is queued meanwhile comes in one batch
+        clock.advance(11)
+        plain = mailbox.submit(
+            _writes.set_value(engine.options, "s", "plain", "written", None, False), "s"
+        )
+        engine.sweeper.fire_timers()  # (or its thread did it: queued all the same)
+    assert plain.result(timeout=10) == reactor.Change(None, "written")  # not failed with it
+    wait_for(lambda: state.stats()["timers"]["failed"] == 2, timeout=10)
+    assert state.stats()["timers"] == {"pending": 1, "fired": 9, "failed": 2}
+    assert [scope.get(timer.key) for timer in fine] == list(range(6))
+    assert state.scope("t").get("k") == "elsewhere"
+    assert scope.get("refused") is None
+    (pending,) = state.timers()
+    assert (pending.id, pending.due) == (recurring.id, start + 20)  # its next period
+    fired = {e.timer for e in state.changes()}
+    assert {timer.id for timer in fine} | {elsewhere.id} <= fired
+    clock.advance(10)  # the next period fires (and is refused, and dropped, again)
+    wait_for(lambda: state.stats()["timers"]["failed"] == 3, timeout=10)
+    assert [(t.id, t.due) for t in state.timers()] == [(recurring.id, start + 30)]
+    assert scope.set("after", 1) == reactor.Change(None, 1)  # the scope goes on
+
+
+def test_due_timers_stay_due_while_the_database_is_down_and_fire_once_it_is_back(
+    state: reactor.State, clock: FakeClock, db_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An outage is not a refusal: no timer is dropped, each fires when it is over."""
+    scope = state.scope("s")
+    timers = [scope.schedule(f"k{n}", n, after=1) for n in range(5)]
+    engine = engine_of(state)
+    store: Any = engine.store
+    if str(db_path).startswith("postgresql"):
+        import psycopg
+
+        lost: Exception = psycopg.OperationalError("server closed the connection unexpectedly")
+    else:
+        import sqlite3
+
+        lost = sqlite3.OperationalError("disk I/O error")
+    begin = store._begin_write
+    down = threading.Event()
+    down.set()
+
+    def begin_write(*args: Any) -> Any:
+        if down.is_set():
+            raise lost  # as the driver raises it: the store translates it
+        return begin(*args)
+
+    monkeypatch.setattr(store, "_begin_write", begin_write)
+    clock.advance(2)
+    for _ in range(3):
+        engine.sweeper.fire_timers()
+        for firing in list(engine.sweeper._firing.values()):
+            firing.result(timeout=10)
+    assert state.stats()["timers"] == {"pending": 5, "fired": 0, "failed": 0}
+    down.clear()
+    wait_for(lambda: state.timers() == [], timeout=10)
+    assert [scope.get(timer.key) for timer in timers] == list(range(5))
+    assert state.stats()["timers"] == {"pending": 0, "fired": 5, "failed": 0}
+
+
+@pytest.mark.parametrize(
+    ("error", "refused"),
+    [
+        ("sqlite3.IntegrityError('CHECK constraint failed')", True),
+        ("sqlite3.DataError('string or blob too big')", True),
+        ("sqlite3.OperationalError('disk I/O error')", False),
+        ("sqlite3.OperationalError('database is locked')", False),
+        ("psycopg.errors.CheckViolation('refused')", True),
+        ("psycopg.errors.ProgramLimitExceeded('index row size exceeds maximum')", True),
+        ("psycopg.errors.RaiseException('a trigger said no')", True),
+        ("psycopg.errors.AdminShutdown('terminating connection')", False),
+        ("psycopg.OperationalError('server closed the connection unexpectedly')", False),
+        ("psycopg.errors.DiskFull('could not extend file')", False),
+        ("psycopg.errors.SerializationFailure('could not serialize')", False),
+    ],
+)
+def test_a_refused_write_is_told_from_a_failed_database(error: str, refused: bool) -> None:
+    import sqlite3
+
+    import psycopg
+
+    from reactor import _postgres, _sqlite
+    from reactor._store import RefusedError
+
+    exc = eval(error, {"sqlite3": sqlite3, "psycopg": psycopg})  # noqa: S307 - the table above
+    translate = _sqlite.translate if error.startswith("sqlite3") else _postgres.translate
+    translated = translate(exc)
+    assert isinstance(translated, reactor.StorageError)
+    assert isinstance(translated, RefusedError) is refused
