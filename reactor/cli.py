@@ -667,7 +667,9 @@ class _CommitShield:
         return self
 
     def __exit__(self, *_: object) -> None:
-        if self._previous is not None:
+        # Once the commit may have happened, the handler stays to the process's end:
+        # a Ctrl-C between here and the exit would still turn success into "Aborted!".
+        if self._previous is not None and not self.shielded:
             signal.signal(signal.SIGINT, self._previous)
         if self.interrupted:
             click.echo("Ctrl-C came after the commit: everything was imported.", err=True)
