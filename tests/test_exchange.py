@@ -602,8 +602,14 @@ def _import_interrupted(
 ) -> tuple[int, str]:
     """``reactor import FILE`` sent ``sent`` once ``when`` returns: its exit status and
     output (stdout and stderr)."""
+    # Ctrl-C as on a terminal, whatever this process inherited: a job a shell started
+    # in the background ignores SIGINT, and so would its children.
+    command = (
+        "import runpy, signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler);"
+        " sys.argv[0] = 'reactor'; runpy.run_module('reactor', run_name='__main__')"
+    )
     process = subprocess.Popen(
-        [sys.executable, "-m", "reactor", "--db", str(db), "import", str(file)],
+        [sys.executable, "-c", command, "--db", str(db), "import", str(file)],
         cwd=cwd,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,

@@ -27,6 +27,9 @@ CHILD = textwrap.dedent(
     import reactor
 
     faulthandler.dump_traceback_later(60, exit=True)  # a hang shows where it is
+    # Ctrl-C raises KeyboardInterrupt here whatever this process inherited: a job a
+    # shell started in the background ignores SIGINT, and so would its children.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
     db, seconds, seed = sys.argv[1], float(sys.argv[2]), int(sys.argv[3])
     random.seed(seed)
