@@ -246,6 +246,7 @@ class Sweeper:
         with self._lock:
             if self._firing.get(scope) is firing:
                 del self._firing[scope]
+            in_flight = len(self._firing)
         done = firing.result()
         stats = self._engine.stats
         stats.count("timers_fired", done.fired)
@@ -258,7 +259,7 @@ class Sweeper:
         if done.error is not None:
             if not isinstance(done.error, ClosedError):
                 logger.warning("firing timers of %r failed (they stay due): %s", scope, done.error)
-        elif more:
+        elif more and in_flight <= 1:
             self._again.set()
 
     def _swept(self, scope: str, future: Future[Any], *, more: bool) -> None:
