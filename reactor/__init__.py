@@ -16,19 +16,19 @@ from typing import TYPE_CHECKING as _TYPE_CHECKING
 from typing import Any as _Any
 
 from . import errors, ops, signals
-from ._clock import Clock
-from ._events import ChangeEvent, EventType
-from ._locks import Lock
-from ._open import open  # noqa: A004 - reactor.open, as the spec names it
-from ._options import Durability
-from ._queues import Job, Queue
-from ._results import Change, Entry, Snapshot, Timer, UpdateResult
-from ._scope import Scope
-from ._state import State
-from ._subscriptions import Subscription, Watch
-from ._transaction import MultiTransaction, Transaction
-from ._values import MISSING, Missing
-from ._verbs import ScopeVerbs
+from ._base.clock import Clock
+from ._base.results import Change, Entry, Snapshot, Timer, UpdateResult
+from ._base.values import MISSING, Missing
+from ._engine.events import ChangeEvent, EventType
+from ._engine.options import Durability
+from ._handles.locks import Lock
+from ._handles.open import open  # noqa: A004 - reactor.open, as the spec names it
+from ._handles.queues import Job, Queue
+from ._handles.scope import Scope
+from ._handles.state import State
+from ._handles.subscriptions import Subscription, Watch
+from ._handles.transaction import MultiTransaction, Transaction
+from ._handles.verbs import ScopeVerbs
 from .errors import (
     BusyError,
     ClosedError,
@@ -51,7 +51,7 @@ from .errors import (
 )
 
 # Where users find them, for repr(), help() and pickle: reactor.Scope, not
-# reactor._scope.Scope (as httpx does). mypy and the API reference read the source and
+# reactor._handles.scope.Scope (as httpx does). mypy and the API reference read the source and
 # are not affected; error messages name classes by their short name anyway.
 for _public in (
     Change,

@@ -27,7 +27,7 @@ import pytest
 import sqlalchemy as sa
 
 import reactor
-from reactor import _registry
+from reactor._handles import registry as _registry
 
 POSTGRES_ENV = "REACTOR_TEST_POSTGRES_URL"
 

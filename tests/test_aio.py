@@ -13,7 +13,7 @@ import pytest
 
 import reactor
 import reactor.aio
-from reactor._engine import engine_of
+from reactor._engine.engine import engine_of
 from tests.conftest import held_elsewhere
 
 
@@ -513,7 +513,7 @@ async def test_a_replay_that_fails_gives_what_it_read_then_the_error_and_ends(
 ) -> None:
     """Read a page at a time in a worker, a replay overtaken by compaction (say) still
     yields the events read before the error, then raises it, and the watch ends."""
-    from reactor import _subscriptions
+    from reactor._handles import subscriptions as _subscriptions
 
     async with reactor.aio.open(db_path) as state:
         await state.scope("s").set_many({"a": 1, "b": 2, "c": 3})

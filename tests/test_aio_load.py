@@ -25,7 +25,9 @@ import pytest
 
 import reactor
 import reactor.aio
-from reactor import _engine, _locks, _registry
+from reactor._engine import engine as _engine
+from reactor._handles import locks as _locks
+from reactor._handles import registry as _registry
 
 MAX_LAG = 0.5  # seconds: generous, for a shared 2-core machine
 EXTRA_THREADS = 16  # threads reactor.aio may add, whatever the number of waiting tasks

@@ -63,8 +63,8 @@ def test_aio_open_takes_the_options_of_open() -> None:
 
 
 def test_literal_types_are_the_values_checked_at_run_time() -> None:
-    from reactor._events import EVENT_TYPES
-    from reactor._options import DURABILITIES
+    from reactor._engine.events import EVENT_TYPES
+    from reactor._engine.options import DURABILITIES
 
     assert set(get_args(reactor.EventType)) == EVENT_TYPES
     assert get_args(reactor.Durability) == DURABILITIES == ("normal", "full", "memory")

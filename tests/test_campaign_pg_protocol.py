@@ -1,6 +1,6 @@
 """Adversarial campaign against the PostgreSQL write protocol (SPEC §7, §8, §13 queues).
 
-What is under attack (``reactor/_postgres.py``: ``_Statements``, ``PostgresStore.
+What is under attack (``reactor/_storage/postgres.py``: ``_Statements``, ``PostgresStore.
 _begin_write``, ``reconnect_writer``, ``drop_writer``; ``SQLStore._write_once``;
 ``SQLJobs``):
 

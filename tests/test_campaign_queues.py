@@ -20,7 +20,8 @@ from typing import Any
 import pytest
 
 import reactor
-from reactor import _jobs, _sql
+from reactor._storage import sql as _sql
+from reactor._work import jobs as _jobs
 from tests.conftest import backend, raw_query
 from tests.conftest import wait_for as eventually
 
@@ -224,7 +225,7 @@ def _plans(config: pytest.Config, db: Any) -> list[str]:
     plans = []
     for sql, params in statements:
         if backend(config) == "postgresql":
-            from reactor._postgres import _pg  # names as the indexes hold them
+            from reactor._storage.postgres import _pg  # names as the indexes hold them
 
             rows = raw_query(db, "EXPLAIN " + _pg(sql), params)
             plans.append("\n".join(str(row[0]) for row in rows))
@@ -290,7 +291,7 @@ def test_stats_and_the_sweeper_look_stay_cheap_on_a_big_queue(
     started = time.perf_counter()
     assert queue.stats() == {"ready": 10_000, "delayed": 10_000, "taken": 0, "dead": 0}
     assert time.perf_counter() - started < 5
-    from reactor._engine import engine_of
+    from reactor._engine.engine import engine_of
 
     engine = engine_of(state)
     started = time.perf_counter()

@@ -33,7 +33,7 @@ from hypothesis import strategies as st
 import reactor
 import reactor.aio
 from reactor import ops
-from reactor._engine import engine_of
+from reactor._engine.engine import engine_of
 
 from .conftest import FakeClock
 from .conftest import wait_for as poll
@@ -677,7 +677,7 @@ def test_a_write_then_close_racing_a_waiter_always_returns_the_value(
     satisfy returns their value.' The waiter thread is made to lose the CPU right after
     it found nothing new (``Waiter.match`` returning None), which any thread switch can
     do; meanwhile a satisfying write commits and the engine closes."""
-    from reactor import _waiting
+    from reactor._handles import waiting as _waiting
 
     original = _waiting.Waiter.match
     slow = threading.Event()

@@ -1,4 +1,4 @@
-"""Group commit across scopes (``reactor._combine``): threads' writes share
+"""Group commit across scopes (``reactor._storage.combine``): threads' writes share
 transactions; a failing piece is undone alone; a failed commit fails every piece;
 work that runs statements of its own runs alone; a wait for a stuck writer times out.
 
@@ -16,10 +16,10 @@ from typing import Any
 import pytest
 
 import reactor
-from reactor._combine import Combiner
-from reactor._engine import engine_of
-from reactor._sqlite import SQLiteStore
-from reactor._store import WriteTxn
+from reactor._engine.engine import engine_of
+from reactor._storage.combine import Combiner
+from reactor._storage.sqlite import SQLiteStore
+from reactor._storage.store import WriteTxn
 from reactor.errors import BusyError, StorageError, TypeMismatchError
 
 

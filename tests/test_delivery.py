@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 
 import reactor
-from reactor import _engine
-from reactor._engine import engine_of
+from reactor._engine import engine as _engine
+from reactor._engine.engine import engine_of
 from reactor.errors import StorageError
 from tests.conftest import FakeClock, wait_for
 

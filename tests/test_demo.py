@@ -100,7 +100,8 @@ def test_the_demo_runs_on_the_database_given_to_reactor(tmp_path: Path) -> None:
 def test_which_database_the_demo_opens(
     args: list[str], environment: dict[str, str], opened: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from reactor import _demo, cli
+    from reactor import cli
+    from reactor.cli import demo as _demo
 
     found: list[Any] = []
 

@@ -28,13 +28,15 @@ import pytest
 from rich.console import Console
 
 import reactor
-from reactor import _exchange, _jobs, ops
-from reactor._cli_progress import SHOW_FROM, Bar
-from reactor._engine import engine_of
-from reactor._exchange import Tally
-from reactor._export import ExportView
-from reactor._sql import STREAMED_ROWS
-from reactor._store import Row, WriteTxn
+from reactor import ops
+from reactor._backup import exchange as _exchange
+from reactor._backup.exchange import Tally
+from reactor._backup.export import ExportView
+from reactor._engine.engine import engine_of
+from reactor._storage.sql import STREAMED_ROWS
+from reactor._storage.store import Row, WriteTxn
+from reactor._work import jobs as _jobs
+from reactor.cli.progress import SHOW_FROM, Bar
 from reactor.errors import InvalidArgumentError, InvalidValueError
 from tests.conftest import CLI_ENV, FakeClock, raw_query, run_reactor, wait_for
 

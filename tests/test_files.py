@@ -33,8 +33,8 @@ from typing import Any
 import pytest
 
 import reactor
-from reactor import _schema
-from reactor._sqlite import use_wal
+from reactor._storage import schema as _schema
+from reactor._storage.sqlite import use_wal
 
 from .conftest import run_reactor
 
@@ -211,7 +211,7 @@ def test_a_version_check_that_another_connection_overtook_reads_again(
     """With no WAL there, the check reads the database file alone (no lock): when
     another connection opens the database meanwhile, what it read may be torn, so it
     reads again, through the WAL, rather than refuse a good database."""
-    from reactor import _sqlite
+    from reactor._storage import sqlite as _sqlite
 
     path = tmp_path / "state.db"
     _reactor_database(path)

@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 
 import reactor
 import reactor.aio
-from reactor._engine import engine_of
-from reactor._keys import compile_pattern
+from reactor._base.keys import compile_pattern
+from reactor._engine.engine import engine_of
 from tests.conftest import FakeClock, wait_for
 
 BAD_KEYS = {

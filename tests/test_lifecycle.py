@@ -24,8 +24,9 @@ from typing import Any
 import pytest
 
 import reactor
-from reactor import _engine, _registry
-from reactor._engine import engine_of
+from reactor._engine import engine as _engine
+from reactor._engine.engine import engine_of
+from reactor._handles import registry as _registry
 
 ROOT = Path(__file__).resolve().parent.parent
 JOIN = 20.0  # seconds any thread of a test may take to finish: far beyond need

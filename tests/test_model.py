@@ -92,8 +92,8 @@ from hypothesis.stateful import (
 
 import reactor
 from reactor import MISSING, ops
-from reactor._engine import engine_of
-from reactor._jobs import expire_leases
+from reactor._engine.engine import engine_of
+from reactor._work.jobs import expire_leases
 from tests.conftest import FakeClock, canon, wait_for
 
 SCOPES = ("s1", "s2")

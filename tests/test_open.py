@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 import reactor
-from reactor import _schema
-from reactor._engine import engine_of
+from reactor._engine.engine import engine_of
+from reactor._storage import schema as _schema
 
 from .conftest import raw_query
 

@@ -18,9 +18,13 @@ import pytest
 import sqlalchemy as sa
 
 import reactor
-from reactor import _exchange, _postgres, _registry, _schema, _sql
-from reactor._engine import engine_of
-from reactor._export import ExportView
+from reactor._backup import exchange as _exchange
+from reactor._backup.export import ExportView
+from reactor._engine.engine import engine_of
+from reactor._handles import registry as _registry
+from reactor._storage import postgres as _postgres
+from reactor._storage import schema as _schema
+from reactor._storage import sql as _sql
 
 from .conftest import PostgresSchemas, postgres_url, raw_query, wait_for
 

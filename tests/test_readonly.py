@@ -25,8 +25,8 @@ from typing import Any
 import pytest
 
 import reactor
-from reactor import _schema
-from reactor._engine import engine_of
+from reactor._engine.engine import engine_of
+from reactor._storage import schema as _schema
 from tests.conftest import CLI_ENV, FakeClock, backend, raw_query, run_reactor, wait_for
 
 Fingerprint = dict[str, tuple[str, int, int, int]]
@@ -284,7 +284,7 @@ def test_a_snapshot_is_given_up_once_the_file_has_changed(
     """With nobody to notice the writer while it had the database open (no follower
     here), its -wal and -shm are gone by the next read: the database file itself has
     changed, and that is enough for the read to give up its snapshot."""
-    from reactor._sqlite import SQLiteStore
+    from reactor._storage.sqlite import SQLiteStore
 
     monkeypatch.setattr(SQLiteStore, "await_commits", lambda _, timeout: time.sleep(timeout))
     db = tmp_path / "state.db"

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from hypothesis.control import currently_in_test_context
 
 import reactor
-from reactor._keys import compile_pattern
+from reactor._base.keys import compile_pattern
 from tests.test_keys import reference_match
 
 redis = pytest.importorskip("redis")

@@ -7,8 +7,9 @@ import re
 
 import pytest
 
-from reactor import _postgres, _sql
-from reactor._schema import NAME_INDEXED
+from reactor._storage import postgres as _postgres
+from reactor._storage import sql as _sql
+from reactor._storage.schema import NAME_INDEXED
 
 # A name column compared, or named as unique, without brackets; "name = '...'" is the
 # name of a row of reactor_meta, not a user's name.

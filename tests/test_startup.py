@@ -17,14 +17,15 @@ from pathlib import Path
 import pytest
 
 import reactor
-from reactor import _schema, _sqlite
+from reactor._storage import schema as _schema
+from reactor._storage import sqlite as _sqlite
 from tests.conftest import CLI_ENV
 
 # Never needed to open a current SQLite file and run a verb on it.
 HEAVY = (
     "sqlalchemy",
     "reactor.aio",
-    "reactor._aio_exclusive",
+    "reactor.aio.exclusive",
     "reactor._version",
     "rich",
     "psycopg",
@@ -32,7 +33,7 @@ HEAVY = (
     "uvicorn",
     "reactor._ui",
     "reactor._bench",
-    "reactor._demo",
+    "reactor.cli.demo",
 )
 
 
@@ -155,7 +156,8 @@ def test_version_is_there_when_asked() -> None:
 
 
 def test_the_demo_database_default_is_the_demos() -> None:
-    from reactor import _demo, cli
+    from reactor import cli
+    from reactor.cli import demo as _demo
 
     assert cli._DEMO_DATABASE == _demo.DEMO_DATABASE
 

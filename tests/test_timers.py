@@ -18,9 +18,11 @@ import pytest
 
 import reactor
 import reactor.aio
-from reactor import _timers, _writes, ops
-from reactor._engine import engine_of
-from reactor._sql import TIMERS_DUE
+from reactor import ops
+from reactor._engine.engine import engine_of
+from reactor._storage.sql import TIMERS_DUE
+from reactor._work import timers as _timers
+from reactor._work import writes as _writes
 
 from .conftest import FakeClock, held_elsewhere, raw_query, run_reactor, wait_for
 
@@ -631,8 +633,9 @@ def test_a_refused_write_is_told_from_a_failed_database(error: str, refused: boo
 
     import psycopg
 
-    from reactor import _postgres, _sqlite
-    from reactor._store import RefusedError
+    from reactor._storage import postgres as _postgres
+    from reactor._storage import sqlite as _sqlite
+    from reactor._storage.store import RefusedError
 
     exc = eval(error, {"sqlite3": sqlite3, "psycopg": psycopg})  # noqa: S307 - the table above
     translate = _sqlite.translate if error.startswith("sqlite3") else _postgres.translate

@@ -224,7 +224,7 @@ def test_a_long_string_with_a_lone_surrogate_is_refused(state: reactor.State) ->
 
 ADDRESS_SPACE_CHILD = """
 import sys
-from reactor._values import decode, encode
+from reactor._base.values import decode, encode
 
 def peak_mb():
     with open("/proc/self/status") as status:

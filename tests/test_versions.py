@@ -344,7 +344,7 @@ def test_history_and_at_revision_after_compaction(open_state: Callable[..., reac
     for n in range(10):
         scope.set("k", n)
     revision = state.changes()[-1].revision
-    engine = reactor._engine.engine_of(state)
+    engine = reactor._engine.engine.engine_of(state)
     engine.sweeper.compact()
     assert [e.new_value for e in scope.history("k")] == [7, 8, 9]
     with pytest.raises(reactor.RevisionCompactedError):
@@ -426,7 +426,7 @@ def test_at_revision_matches_a_model(
 def test_a_version_4_database_gets_versions(tmp_path: Path) -> None:
     import sqlalchemy as sa
 
-    from reactor import _schema
+    from reactor._storage import schema as _schema
 
     path = tmp_path / "v4.db"
     engine = sa.create_engine(f"sqlite:///{path}")

@@ -24,8 +24,9 @@ import pytest
 
 import reactor
 import reactor.aio
-from reactor import _waiting, ops
-from reactor._engine import Engine, engine_of
+from reactor import ops
+from reactor._engine.engine import Engine, engine_of
+from reactor._handles import waiting as _waiting
 from tests.conftest import FakeClock
 from tests.conftest import wait_for as eventually
 

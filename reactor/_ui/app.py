@@ -49,16 +49,16 @@ from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from reactor import _queues
-from reactor._engine import engine_of
-from reactor._events import ChangeEvent
-from reactor._exchange import parse_json
-from reactor._jobs import check_queue
-from reactor._keys import check_key
-from reactor._ops import op_style
-from reactor._sql import SQLJobs
-from reactor._store import ChangeRecord, JobRow, Store, TimerRow
+from reactor._backup.exchange import parse_json
+from reactor._base.keys import check_key
+from reactor._base.update_ops import op_style
+from reactor._engine.engine import engine_of
+from reactor._engine.events import ChangeEvent
+from reactor._handles import queues as _queues
+from reactor._storage.sql import SQLJobs
+from reactor._storage.store import ChangeRecord, JobRow, Store, TimerRow
 from reactor._version import __version__
+from reactor._work.jobs import check_queue
 from reactor.aio import AsyncState
 from reactor.aio import open as open_async
 from reactor.errors import (

@@ -19,7 +19,7 @@ from typing import Any, Final
 import jsonpatch
 import jsonpointer
 
-from reactor._events import ChangeEvent
+from reactor._engine.events import ChangeEvent
 
 __all__ = ["MAX_DIFF_CHARS", "MAX_DIFF_OPS", "change_view", "diff", "text"]
 

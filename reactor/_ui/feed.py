@@ -31,8 +31,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from reactor._events import ChangeEvent
-from reactor._subscriptions import Subscription
+from reactor._engine.events import ChangeEvent
+from reactor._handles.subscriptions import Subscription
 from reactor.aio import AsyncState
 from reactor.errors import InvalidArgumentError, RevisionCompactedError
 

@@ -1,0 +1,1 @@
+"""Values, keys, update ops, results, the clock: what every layer uses."""

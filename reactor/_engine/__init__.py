@@ -1,0 +1,1 @@
+"""The engine: its write door, mailboxes, dispatcher, options, stats."""

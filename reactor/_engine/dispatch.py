@@ -1,0 +1,222 @@
+"""The dispatcher: hands every committed change, in revision order, to the engine's
+subscriptions and to ``reactor.signals.changed``.
+
+Changes reach it two ways. This process's commits are handed over right after each
+commit, while the store's write gate is still held, so they arrive in revision order.
+Other processes' commits are found in the change log by a follower thread, woken by
+the store when another connection may have committed (SQLite: ``PRAGMA data_version``
+changed; PostgreSQL: a notification).
+Both go through ``_publish`` under one lock that remembers the last revision handed on,
+so nothing is published twice and nothing is skipped: when this process commits
+revision N while N-1 came from elsewhere and was not seen yet, N-1 is read from the log
+first.
+
+The dispatcher thread sends the signals. Each receiver is called on its own, so one
+that raises does not keep the others from the event (``Signal.send`` would stop).
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import sys
+import threading
+from collections.abc import Callable
+from typing import Any, Final
+
+import blinker
+
+from reactor import signals
+from reactor._storage.store import ChangeRecord, Store
+from reactor.errors import ClosedError
+
+from .events import ChangeEvent
+from .stats import Stats
+
+__all__ = ["Dispatcher"]
+
+logger = logging.getLogger("reactor")
+
+FOLLOW_INTERVAL: Final = 0.01  # seconds between looks at other processes' commits
+FOLLOW_RETRY: Final = 0.05  # seconds before reading the log again after a failure
+_PAGE: Final = 1000
+
+Receiver = Callable[..., Any]
+
+
+class Dispatcher:
+    """Publishes the committed changes of one engine's database."""
+
+    def __init__(self, name: str, store: Store, stats: Stats, *, follow: bool) -> None:
+        self.signal = blinker.Signal()  # the engine's own subscriptions connect here
+        self._name = name
+        self._store = store
+        self._stats = stats
+        self._lock = threading.Lock()
+        self._published = store.revision()  # what came before this engine is history
+        self._queue: queue.SimpleQueue[list[ChangeRecord] | None] = queue.SimpleQueue()
+        self._stop = threading.Event()
+        self._behind = threading.Event()  # the log holds changes not yet read: read it
+        self._thread = threading.Thread(
+            target=self._run, name=f"reactor-dispatch[{name}]", daemon=True
+        )
+        self._thread.start()
+        self._follower: threading.Thread | None = None
+        if follow:
+            self._follower = threading.Thread(
+                target=self._follow, name=f"reactor-follow[{name}]", daemon=True
+            )
+            self._follower.start()
+
+    @property
+    def published(self) -> int:
+        """The last revision handed on."""
+        return self._published
+
+    def connect(self, receiver: Receiver, start: Callable[[int], None]) -> None:
+        """Connect ``receiver`` (held strongly). ``start`` is told first the last
+        revision handed on before the connection: the receiver is offered the events
+        after it, and may also be offered some before it, still queued, to ignore."""
+        with self._lock:
+            start(self._published)
+            self.signal.connect(receiver, weak=False)
+
+    def disconnect(self, receiver: Receiver) -> None:
+        self.signal.disconnect(receiver)
+
+    def _wanted(self) -> bool:
+        return bool(self.signal.receivers) or bool(signals.changed.receivers)
+
+    # -- intake --------------------------------------------------------------------
+    def committed(self, records: list[ChangeRecord]) -> None:
+        """This process committed ``records`` (called under the store's write gate).
+
+        When other processes committed before them and the follower has not published
+        those yet, they are read from the log first. If that read fails, nothing is
+        published here: the follower catches up from the log, these records included.
+        """
+        with self._lock:
+            if records[-1].revision <= self._published:
+                return  # the follower got there first
+            if not self._wanted():
+                self._published = records[-1].revision
+                return
+            if records[0].revision > self._published + 1:
+                try:
+                    self._read_log(upto=records[0].revision - 1)
+                except Exception:
+                    self._behind.set()  # the follower reads it all, these records too
+                    logger.warning(
+                        "reading other processes' changes failed; the follower retries",
+                        exc_info=True,
+                    )
+                    return
+            fresh = [record for record in records if record.revision > self._published]
+            self._published = records[-1].revision
+            self._queue.put(fresh)
+
+    def catch_up(self, announced: int = sys.maxsize) -> None:
+        """Publish what other processes committed since the last revision handed on
+        (``announced``: up to where, if known).
+
+        Raises:
+            StorageError: reading the log failed; what was read is published, the rest
+                is left for the next try.
+        """
+        with self._lock:
+            if not self._wanted():  # nobody listens: only keep count of the revisions
+                if announced == sys.maxsize:
+                    announced = self._store.revision()
+                self._published = max(self._published, announced)
+                return
+            self._read_log(upto=None)
+
+    def _read_log(self, upto: int | None) -> None:
+        """Queue every logged change after the last one handed on (up to ``upto``),
+        page by page (called with the lock held)."""
+        while upto is None or self._published < upto:
+            records = self._store.log_after(self._published, _PAGE, upto=upto)
+            if not records:
+                return
+            if records[0].revision != self._published + 1:
+                self._gap(records[0].revision)
+            self._published = records[-1].revision
+            self._queue.put(records)
+
+    def _gap(self, found: int) -> None:
+        # Revisions follow one another with no gap: missing ones were compacted away
+        # before this process could read them (it was behind by more than the log keeps).
+        missing = found - self._published - 1
+        self._stats.count("events_dropped", missing)
+        logger.error(
+            "%d changes after revision %d were compacted away before this process "
+            "could publish them",
+            missing,
+            self._published,
+        )
+
+    def _follow(self) -> None:
+        failures = 0
+        latest = sys.maxsize  # how far others have committed, as last announced
+        while not self._stop.is_set():
+            try:
+                announced = self._store.await_commits(FOLLOW_INTERVAL)
+                if announced is not None and announced > self._published:
+                    latest = announced
+                    self._behind.set()
+                if self._behind.is_set():
+                    # Cleared before reading: a commit announced meanwhile is read too.
+                    self._behind.clear()
+                    self.catch_up(latest)
+                    latest = sys.maxsize
+                    if failures:
+                        logger.warning("following other processes' changes works again")
+                        failures = 0
+            except ClosedError:
+                return
+            except Exception:
+                self._behind.set()  # tried again until it succeeds, with no new commit
+                failures += 1
+                if failures == 1 or failures % 200 == 0:  # once, then every 10 s or so
+                    logger.exception(
+                        "following other processes' changes failed (%d times); trying again",
+                        failures,
+                    )
+                self._stop.wait(FOLLOW_RETRY)
+
+    # -- delivery ------------------------------------------------------------------
+    def _run(self) -> None:
+        while True:
+            batch = self._queue.get()
+            if batch is None:
+                return
+            for record in batch:
+                self._send(record)
+
+    def _send(self, record: ChangeRecord) -> None:
+        event = ChangeEvent(record)
+        self._stats.count("events_published")
+        for receiver in self.signal.receivers_for(record.scope):
+            self._call(receiver, record.scope, event)
+        for receiver in signals.changed.receivers_for(record.scope):
+            self._call(receiver, record.scope, event)
+
+    def _call(self, receiver: Receiver, sender: str, event: ChangeEvent) -> None:
+        try:
+            receiver(sender, event=event)
+        except Exception:
+            self._stats.count("events_failed")
+            logger.exception("a receiver of reactor.signals.changed raised on %r", event)
+
+    def close(self, timeout: float) -> None:
+        """Stop following, hand on what is queued, and stop (bounded by ``timeout``)."""
+        self._stop.set()
+        if self._follower is not None and self._follower is not threading.current_thread():
+            self._follower.join(timeout)
+        self._queue.put(None)
+        if self._thread is not threading.current_thread():
+            self._thread.join(timeout)
+            if self._thread.is_alive():
+                logger.warning(
+                    "the dispatcher of %s did not finish within %s s", self._name, timeout
+                )

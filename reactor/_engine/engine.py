@@ -1,0 +1,276 @@
+"""``Engine``: the shared state of one database in this process, behind every handle
+``open()`` returns for it.
+
+An engine owns the store, the scope actors (through their mailboxes), the dispatcher
+that publishes commits to subscriptions and watches, the sweeper and the statistics.
+The registry (``_registry``) shares it between handles and closes it with the last.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final, TypeVar
+
+from reactor._base.values import encode
+from reactor._storage.sqlite import SQLiteStore
+from reactor._storage.store import ChangeRecord, Store
+from reactor._work.sweeper import Sweeper
+from reactor._work.writes import Work
+from reactor.errors import ClosedError, InvalidArgumentError, OperationTimeout
+
+from .dispatch import Dispatcher
+from .mailbox import Mailbox, shard_index
+from .options import Options
+from .stats import Stats
+
+if TYPE_CHECKING:  # imported when used: SQLAlchemy for PostgreSQL, asyncio by reactor.aio
+    import asyncio
+
+    import sqlalchemy as sa
+
+    from reactor._handles.state import State  # which imports this module
+
+__all__ = ["Engine", "engine_of", "operation_timeout"]
+
+logger = logging.getLogger("reactor")
+T = TypeVar("T")
+
+FINISH_TIMEOUT: Final = 5.0  # seconds close() waits, in all, for subscribers to deliver
+
+
+def engine_of(state: State) -> Engine:
+    """The engine behind a handle, for reactor's own modules (``State`` shows none).
+
+    Here rather than in ``_state``: that module imports the ones that call this
+    (``_locks``, ``_scope``, ``_transaction``), and importing it back would be a cycle.
+
+    Raises:
+        ClosedError: the handle, or its engine, is closed.
+    """
+    engine = state._engine
+    if engine is None or engine.closed:
+        raise ClosedError("this reactor handle is closed")
+    return engine
+
+
+def operation_timeout(scope: str, seconds: float, future: Future[Any]) -> OperationTimeout:
+    """The error for a request that got no answer in time; withdraws it if it can."""
+    withdrawn = future.cancel()
+    return OperationTimeout(
+        f"scope {scope!r} did not answer within {seconds} s"
+        + ("; the write was withdrawn" if withdrawn else "; it may still commit")
+    )
+
+
+class Engine:
+    """The shared state of one database in this process.
+
+    ``on_close`` is called once, as ``close()`` begins (the registry forgets it then).
+    """
+
+    def __init__(
+        self,
+        key: str,
+        location: Path | sa.URL | None,
+        options: Options,
+        on_close: Callable[[Engine], None],
+    ) -> None:
+        self.key = key
+        self.options = options
+        self.clock = options.clock
+        self.stats = Stats()
+        self.store = _open_store(location, options)
+        self.closed = False
+        self._on_close = on_close
+        self._handles = 0
+        self._lock = threading.Lock()
+        self._mailboxes: list[Mailbox | None] = [None] * options.max_actors
+        self.lock_released = threading.Condition()  # wakes lock waiters of this process
+        try:
+            self.dispatcher = Dispatcher(key, self.store, self.stats, follow=location is not None)
+        except BaseException:
+            self.store.close()  # its connections are not left to the garbage collector
+            raise
+        self._feeds: set[Any] = set()  # subscriptions and watches, to finish at close
+        self.sweeper = Sweeper(self)
+        if not options.readonly:  # it expires keys and compacts the log: writes
+            self.sweeper.start()
+
+    # -- time and values -----------------------------------------------------------
+    def now(self) -> float:
+        return self.clock.time()
+
+    def encode(self, value: Any) -> str:
+        return encode(
+            value, max_depth=self.options.max_depth, max_bytes=self.options.max_value_bytes
+        )
+
+    # -- writes --------------------------------------------------------------------
+    def mailbox(self, scope: str) -> Mailbox:
+        """The mailbox of the actor that owns ``scope``, started if need be.
+
+        Raises:
+            ClosedError: the engine is closed.
+        """
+        index = shard_index(scope, len(self._mailboxes))
+        mailbox = self._mailboxes[index]
+        if mailbox is None:
+            with self._lock:
+                if self.closed:
+                    raise ClosedError("the engine is closed")
+                mailbox = self._mailboxes[index]
+                if mailbox is None:
+                    mailbox = Mailbox(f"{self.key}#{index}", self.store, self.now, self.publish)
+                    self._mailboxes[index] = mailbox
+        return mailbox
+
+    def actors(self) -> int:
+        """How many scope actors have started."""
+        return sum(1 for mailbox in self._mailboxes if mailbox is not None)
+
+    def write(self, scope: str, work: Work[T]) -> T:
+        """Run ``work`` on the actor that owns ``scope``; wait for its commit.
+
+        Raises:
+            OperationTimeout: no answer within the engine's timeout.
+        """
+        return self.mailbox(scope).call(work, scope, lambda future: self.wait(scope, future))
+
+    def wait(self, scope: str, future: Future[T]) -> T:
+        """The result of a request to ``scope``'s actor, within the engine's timeout
+        counted from the request, or from the scope's last hand-over if later: a
+        request queued behind transactions that take the scope in turn waits as long as
+        they move on (see ``Mailbox.moved``).
+
+        Raises:
+            OperationTimeout: no answer in time (the request is withdrawn if it can be).
+        """
+        # Another thread runs the request, and may need the turn of this process's
+        # writers: if a Ctrl-C left it with this thread, it goes back first (``_turn``).
+        self.store.reclaim()
+        timeout = self.options.timeout
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                return future.result(max(0.0, deadline - time.monotonic()))
+            except FutureTimeout:
+                mailbox = self._mailboxes[shard_index(scope, len(self._mailboxes))]
+                moved = None if mailbox is None else mailbox.moved(scope)
+                if moved is None or moved + timeout <= deadline:
+                    raise operation_timeout(scope, timeout, future) from None
+                deadline = moved + timeout
+
+    def publish(self, records: list[ChangeRecord]) -> None:
+        """Called right after each commit, in revision order (under the write gate)."""
+        expired = sum(1 for record in records if record.type == "expired")
+        if expired:
+            self.stats.count("keys_expired", expired)
+        self.dispatcher.committed(records)
+
+    # -- subscriptions -------------------------------------------------------------
+    def track(self, feed: Any) -> None:
+        """Take on a subscription or watch (finished at close).
+
+        Raises:
+            ClosedError: the engine is closed.
+            InvalidArgumentError: a durable name already subscribed in this process.
+        """
+        with self._lock:
+            if self.closed:
+                raise ClosedError("the engine is closed")
+            durable = getattr(feed, "durable", None)
+            if durable is not None and any(
+                getattr(other, "durable", None) == durable for other in self._feeds
+            ):
+                raise InvalidArgumentError(
+                    f"durable subscriber {durable!r} is already subscribed in this process"
+                )
+            self._feeds.add(feed)
+
+    def durable_in_use(self, name: str) -> bool:
+        with self._lock:
+            return any(getattr(feed, "durable", None) == name for feed in self._feeds)
+
+    def forget(self, feed: Any) -> None:
+        with self._lock:
+            self._feeds.discard(feed)
+
+    # -- lifetime ------------------------------------------------------------------
+    def attach(self) -> bool:
+        """Count one more handle; False if the engine is closed or closing. Called
+        under the registry's lock."""
+        with self._lock:
+            if self.closed:
+                return False
+            self._handles += 1
+            return True
+
+    def detach(self) -> bool:
+        """Count one handle fewer; True if it was the last (the caller closes the
+        engine then). Called under the registry's lock."""
+        with self._lock:
+            self._handles -= 1
+            return self._handles == 0
+
+    def close(self) -> None:
+        """Finish queued writes, stop the actors and the sweeper, release the database."""
+        with self._lock:
+            if self.closed:
+                return
+            self.closed = True
+        self._on_close(self)
+        with self.lock_released:
+            self.lock_released.notify_all()  # waiters wake up to ClosedError
+        self.sweeper.close(self.options.timeout)
+        for mailbox in self._mailboxes:
+            if mailbox is not None:
+                mailbox.close(self.options.timeout)
+        # What is pending is delivered within one bounded wait, however many subscribers
+        # are stuck: the dispatcher hands on what it holds, every feed is told to finish,
+        # then each is waited for until the one deadline.
+        deadline = time.monotonic() + FINISH_TIMEOUT
+        self.dispatcher.close(FINISH_TIMEOUT)
+        with self._lock:
+            feeds, self._feeds = list(self._feeds), set()
+        loop = _running_loop()
+        for feed in feeds:
+            feed.finish(loop)
+        for feed in feeds:
+            feed.join(max(0.0, deadline - time.monotonic()))
+        self.store.close()
+        logger.debug("closed engine %s", self.key)
+
+
+def _open_store(location: Path | sa.URL | None, options: Options) -> Store:
+    if location is None or isinstance(location, Path):
+        return SQLiteStore(
+            location,
+            durability=options.durability,
+            timeout=options.timeout,
+            readonly=options.readonly,
+        )
+    from reactor._storage.postgres import (
+        PostgresStore,  # SQLAlchemy and psycopg: only for PostgreSQL
+    )
+
+    return PostgresStore(
+        location, durability=options.durability, timeout=options.timeout, readonly=options.readonly
+    )
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    if "asyncio" not in sys.modules:  # no loop runs in a process that never imported it
+        return None
+    import asyncio
+
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None

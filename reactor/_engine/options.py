@@ -1,0 +1,77 @@
+"""``Options``: the settings ``open()`` resolves, checked once, read by every part of an
+engine."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Final, Literal, get_args
+
+from reactor._base.clock import Clock, SystemClock
+from reactor._base.values import DEFAULT_MAX_DEPTH, DEFAULT_MAX_VALUE_BYTES, MAX_DEPTH_LIMIT
+from reactor.errors import InvalidArgumentError
+
+__all__ = ["DURABILITIES", "MAX_TIMEOUT", "Durability", "Options"]
+
+Durability = Literal["normal", "full", "memory"]
+"""What an acknowledged commit survives: ``"normal"`` (the default) the process being
+killed, ``"full"`` also a power loss, ``"memory"`` nothing (no file is written)."""
+
+DURABILITIES: Final[tuple[Durability, ...]] = get_args(Durability)
+MAX_TIMEOUT: Final = 1_000_000.0  # seconds (11 days): 2**31 - 1 ms is 24 days
+
+
+@dataclass(frozen=True)
+class Options:
+    """The options of ``open``, resolved.
+
+    Raises:
+        InvalidArgumentError: an option is out of range (on construction).
+    """
+
+    durability: Durability = "normal"
+    max_value_bytes: int = DEFAULT_MAX_VALUE_BYTES
+    max_depth: int = DEFAULT_MAX_DEPTH
+    max_actors: int = 64
+    log_retention: int | None = 100_000
+    log_retention_seconds: float | None = None
+    timeout: float = 30.0
+    readonly: bool = False
+    clock: Clock = field(default_factory=SystemClock, compare=False)
+
+    def __post_init__(self) -> None:
+        # The Literal type stops typed callers only: check for the others.
+        if self.durability not in DURABILITIES:
+            raise InvalidArgumentError(
+                f"durability must be one of {', '.join(DURABILITIES)}, not {self.durability!r}"
+            )
+        _positive_int("max_value_bytes", self.max_value_bytes)
+        _positive_int("max_depth", self.max_depth)
+        if self.max_depth > MAX_DEPTH_LIMIT:
+            raise InvalidArgumentError(f"max_depth is at most {MAX_DEPTH_LIMIT}")
+        _positive_int("max_actors", self.max_actors)
+        if self.log_retention is not None:
+            _positive_int("log_retention", self.log_retention)
+        if self.log_retention_seconds is not None:
+            _positive_number("log_retention_seconds", self.log_retention_seconds)
+        _positive_number("timeout", self.timeout)
+        if self.timeout > MAX_TIMEOUT:  # the drivers take it in milliseconds, as a C int
+            raise InvalidArgumentError(f"timeout is at most {MAX_TIMEOUT:,.0f} seconds")
+        if type(self.readonly) is not bool:
+            raise InvalidArgumentError(f"readonly must be True or False, not {self.readonly!r}")
+        if not callable(getattr(self.clock, "time", None)):
+            raise InvalidArgumentError("clock must have a time() method")
+
+
+def _positive_int(name: str, value: object) -> None:
+    if type(value) is not int or value <= 0:
+        raise InvalidArgumentError(f"{name} must be an int > 0, not {value!r}")
+
+
+def _positive_number(name: str, value: object) -> None:
+    if (
+        type(value) not in (int, float)
+        or not math.isfinite(value)  # type: ignore[arg-type]
+        or value <= 0  # type: ignore[operator]
+    ):
+        raise InvalidArgumentError(f"{name} must be a number > 0, not {value!r}")

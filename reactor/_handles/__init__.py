@@ -1,0 +1,1 @@
+"""The handles users hold: state, scope, transaction, queue, lock...."""

@@ -1,0 +1,185 @@
+"""``Lock``: a named lease in the database, held across threads and processes.
+
+A lease lives in ``reactor_locks``: its holder, its deadline and a fencing token that
+grows by one at every acquisition of the name (a released lock keeps its row, so the
+count never restarts). Taking, renewing and giving back a lease are short write
+transactions. A waiter sleeps on a condition that releases in this process notify, and
+looks again at least every ``_POLL_MAX`` seconds for releases and expiries elsewhere:
+waiting never spins the CPU.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from types import TracebackType
+from typing import TYPE_CHECKING, Final
+
+from reactor._base.keys import check_key
+from reactor._engine.engine import engine_of
+from reactor._storage.store import LockRow, WriteTxn
+from reactor.errors import InvalidArgumentError, LockNotOwnedError, LockTimeout, ReentrancyError
+
+from .verbs import check_ttl
+
+if TYPE_CHECKING:
+    from reactor._engine.engine import Engine
+
+    from .state import State
+
+__all__ = ["Lock"]
+
+logger = logging.getLogger("reactor")
+
+_POLL_MIN: Final = 0.002
+_POLL_MAX: Final = 0.05
+
+
+class Lock:
+    """A lease on ``name`` for ``ttl`` seconds; take it with ``state.lock(name, ttl)``.
+
+    Not re-entrant. ``with state.lock(name, ttl=30, timeout=60):`` acquires (raising
+    ``LockTimeout`` if it cannot within ``timeout``) and releases on exit.
+    """
+
+    def __init__(self, state: State, name: str, ttl: float, timeout: float | None = None) -> None:
+        self._state = state
+        self.name: str = check_key(name, "lock name")
+        seconds = check_ttl(ttl)
+        if seconds is None:
+            raise InvalidArgumentError("a lock needs a ttl: a number of seconds > 0")
+        self.ttl: float = seconds
+        if timeout is not None and (type(timeout) not in (int, float) or not timeout >= 0):
+            raise InvalidArgumentError(f"timeout must be a number >= 0, not {timeout!r}")
+        self.timeout = timeout
+        self._owner = uuid.uuid4().hex
+        self._held = False
+        self.token: int | None = None
+        """The fencing token of this holder's lease; None when it holds none (before
+        acquiring, after releasing, after an acquire that failed)."""
+
+    def __repr__(self) -> str:
+        return f"<reactor.Lock {self.name!r} token={self.token}>"
+
+    @property
+    def _engine(self) -> Engine:
+        return engine_of(self._state)
+
+    def _try(self) -> int | None:
+        name, owner, ttl = self.name, self._owner, self.ttl
+
+        def work(txn: WriteTxn) -> int | None:
+            row = txn.statements.fetch_lock(name)
+            if row is not None and row.held(txn.now):
+                return None
+            token = (row.token if row is not None else 0) + 1
+            txn.statements.save_lock(name, LockRow(owner, token, txn.now + ttl))
+            return token
+
+        engine = self._engine
+        token, _ = engine.store.write(work, engine.now())
+        return token
+
+    def acquire(self, blocking: bool = True, timeout: float | None = None) -> bool:
+        """Take the lease; return whether it was taken.
+
+        ``blocking=False`` tries once. Otherwise wait up to ``timeout`` seconds (None:
+        until it is free, or the engine closes).
+
+        Raises:
+            ReentrancyError: this holder already holds it (a lock is not re-entrant).
+            ClosedError: the engine closed.
+        """
+        if self._held and self.held():
+            raise ReentrancyError(f"lock {self.name!r} is already held by this holder")
+        if timeout is not None and (type(timeout) not in (int, float) or not timeout >= 0):
+            raise InvalidArgumentError(f"timeout must be a number >= 0, not {timeout!r}")
+        deadline = None if timeout is None else time.monotonic() + timeout
+        pause = _POLL_MIN
+        engine = self._engine
+        while True:
+            token = self._try()
+            if token is not None:
+                self.token, self._held = token, True
+                engine.stats.count("locks_acquired")
+                return True
+            if not blocking:
+                self.token = None
+                return False
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                self.token = None
+                return False
+            with engine.lock_released:
+                engine.lock_released.wait(pause if left is None else min(pause, left))
+            pause = min(pause * 2, _POLL_MAX)
+            engine = self._engine  # raises ClosedError once the engine closed
+
+    def _own(self, txn: WriteTxn) -> LockRow:
+        row = txn.statements.fetch_lock(self.name)
+        if row is None or row.owner != self._owner or not row.held(txn.now):
+            raise LockNotOwnedError(
+                f"lock {self.name!r} is not held by this holder (it expired, or was never taken)"
+            )
+        return row
+
+    def release(self) -> None:
+        """Give the lease back.
+
+        Raises:
+            LockNotOwnedError: it is not held by this holder (expired, or someone else's).
+        """
+
+        def work(txn: WriteTxn) -> None:
+            row = self._own(txn)
+            txn.statements.save_lock(self.name, LockRow(None, row.token, None))
+
+        engine = self._engine
+        try:
+            engine.store.write(work, engine.now())
+        except LockNotOwnedError:
+            self._held, self.token = False, None
+            raise
+        self._held, self.token = False, None
+        with engine.lock_released:
+            engine.lock_released.notify_all()
+
+    def extend(self, ttl: float | None = None) -> None:
+        """Renew the lease for ``ttl`` seconds from now (the lock's ``ttl`` by default).
+
+        Raises:
+            LockNotOwnedError: it is not held by this holder.
+        """
+        seconds = check_ttl(ttl) or self.ttl
+
+        def work(txn: WriteTxn) -> None:
+            row = self._own(txn)
+            txn.statements.save_lock(self.name, LockRow(row.owner, row.token, txn.now + seconds))
+
+        engine = self._engine
+        engine.store.write(work, engine.now())
+
+    def held(self) -> bool:
+        """Whether this holder holds the lease now."""
+        engine = self._engine
+        row = engine.store.reader().fetch_lock(self.name)
+        return row is not None and row.owner == self._owner and row.held(engine.now())
+
+    def __enter__(self) -> Lock:
+        if not self.acquire(timeout=self.timeout):
+            raise LockTimeout(f"lock {self.name!r} was not acquired within {self.timeout} s")
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        try:
+            self.release()
+        except LockNotOwnedError:
+            if exc_type is None:
+                raise  # the body ran without the lease it thought it had: say so
+            logger.warning("lock %r had expired when its body raised", self.name)

@@ -1,0 +1,622 @@
+"""``Queue`` and ``Job``: durable work queues with leases (SPEC §13, Queues), and how a
+take waits for a job.
+
+Every operation is one write transaction through the store's one write path
+(``Store.write``), holding the queue's lock (``_jobs.lock_name``); what it does to the
+jobs is ``_jobs``'. Its change records reach subscribers, watches and other processes
+like any write's.
+
+A take that finds no job waits in its queue's line: one per engine and queue, in order
+of arrival, behind one receiver of the engine's dispatcher, which hands it the events of
+scope ``queue:NAME`` (this process's, and other processes' through the follower).
+Nobody polls. Only the first in line (the head) looks again: when a job becomes ready
+(an event), and when the next delayed job is due or the next lease runs out (a time it
+read). A head that leaves, with a job or out of time, hands the turn on to the next,
+which looks at once: a burst of jobs goes to one waiter after another, and a hundred
+waiters cost one look per job, not a hundred.
+
+No event is missed: a waiter joins its line (and the line the dispatcher) before it
+looks, so a job that becomes ready after the look wakes the head, and one that became
+ready before it is seen by it. A look reads first (two seeks of an index: is a job
+ready, or a lease run out?) and writes only then; the write decides, under the queue's
+lock, who gets the job.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+import threading
+import time
+import uuid
+import weakref
+from collections import deque
+from collections.abc import Awaitable, Callable
+from time import perf_counter
+from typing import TYPE_CHECKING, Any, Final, TypeVar
+
+from reactor._base.values import decode
+from reactor._engine.engine import engine_of
+from reactor._storage.store import JobRow, WriteTxn
+from reactor._work import jobs as _jobs
+from reactor.errors import (
+    ClosedError,
+    InvalidArgumentError,
+    LockNotOwnedError,
+    ReadOnlyError,
+    ReentrancyError,
+)
+
+if TYPE_CHECKING:
+    from reactor._engine.dispatch import Dispatcher
+    from reactor._engine.engine import Engine
+    from reactor._engine.events import ChangeEvent
+    from reactor._storage.sql import SQLJobs
+
+    from .state import State
+
+__all__ = ["Job", "Queue", "counts", "take_async"]
+
+logger = logging.getLogger("reactor")
+T = TypeVar("T")
+
+# The longest a head sleeps before it looks again while a job is delayed or a lease
+# runs: the time it read is on the engine's clock, which may jump (or be a test's).
+_LOOK_AGAIN: Final = 2.0
+_SOON: Final = 0.001  # the least it sleeps: a job due now that another took
+
+
+class Queue:
+    """A durable work queue; take it with ``state.queue(name, max_attempts=None)``.
+
+    Jobs are JSON items, taken in the order they became ready, each by one taker at a
+    time across threads and processes, under a lease: one not acknowledged when its
+    lease runs out (its worker died) is ready again, and dead (a dead letter) once it has
+    been taken ``max_attempts`` times. See the queues guide.
+
+    ``max_attempts`` (None: as stored, 5 for a new queue) is saved with this handle's
+    first write (a put, a take that finds a job, ...), and stays the queue's for every
+    process until another handle saves another.
+    """
+
+    __slots__ = ("_busy", "_settings", "_state", "name")
+
+    def __init__(self, state: State, name: str, max_attempts: int | None = None) -> None:
+        self._state = state
+        self.name: str = _jobs.check_queue(name)
+        """The queue's name; its events have scope ``queue:NAME``."""
+        self._settings = _jobs.check_max_attempts(max_attempts)
+        self._busy = False  # this handle's last take found a job
+
+    def __repr__(self) -> str:
+        return f"<reactor.Queue {self.name!r}>"
+
+    @property
+    def _lock(self) -> str:
+        return _jobs.lock_name(self.name)
+
+    def _write(self, verb: str | None, work: Callable[[WriteTxn], T]) -> T:
+        """Run ``work`` in a write transaction holding the queue's lock; timed for
+        ``stats()`` as ``verb`` (None: part of a verb timed already)."""
+        engine = engine_of(self._state)
+        start = perf_counter()
+        try:
+            result, _ = engine.store.write(work, engine.now(), engine.publish, scopes=(self._lock,))
+            return result
+        finally:
+            if verb is not None:
+                engine.stats.record(verb, perf_counter() - start)
+
+    def put(self, item: Any, delay: float | None = None, key: str | None = None) -> int:
+        """Add a job; return its id (an int, never reused in this queue).
+
+        It is ready at once, or ``delay`` seconds from now. ``key`` makes the put
+        idempotent: while a job of this queue holds that key (ready, taken or dead:
+        until it is acknowledged), a put with it adds nothing and returns that job's id.
+
+        Raises:
+            InvalidValueError: ``item`` is not storable JSON.
+            InvalidKeyError: a bad ``key``.
+            InvalidArgumentError: ``delay`` is not None or a finite number >= 0.
+            ReadOnlyError: the engine is read-only.
+        """
+        engine = engine_of(self._state)
+        name, entry = _jobs.check_put(engine.options, self.name, item, delay, key)
+        settings = self._settings
+        ids = self._write("queue.put", lambda txn: _jobs.enqueue(txn, name, [entry], settings))
+        if settings is not None:
+            self._settings = None
+        return ids[0]
+
+    def take(self, timeout: float | None = None, lease: float = _jobs.DEFAULT_LEASE) -> Job | None:
+        """Take the next ready job, for ``lease`` seconds: the ``Job`` (ack it when
+        done), or None if none came within ``timeout`` seconds.
+
+        ``timeout=None`` waits until a job comes; ``0`` looks once. Waiting holds this
+        thread but takes no CPU: puts, and leases running out, wake it (other
+        processes' too).
+
+        Raises:
+            ClosedError: the engine closed while it waited.
+            InvalidArgumentError: a bad ``timeout`` or ``lease``.
+            ReadOnlyError: the engine is read-only.
+            ReentrancyError: a waiting take in a receiver of ``reactor.signals.changed``
+                (the thread that delivers the events it waits for).
+        """
+        seconds = _jobs.check_lease(lease)
+        wait = _jobs.check_timeout(timeout)
+        engine = _writable(self._state)
+        start = perf_counter()
+        try:
+            if wait == 0:
+                return self._look(engine, seconds)[0]
+            if threading.current_thread() is engine.dispatcher._thread:
+                raise ReentrancyError(
+                    "a take cannot wait on the thread that delivers changes (in a receiver "
+                    "of reactor.signals.changed): use timeout=0, or take in another thread"
+                )
+            return _wait(self, engine, seconds, wait)
+        finally:
+            engine.stats.record("queue.take", perf_counter() - start)
+
+    def _look(self, engine: Engine, lease: float) -> tuple[Job | None, float | None]:
+        """Take a job if one is ready: the job, or None and when one may be next (None:
+        no job waits).
+
+        After a take that found no job, a read comes first, and the write only if a
+        job may be ready: takers of an idle queue write nothing. After one that found a
+        job, the write comes at once: a busy queue's take is one transaction."""
+        if not self._busy:
+            ready, taken = engine.store.reader().jobs().next_times(self.name)
+            times = [at for at in (ready, taken) if at is not None]
+            if not times or min(times) > engine.now():
+                return None, min(times, default=None)
+        token = uuid.uuid4().hex
+        name, settings = self.name, self._settings
+        before, after, later = self._write(
+            None, lambda txn: _jobs.take(txn, name, token, lease, settings)
+        )
+        if settings is not None:
+            self._settings = None
+        self._busy = after is not None
+        if after is None:
+            return None, later
+        assert before is not None
+        return Job(self, after, lease, before), None
+
+    def _job(self, job_id: int, token: str) -> Job:
+        """The job ``job_id`` as its taker holding ``token`` sees it (the command line's
+        ack, in another process than its take)."""
+        return Job(self, JobRow(job_id, "null", "taken", 0.0, 0, token))
+
+    def stats(self) -> dict[str, int]:
+        """How many jobs are ``ready`` (to take now), ``delayed`` (ready later),
+        ``taken`` (under a lease) and ``dead``. A job whose lease has run out counts as
+        ready (or dead) at once, before the sweeper moves it."""
+        engine = engine_of(self._state)
+        start = perf_counter()
+        try:
+            return _counts(engine, self.name)
+        finally:
+            engine.stats.record("queue.stats", perf_counter() - start)
+
+    def dead(self, limit: int | None = None) -> list[Job]:
+        """The dead jobs (at most ``limit``), in the order they died. They hold no
+        lease: ``ack``, ``nack`` and ``extend`` raise ``LockNotOwnedError``.
+
+        Raises:
+            InvalidArgumentError: ``limit`` is not None or an int >= 0.
+        """
+        if limit is not None and (type(limit) is not int or limit < 0):
+            raise InvalidArgumentError(f"limit must be None or an int >= 0, not {limit!r}")
+        engine = engine_of(self._state)
+        start = perf_counter()
+        try:
+            rows = (
+                engine.store.reader()
+                .jobs()
+                .in_state(self.name, "dead", 2**62 if limit is None else limit)
+            )
+            return [Job(self, row) for row in rows]
+        finally:
+            engine.stats.record("queue.dead", perf_counter() - start)
+
+    def retry_dead(self) -> int:
+        """Make every dead job ready again now, its attempts back to 0; return how
+        many. They go in batches of 1,000, a transaction each.
+
+        Raises:
+            ReadOnlyError: the engine is read-only.
+        """
+        engine = _writable(self._state)
+        start = perf_counter()
+        try:
+            # No more than were dead at the start: one that dies again meanwhile stays dead.
+            left = _counts(engine, self.name)["dead"]
+            revived = 0
+            while left > 0:
+                batch = min(left, _jobs.RETRY_BATCH)
+                work = functools.partial(_jobs.retry_dead, queue=self.name, limit=batch)
+                count, _ = engine.store.write(
+                    work, engine.now(), engine.publish, scopes=(self._lock,)
+                )
+                revived += count
+                left -= batch
+                if count < batch:
+                    break
+            return revived
+        finally:
+            engine.stats.record("queue.retry_dead", perf_counter() - start)
+
+
+def _counts(engine: Engine, name: str) -> dict[str, int]:
+    """``Queue.stats``: jobs by state, as of now."""
+    return counts(engine.store.reader().jobs(), name, engine.now())[1]
+
+
+def counts(jobs: SQLJobs, name: str, now: float) -> tuple[int, dict[str, int]]:
+    """Queue ``name``'s ``max_attempts`` (as stored, else the default) and its jobs by
+    state at ``now``, as ``Queue.stats`` counts them, read with ``jobs`` (the store's
+    reads: the dashboard's too)."""
+    found = jobs.queue(name)
+    max_attempts = _jobs.DEFAULT_MAX_ATTEMPTS if found is None else found[0]
+    return max_attempts, jobs.counts(name, now, max_attempts)
+
+
+def _writable(state: State) -> Engine:
+    """The engine, if it may write.
+
+    Raises:
+        ClosedError: the handle is closed.
+        ReadOnlyError: the engine is read-only (a take might otherwise wait on, without
+            ever trying to write).
+    """
+    engine = engine_of(state)
+    if engine.options.readonly:
+        raise ReadOnlyError(
+            f"cannot write {engine.store.location}: it is open read-only (readonly=True)"
+        )
+    return engine
+
+
+class Job:
+    """A job taken from a queue (``Queue.take``), or a dead one (``Queue.dead``).
+
+    ``ack()`` when done, ``nack()`` to give it back, ``extend()`` to keep it longer.
+    Each raises ``LockNotOwnedError`` if this taker does not hold the job's lease any
+    more (it ran out, and the job may be someone else's), and then changes nothing.
+    """
+
+    __slots__ = ("_before", "_lease", "_queue", "_token", "attempts", "id", "item")
+
+    def __init__(
+        self,
+        queue: Queue,
+        row: JobRow,
+        lease: float | None = None,
+        before: JobRow | None = None,
+    ) -> None:
+        self._queue = queue
+        self._token = row.owner
+        self._lease = lease
+        self._before = before  # as it was before the take, to undo it
+        self.id: int = row.id
+        """The job's id in its queue."""
+        self.item: Any = decode(row.item)
+        """The job's item (a fresh copy)."""
+        self.attempts: int = row.attempts
+        """How many times it has been taken (1 at its first take)."""
+
+    def __repr__(self) -> str:
+        return f"Job(id={self.id}, item={self.item!r}, attempts={self.attempts})"
+
+    @property
+    def queue(self) -> str:
+        """The name of the job's queue."""
+        return self._queue.name
+
+    def _run(self, verb: str, work: Callable[[WriteTxn, str, int, str], T]) -> T:
+        token = self._token
+        if token is None:
+            raise LockNotOwnedError(
+                f"job {self.id} of queue {self.queue!r} was not taken by this handle "
+                "(a dead letter, say)"
+            )
+        name, job_id = self.queue, self.id
+        return self._queue._write(verb, lambda txn: work(txn, name, job_id, token))
+
+    def ack(self) -> None:
+        """The job is done: it is removed (and its idempotency key is free).
+
+        Raises:
+            LockNotOwnedError: this taker's lease ran out, or it was acked or nacked
+                already; nothing changed.
+        """
+        self._run("queue.ack", _jobs.ack)
+
+    def nack(self, delay: float | None = None) -> None:
+        """Give the job back: ready again (after ``delay`` seconds), in line from then;
+        dead instead if it has been taken ``max_attempts`` times.
+
+        Raises:
+            LockNotOwnedError: as ``ack``.
+            InvalidArgumentError: ``delay`` is not None or a finite number >= 0.
+        """
+        seconds = _jobs.check_delay(delay)
+        self._run(
+            "queue.nack",
+            lambda txn, name, job_id, token: _jobs.nack(txn, name, job_id, token, seconds),
+        )
+
+    def extend(self, seconds: float | None = None) -> None:
+        """Renew the lease: it now ends ``seconds`` from now (the take's ``lease`` by
+        default).
+
+        Raises:
+            LockNotOwnedError: as ``ack``.
+            InvalidArgumentError: ``seconds`` is not None or a finite number > 0.
+        """
+        if seconds is not None:
+            lease = _jobs.check_lease(seconds, "seconds")
+        else:  # a job resumed by its token (the command line) has no lease of its own
+            lease = _jobs.DEFAULT_LEASE if self._lease is None else self._lease
+        self._run(
+            "queue.extend",
+            lambda txn, name, job_id, token: _jobs.extend(txn, name, job_id, token, lease),
+        )
+
+    def _untake(self) -> bool:
+        """Undo the take (its taker was cancelled before it got the job)."""
+        before, token = self._before, self._token
+        if before is None or token is None:
+            return False
+        name = self.queue
+        return self._queue._write(None, lambda txn: _jobs.untake(txn, name, before, token))
+
+
+# -- waiting ---------------------------------------------------------------------------
+class _Waiter:
+    """A take waiting in its queue's line; ``wake`` tells it to look (from any thread)."""
+
+    __slots__ = ("_wake", "closing", "scope")
+
+    def __init__(self, scope: str, wake: Callable[[], None]) -> None:
+        self.scope = scope
+        self.closing = False
+        self._wake = wake
+
+    def __repr__(self) -> str:
+        return f"<reactor take waiting on {self.scope!r}>"
+
+    def kick(self) -> None:
+        self._wake()
+
+    # -- from Engine.close, as for a subscription ------------------------------------
+    def finish(self, from_loop: asyncio.AbstractEventLoop | None) -> None:  # noqa: ARG002 - same call as Subscription.finish
+        self.closing = True
+        self._wake()
+
+    def join(self, timeout: float) -> None:
+        """Nothing to wait for: the waiting thread is the taker's."""
+
+
+class _Lines:
+    """The lines of one engine's waiting takes, by queue (scope), behind one receiver
+    of its dispatcher (connected while anyone waits)."""
+
+    def __init__(self, dispatcher: Dispatcher) -> None:
+        self._dispatcher = dispatcher
+        self._lock = threading.Lock()  # the lines; short, taken by the dispatcher thread
+        self._joining = threading.Lock()  # connecting and disconnecting, in turn
+        self._lines: dict[str, deque[_Waiter]] = {}
+        self._receiver = self._receive  # one object, to connect and disconnect
+
+    def add(self, waiter: _Waiter) -> None:
+        with self._joining:
+            with self._lock:
+                self._lines.setdefault(waiter.scope, deque()).append(waiter)
+            # Under the dispatcher's lock: every change published from now on finds it.
+            self._dispatcher.connect(self._receiver, _ignore)
+
+    def remove(self, waiter: _Waiter) -> None:
+        """Take ``waiter`` out of its line; idempotent. A head hands the turn on."""
+        following: _Waiter | None = None
+        with self._joining:
+            with self._lock:
+                line = self._lines.get(waiter.scope)
+                if line is None or waiter not in line:
+                    return
+                if line[0] is waiter:
+                    line.popleft()
+                    following = line[0] if line else None
+                else:
+                    line.remove(waiter)
+                if not line:
+                    del self._lines[waiter.scope]
+                empty = not self._lines
+            if empty:
+                self._dispatcher.disconnect(self._receiver)
+        if following is not None:
+            following.kick()
+
+    def first(self, waiter: _Waiter) -> bool:
+        """Whether ``waiter`` is the head of its line."""
+        with self._lock:
+            line = self._lines.get(waiter.scope)
+            return bool(line) and line[0] is waiter  # type: ignore[index]
+
+    def _receive(self, _sender: str, *, event: ChangeEvent) -> None:
+        record = event._record
+        text = record.new_value
+        if text is None or not text.startswith(_jobs.READY):
+            return  # no job became ready (or not a queue's event at all)
+        with self._lock:
+            line = self._lines.get(record.scope)
+            head = line[0] if line else None
+        if head is not None:
+            head.kick()
+
+
+def _ignore(_published: int) -> None:
+    """A line needs no revision to start from: it looks at the table itself."""
+
+
+_lines: weakref.WeakKeyDictionary[Engine, _Lines] = weakref.WeakKeyDictionary()
+_lines_lock = threading.Lock()
+
+
+def _lines_of(engine: Engine) -> _Lines:
+    with _lines_lock:
+        lines = _lines.get(engine)
+        if lines is None:
+            lines = _lines[engine] = _Lines(engine.dispatcher)
+        return lines
+
+
+def _join(engine: Engine, waiter: _Waiter) -> None:
+    """Put ``waiter`` in its line (and have ``close()`` end it).
+
+    Raises:
+        ClosedError: the engine is closed.
+    """
+    engine.track(waiter)
+    try:
+        _lines_of(engine).add(waiter)
+    except BaseException:
+        _leave(engine, waiter)
+        raise
+
+
+def _leave(engine: Engine, waiter: _Waiter) -> None:
+    """Take ``waiter`` out of everything it joined; idempotent."""
+    with _lines_lock:
+        lines = _lines.get(engine)
+    if lines is not None:
+        lines.remove(waiter)
+    engine.forget(waiter)
+
+
+def _pause(
+    engine: Engine, waiter: _Waiter, next_at: float | None, left: float | None
+) -> float | None:
+    """How long to sleep before looking again, unless woken (None: until woken). The
+    head sleeps until a job may be next (``next_at``, on the engine's clock); the
+    others until woken, or out of time (``left``)."""
+    pause = left
+    if next_at is not None and _lines_of(engine).first(waiter):
+        until = min(max(next_at - engine.now(), _SOON), _LOOK_AGAIN)
+        pause = until if pause is None else min(pause, until)
+    return pause
+
+
+def _closed(queue: Queue) -> ClosedError:
+    return ClosedError(f"the engine closed while taking from queue {queue.name!r}")
+
+
+def _wait(queue: Queue, engine: Engine, lease: float, timeout: float | None) -> Job | None:
+    """``take`` that may wait: in the calling thread, on an event."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    ready = threading.Event()
+    waiter = _Waiter(queue._lock, ready.set)
+    _join(engine, waiter)
+    try:
+        while True:
+            ready.clear()  # before looking: a wake from now on sets it again
+            job, next_at = queue._look(engine, lease)
+            if job is not None:
+                return job
+            if waiter.closing:
+                raise _closed(queue)
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                return None
+            pause = _pause(engine, waiter, next_at, left)
+            ready.wait(None if pause is None else min(pause, threading.TIMEOUT_MAX))
+    finally:
+        _leave(engine, waiter)
+
+
+async def take_async(
+    queue: Queue,
+    engine: Engine,
+    lease: float,
+    timeout: float | None,
+    *,
+    call_soon: Callable[[Callable[[], None]], None],
+    run: Callable[..., Awaitable[Any]],
+) -> Job | None:
+    """``take`` on the running event loop, holding no thread while it waits.
+
+    ``call_soon(callback)`` runs ``callback`` on the loop, called from any thread;
+    ``run(call, *args)`` runs a short blocking call in a worker thread (a look, joining
+    the line). Cancelling the task ends the wait; a job its look took meanwhile is
+    given back as it was.
+    """
+    if timeout == 0:
+        return (await _look_async(queue, engine, lease, run))[0]
+    loop = asyncio.get_running_loop()
+    deadline = None if timeout is None else loop.time() + timeout
+    arrived = asyncio.Event()
+    waiter = _Waiter(queue._lock, functools.partial(call_soon, arrived.set))
+    joining = asyncio.ensure_future(run(_join, engine, waiter))
+    try:
+        await asyncio.shield(joining)
+    except asyncio.CancelledError:
+        joining.add_done_callback(lambda _: _leave(engine, waiter))
+        raise
+    try:
+        while True:
+            arrived.clear()  # before looking: a wake from now on sets it again
+            job, next_at = await _look_async(queue, engine, lease, run)
+            if job is not None:
+                return job
+            if waiter.closing:
+                raise _closed(queue)
+            left = None if deadline is None else deadline - loop.time()
+            if left is not None and left <= 0:
+                return None
+            pause = _pause(engine, waiter, next_at, left)
+            if pause is None:
+                await arrived.wait()
+                continue
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(pause):
+                    await arrived.wait()
+    finally:
+        _leave(engine, waiter)
+
+
+async def _look_async(
+    queue: Queue, engine: Engine, lease: float, run: Callable[..., Awaitable[Any]]
+) -> tuple[Job | None, float | None]:
+    looking = asyncio.ensure_future(run(queue._look, engine, lease))
+    try:
+        found: tuple[Job | None, float | None] = await asyncio.shield(looking)
+    except asyncio.CancelledError:
+        # The look goes on in its thread: a job it takes goes back as it was.
+        looking.add_done_callback(functools.partial(_give_back, run))
+        raise
+    return found
+
+
+def _give_back(run: Callable[..., Awaitable[Any]], looking: asyncio.Future[Any]) -> None:
+    if looking.cancelled() or looking.exception() is not None:
+        return
+    job: Job | None = looking.result()[0]
+    if job is None:
+        return
+    giving = asyncio.ensure_future(run(job._untake))
+    giving.add_done_callback(functools.partial(_log_failure, job))
+
+
+def _log_failure(job: Job, done: asyncio.Future[Any]) -> None:
+    if not done.cancelled() and (error := done.exception()) is not None:
+        logger.warning(
+            "job %d of queue %r, taken by a cancelled take, was not given back (it comes "
+            "back when its lease runs out): %s",
+            job.id,
+            job.queue,
+            error,
+        )

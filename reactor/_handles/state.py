@@ -1,0 +1,309 @@
+"""``State``: the handle ``reactor.open()`` returns."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Collection
+from types import TracebackType
+from typing import Any, TypeVar
+
+from reactor._base.keys import compile_pattern
+from reactor._base.results import Timer
+from reactor._engine.engine import Engine, engine_of
+from reactor._engine.events import ChangeEvent, EventType
+from reactor._engine.stats import engine_stats
+from reactor._work.timers import check_timer_id, drop_timer, timer_of
+from reactor.errors import InvalidArgumentError, ReentrancyError, RevisionCompactedError
+
+from .locks import Lock
+from .queues import Queue
+from .registry import release_engine
+from .scope import Scope
+from .subscriptions import DEFAULT_BUFFER, Filter, Subscription, Watch, check_since
+from .transaction import MultiTransaction, in_transaction
+
+__all__ = ["State"]
+
+F = TypeVar("F", bound=Callable[[ChangeEvent], Any])  # a callback of one event
+Where = Callable[[ChangeEvent], bool]
+Events = Collection[EventType] | EventType
+
+
+class State:
+    """A handle to an engine: scopes, and what spans them.
+
+    Handles to the same database in one process share one engine, which stops when its
+    last handle closes. Use it as a context manager, or call `close()`.
+    """
+
+    location: str
+    """Where the database is: a file path, or ``":memory:"``."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine: Engine | None = engine
+        self._lock = threading.Lock()
+        self.location: str = engine.store.location
+
+    def __repr__(self) -> str:
+        status = "closed" if self._engine is None else "open"
+        return f"<reactor.State {self.location!r} ({status})>"
+
+    @property
+    def closed(self) -> bool:
+        """Whether this handle is closed."""
+        return self._engine is None or self._engine.closed
+
+    def scope(self, name: str) -> Scope:
+        """The handle to scope ``name`` (created when first written). A name beginning
+        with ``queue:`` or ``run:`` is the scope of a queue's (or a workflow's) events:
+        its handle reads them, and its writes raise ``InvalidKeyError``.
+
+        Raises:
+            InvalidKeyError: ``name`` is not a valid scope name.
+        """
+        engine_of(self)
+        return Scope(self, name)
+
+    def scopes(self) -> list[str]:
+        """The names of the scopes that hold at least one live key, sorted."""
+        engine = engine_of(self)
+        return engine.store.scopes(engine.now())
+
+    def transaction(self, *scopes: str) -> MultiTransaction:
+        """A context manager giving its body exclusive ownership of every scope named.
+
+        ``with state.transaction("orders", "ledger") as tx:`` — ``tx["orders"]`` has
+        every verb of a scope; the writes of the body, to all the scopes, commit together
+        when it ends, or not at all if it raises. The scopes are taken in one order
+        (sorted by name), so transactions sharing scopes never wait on each other in a
+        circle. Repeated names count once.
+
+        Raises:
+            InvalidArgumentError: no scope named.
+            InvalidKeyError: a name that is not a valid scope name, or a scope of events
+                (``queue:NAME``, ``run:NAME``), which no transaction writes.
+            ReentrancyError: this thread is inside a transaction on one of the scopes.
+            ConflictError: (at the end of the block) another process changed one of the
+                scopes meanwhile; nothing was applied.
+        """
+        engine = engine_of(self)
+        transaction = MultiTransaction(self, scopes)
+        for name in transaction.names:
+            if in_transaction(engine, name):
+                raise ReentrancyError(
+                    f"this thread holds a transaction on scope {name!r}: transactions do not nest"
+                )
+        return transaction
+
+    def lock(self, name: str, ttl: float, timeout: float | None = None) -> Lock:
+        """A lease on ``name`` for ``ttl`` seconds, shared by every process on this
+        database; ``timeout`` is how long ``with`` waits to acquire it.
+
+        Raises:
+            InvalidKeyError: ``name`` is not a valid name.
+            InvalidArgumentError: ``ttl`` is not a number > 0.
+        """
+        engine_of(self)
+        return Lock(self, name, ttl, timeout)
+
+    def queue(self, name: str, max_attempts: int | None = None) -> Queue:
+        """A durable work queue, shared by every process on this database (created on
+        first use). ``max_attempts``: how many takes a job gets before it is dead (None:
+        as stored, 5 for a new queue); saved with the handle's first write.
+
+        Raises:
+            InvalidKeyError: ``name`` is not a valid name (at most 1,018 characters).
+            InvalidArgumentError: ``max_attempts`` is not None or an int >= 1.
+        """
+        engine_of(self)
+        return Queue(self, name, max_attempts)
+
+    def queues(self) -> list[str]:
+        """The names of the queues in the database, sorted: every queue that ever had
+        a job (a put, a transaction's enqueue), empty or not."""
+        return engine_of(self).store.reader().jobs().queue_names()
+
+    def subscribe(
+        self,
+        callback: Callable[[ChangeEvent], Any],
+        scope: str | None = None,
+        key: str | None = None,
+        events: Events | None = None,
+        where: Where | None = None,
+        since: int | None = None,
+        durable: str | None = None,
+        *,
+        max_retries: int = 3,
+        buffer_size: int = DEFAULT_BUFFER,
+    ) -> Subscription:
+        """Call ``callback(event)`` for every committed change that passes the filters.
+
+        ``scope`` and ``key`` are globs, ``events`` a subset of ``{"created", "updated",
+        "deleted", "expired"}``, ``where`` a predicate on the event. ``since=REVISION``
+        first replays the change log after it. ``durable="name"`` makes delivery
+        at-least-once, resuming where that name left off (``since`` applies only the
+        first time the name is seen). An ``async def`` callback runs on the event loop
+        it is subscribed from.
+
+        Raises:
+            InvalidArgumentError: a bad filter, or an async callback outside a loop.
+            RevisionCompactedError: the change log no longer holds what follows ``since``.
+        """
+        engine = engine_of(self)
+        match = Filter(scope, key, events, where)
+        if durable is not None and engine.durable_in_use(durable):
+            raise InvalidArgumentError(
+                f"durable subscriber {durable!r} is already subscribed in this process"
+            )
+        if durable is not None and engine.store.position(durable) is not None:
+            since = None  # a durable name seen before resumes where it was: since is moot
+        subscription = Subscription(
+            engine,
+            callback,
+            match,
+            since=check_since(engine, since),
+            durable=durable,
+            max_retries=max_retries,
+            buffer_size=buffer_size,
+        )
+        try:
+            engine.track(subscription)  # checks the durable name atomically, too
+        except BaseException:
+            subscription.close()
+            raise
+        subscription.start()
+        return subscription
+
+    def on(
+        self,
+        scope: str | None = None,
+        key: str | None = None,
+        events: Events | None = None,
+        where: Where | None = None,
+        since: int | None = None,
+        durable: str | None = None,
+    ) -> Callable[[F], F]:
+        """``subscribe`` as a decorator: ``@state.on("orders", key="o-*")``."""
+
+        def decorate(callback: F) -> F:
+            self.subscribe(callback, scope, key, events, where, since, durable)
+            return callback
+
+        return decorate
+
+    def changes(
+        self,
+        since: int | None = None,
+        scope: str | None = None,
+        key: str | None = None,
+        limit: int | None = None,
+    ) -> list[ChangeEvent]:
+        """The recorded changes after revision ``since`` (every one the log retains when
+        ``since`` is None), oldest first; at most ``limit`` of them.
+
+        Raises:
+            RevisionCompactedError: the change log no longer holds what follows ``since``
+                (also when compaction overtakes the read).
+        """
+        engine = engine_of(self)
+        checked = check_since(engine, since)
+        if limit is not None and (type(limit) is not int or limit < 0):
+            raise InvalidArgumentError(f"limit must be an int >= 0, not {limit!r}")
+        match = Filter(scope, key, None, None)
+        position = engine.store.compacted() if checked is None else checked
+        found: list[ChangeEvent] = []
+        while limit is None or len(found) < limit:
+            records = engine.store.log_after(position, 1000)
+            if not records:
+                break
+            if records[0].revision != position + 1:  # compaction got there first
+                if checked is not None:
+                    raise RevisionCompactedError(
+                        f"the change log was compacted past revision {position} while it "
+                        "was being read"
+                    )
+                found = []  # every retained event: those from the new start of the log
+            found.extend(ChangeEvent(record) for record in records if match.admits(record))
+            position = records[-1].revision
+        return found if limit is None else found[:limit]
+
+    def watch(
+        self,
+        since: int | None = None,
+        scope: str | None = None,
+        key: str | None = None,
+        *,
+        buffer_size: int = 100_000,
+    ) -> Watch:
+        """An iterator over changes: those recorded after ``since``, then live ones.
+
+        Raises:
+            RevisionCompactedError: the change log no longer holds what follows ``since``.
+        """
+        engine = engine_of(self)
+        watch = Watch(
+            engine, Filter(scope, key, None, None), check_since(engine, since), buffer_size
+        )
+        try:
+            engine.track(watch)
+        except BaseException:
+            watch.close()
+            raise
+        return watch
+
+    def timers(self, scope: str = "*") -> list[Timer]:
+        """The pending timers of the scopes matching the glob ``scope``, earliest first
+        (see ``Scope.schedule``).
+
+        Raises:
+            InvalidKeyError: a bad pattern.
+        """
+        engine = engine_of(self)
+        pattern = compile_pattern(scope)
+        return [timer_of(row) for row in engine.store.timers() if pattern.matches(row.scope)]
+
+    def cancel_timer(self, timer_id: str) -> bool:
+        """Cancel a pending timer; return whether it was pending (a timer that fired,
+        unless it recurs, or was cancelled, is not).
+
+        Raises:
+            InvalidArgumentError: ``timer_id`` is not a str.
+            ReentrancyError: this thread holds a transaction on the timer's scope (use
+                the transaction's ``cancel_timer``).
+        """
+        engine = engine_of(self)
+        check_timer_id(timer_id)
+        row = engine.store.timer(timer_id)
+        if row is None:
+            return False
+        if in_transaction(engine, row.scope):
+            raise ReentrancyError(
+                f"this thread holds a transaction on scope {row.scope!r}, the timer's: "
+                "cancel it with tx.cancel_timer, inside the body"
+            )
+        # On the scope's actor, under its lock: ordered with the timer's firing.
+        return engine.write(row.scope, drop_timer(timer_id))
+
+    def stats(self) -> dict[str, Any]:
+        """Keys per scope, operations and latency by verb, events, expiry, size."""
+        return engine_stats(engine_of(self))
+
+    def close(self) -> None:
+        """Close this handle; the last handle of an engine stops its actors and threads
+        and releases the database. Idempotent."""
+        with self._lock:
+            engine, self._engine = self._engine, None
+        if engine is not None:
+            release_engine(engine)
+
+    def __enter__(self) -> State:
+        engine_of(self)
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()

@@ -1,0 +1,344 @@
+"""Waiting for a key to take a value: ``scope.wait_for`` and its asyncio twin (SPEC §13).
+
+A waiter wakes on change events, never by reading the value again. Each engine has one
+``_Hub``, connected to its dispatcher while anyone waits: it hands each change to the
+waiters of that scope and key, found by a dict lookup, so a thousand waiters cost the
+dispatcher one call per event, not a thousand (it also keeps the dispatcher reading other
+processes' changes, which it does only while someone listens).
+
+No race between reading the current value and the first change: the waiter joins the
+hub, and the dispatcher tells it the last revision it published, *before* the row is
+read. A change committed in between is then both in the row and offered as an event;
+events at or below the row's revision (with no row: the revision published when the
+waiter joined) are older than what was read, and ignored.
+
+Only the raw change record crosses threads: the predicate runs in the waiter's own
+thread (``wait``) or on its event loop (``wait_async``), so a slow predicate holds up no
+other subscriber. A waiter is tracked by the engine like a subscription: ``close()``
+first delivers what is pending, then finishes it, and the wait ends with
+``ClosedError`` unless what was delivered satisfied it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import math
+import threading
+import time
+import weakref
+from collections import deque
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Final, TypeVar
+
+from reactor._base.keys import check_key
+from reactor._base.values import decode
+from reactor.errors import ClosedError, InvalidArgumentError, OperationTimeout, ReentrancyError
+
+if TYPE_CHECKING:
+    from reactor._engine.dispatch import Dispatcher
+    from reactor._engine.engine import Engine
+    from reactor._engine.events import ChangeEvent
+    from reactor._storage.store import ChangeRecord
+
+__all__ = ["Predicate", "Waiter", "check_wait", "wait", "wait_async"]
+
+T = TypeVar("T")
+Predicate = Callable[[Any], object]
+_VALUES: Final = frozenset({"created", "updated"})  # the changes after which the key exists
+
+
+def check_wait(key: object, predicate: object, timeout: object) -> tuple[str, float | None]:
+    """The key, and the timeout in seconds (None: no limit), of a ``wait_for`` call.
+
+    Raises:
+        InvalidKeyError: a bad key.
+        InvalidArgumentError: ``predicate`` is not None or callable, or ``timeout`` not
+            None or a number >= 0.
+    """
+    checked = check_key(key)
+    if predicate is not None and not callable(predicate):
+        raise InvalidArgumentError("predicate must be None or a callable taking the value")
+    if timeout is None:
+        return checked, None
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout >= 0:
+        raise InvalidArgumentError(f"timeout must be None or a number >= 0, not {timeout!r}")
+    try:
+        seconds = float(timeout)
+    except OverflowError:  # an int beyond a float: longer than anyone waits
+        return checked, None
+    return checked, None if math.isinf(seconds) else seconds
+
+
+def _satisfies(text: str, predicate: Predicate | None) -> bool:
+    # The predicate gets a copy of its own: what it does to it is not what wait_for returns.
+    return predicate is None or bool(predicate(decode(text)))
+
+
+class Waiter:
+    """One wait: the changes of its key that have arrived and not been looked at yet.
+
+    ``wake`` is called (from the dispatcher's thread, or the closer's) when the waiter
+    has something new to look at; once until it looks.
+    """
+
+    __slots__ = ("_pending", "_signalled", "_wake", "closing", "floor", "key", "scope")
+
+    def __init__(self, scope: str, key: str, wake: Callable[[], None]) -> None:
+        self.scope = scope
+        self.key = key
+        self.floor = 0  # changes up to this revision are older than the value read
+        self.closing = False
+        self._pending: deque[ChangeRecord] = deque()
+        self._signalled = False
+        self._wake = wake
+
+    def __repr__(self) -> str:
+        return f"<reactor waiter for {self.key!r} of scope {self.scope!r}>"
+
+    # -- from the dispatcher -------------------------------------------------------
+    def start(self, published: int) -> None:
+        """Told by ``Dispatcher.connect``: every change after ``published`` is offered."""
+        self.floor = published
+
+    def offer(self, record: ChangeRecord) -> None:
+        self._pending.append(record)
+        if not self._signalled:  # appended first: a look that resets the flag sees it
+            self._signalled = True
+            self._wake()
+
+    # -- from Engine.close, as for a subscription ------------------------------------
+    def finish(self, from_loop: asyncio.AbstractEventLoop | None) -> None:  # noqa: ARG002 - same call as Subscription.finish
+        """The engine is closing; what it had to deliver has been offered."""
+        self.closing = True
+        self._signalled = True
+        self._wake()
+
+    def join(self, timeout: float) -> None:
+        """Nothing to wait for: the waiting thread is the caller's."""
+
+    # -- in the waiter's thread, or on its loop ------------------------------------
+    def match(self, predicate: Predicate | None) -> str | None:
+        """The JSON text of the first change that arrived, is newer than the value read
+        and satisfies ``predicate``; None if none does (they are all used up then).
+
+        Raises:
+            Exception: what the predicate raised.
+        """
+        self._signalled = False  # before looking: an offer from now on wakes again
+        pending = self._pending
+        while pending:
+            record = pending.popleft()
+            if record.revision <= self.floor or record.type not in _VALUES:
+                continue  # already seen, or the key is gone: never satisfies
+            text = record.new_value
+            if text is not None and _satisfies(text, predicate):
+                return text
+        return None
+
+
+class _Hub:
+    """The waiters of one engine, by scope and key, behind one dispatcher receiver."""
+
+    def __init__(self, dispatcher: Dispatcher) -> None:
+        self._dispatcher = dispatcher
+        self._lock = threading.Lock()  # the table; short, taken by the dispatcher thread
+        self._joining = threading.Lock()  # connecting and disconnecting, in turn
+        self._waiters: dict[tuple[str, str], set[Waiter]] = {}
+        self._receiver = self._receive  # one object, to connect and disconnect
+
+    def add(self, waiter: Waiter) -> None:
+        """From now on ``waiter`` is offered every change of its key after the revision
+        its ``start`` is told."""
+        with self._joining:
+            with self._lock:
+                self._waiters.setdefault((waiter.scope, waiter.key), set()).add(waiter)
+            # Connecting a connected receiver again changes nothing in the signal, but
+            # tells ``start``, under the dispatcher's lock, the last revision published:
+            # every later change is sent after this, and finds the waiter in the table.
+            self._dispatcher.connect(self._receiver, waiter.start)
+
+    def remove(self, waiter: Waiter) -> None:
+        """Forget ``waiter``; idempotent. The last one out disconnects the hub."""
+        with self._joining:
+            with self._lock:
+                waiters = self._waiters.get((waiter.scope, waiter.key))
+                if waiters is None or waiter not in waiters:
+                    return
+                waiters.discard(waiter)
+                if not waiters:
+                    del self._waiters[waiter.scope, waiter.key]
+                empty = not self._waiters
+            if empty:
+                self._dispatcher.disconnect(self._receiver)
+
+    def _receive(self, _sender: str, *, event: ChangeEvent) -> None:
+        record = event._record
+        with self._lock:
+            waiters = self._waiters.get((record.scope, record.key))
+            if not waiters:
+                return
+            found = tuple(waiters)
+        for waiter in found:
+            waiter.offer(record)
+
+
+_hubs: weakref.WeakKeyDictionary[Engine, _Hub] = weakref.WeakKeyDictionary()
+_hubs_lock = threading.Lock()
+
+
+def _hub(engine: Engine) -> _Hub:
+    with _hubs_lock:
+        hub = _hubs.get(engine)
+        if hub is None:
+            hub = _hubs[engine] = _Hub(engine.dispatcher)
+        return hub
+
+
+def begin(engine: Engine, waiter: Waiter) -> str | None:
+    """Start ``waiter``, then read the key: its JSON text if it is live, else None.
+
+    Raises:
+        ClosedError: the engine is closed.
+        ReentrancyError: called on the dispatcher's thread (a ``signals.changed``
+            receiver), which would have to deliver the change it waits for.
+        StorageError: the read failed (the waiter is ended then).
+    """
+    if threading.current_thread() is engine.dispatcher._thread:
+        raise ReentrancyError(
+            "wait_for cannot wait on the thread that delivers changes (in a receiver of "
+            "reactor.signals.changed): subscribe, or wait in another thread"
+        )
+    engine.track(waiter)  # from now on, close() finishes it
+    try:
+        _hub(engine).add(waiter)  # before the read: no change can fall in between
+        row = engine.store.reader().fetch_row(waiter.scope, waiter.key)
+    except BaseException:
+        end(engine, waiter)
+        raise
+    if row is None:
+        return None
+    waiter.floor = row.revision  # the key's last change: what the read saw
+    return row.value if row.live(engine.now()) else None
+
+
+def end(engine: Engine, waiter: Waiter) -> None:
+    """Disconnect ``waiter`` from everything it joined; idempotent."""
+    with _hubs_lock:
+        hub = _hubs.get(engine)
+    if hub is not None:
+        hub.remove(waiter)
+    engine.forget(waiter)
+
+
+def _closed(waiter: Waiter) -> ClosedError:
+    return ClosedError(f"the engine closed while waiting for {waiter.key!r}")
+
+
+def _timed_out(waiter: Waiter, timeout: float) -> OperationTimeout:
+    return OperationTimeout(
+        f"wait_for({waiter.key!r}) on scope {waiter.scope!r} timed out after {timeout} s"
+    )
+
+
+def wait(
+    engine: Engine, scope: str, key: str, predicate: Predicate | None, timeout: float | None
+) -> Any:
+    """Block until ``key`` holds a value that satisfies ``predicate``; return a copy.
+
+    The arguments are checked already (``check_wait``).
+
+    Raises:
+        OperationTimeout: not within ``timeout`` seconds.
+        ClosedError: the engine closed first.
+        Exception: what the predicate raised.
+    """
+    deadline = None if timeout is None else time.monotonic() + timeout
+    ready = threading.Event()
+    waiter = Waiter(scope, key, ready.set)
+    text = begin(engine, waiter)
+    try:
+        if text is not None and _satisfies(text, predicate):
+            return decode(text)
+        while True:
+            ready.clear()  # before looking: an offer from now on sets it again
+            # Read before looking: a close noted after the look may follow an offer the
+            # look missed, which the next look sees.
+            closing = waiter.closing
+            text = waiter.match(predicate)
+            if text is not None:
+                return decode(text)
+            if closing:
+                raise _closed(waiter)
+            if deadline is None:
+                ready.wait()
+                continue
+            left = deadline - time.monotonic()
+            if left <= 0:
+                assert timeout is not None
+                raise _timed_out(waiter, timeout)
+            ready.wait(min(left, threading.TIMEOUT_MAX))
+    finally:
+        end(engine, waiter)
+
+
+async def wait_async(
+    engine: Engine,
+    scope: str,
+    key: str,
+    predicate: Predicate | None,
+    timeout: float | None,
+    *,
+    call_soon: Callable[[Callable[[], None]], None],
+    run: Callable[..., Awaitable[Any]],
+) -> Any:
+    """``wait`` on the running event loop, holding no thread while it waits.
+
+    ``call_soon(callback)`` runs ``callback`` on the loop, called from any thread;
+    ``run(call, *args)`` runs a short blocking call in a worker thread (the start: the
+    dispatcher's lock, the read). Cancelling the task ends the waiter.
+    """
+    loop = asyncio.get_running_loop()
+    deadline = None if timeout is None else loop.time() + timeout
+    arrived = asyncio.Event()
+    waiter = Waiter(scope, key, functools.partial(call_soon, arrived.set))
+    starting = asyncio.ensure_future(run(begin, engine, waiter))
+    try:
+        text = await asyncio.shield(starting)
+    except asyncio.CancelledError:
+        # The start goes on in its thread: end the waiter once it is done.
+        starting.add_done_callback(functools.partial(_end_started, engine, waiter))
+        raise
+    expired = False
+
+    def expire() -> None:
+        nonlocal expired
+        expired = True
+        arrived.set()
+
+    timer = None if deadline is None else loop.call_at(deadline, expire)
+    try:
+        if text is not None and _satisfies(text, predicate):
+            return decode(text)
+        while True:
+            arrived.clear()  # before looking: an offer from now on sets it again
+            closing = waiter.closing  # read before looking, as in wait()
+            text = waiter.match(predicate)
+            if text is not None:
+                return decode(text)
+            if closing:
+                raise _closed(waiter)
+            if expired:
+                assert timeout is not None
+                raise _timed_out(waiter, timeout)
+            await arrived.wait()
+    finally:
+        if timer is not None:
+            timer.cancel()
+        end(engine, waiter)
+
+
+def _end_started(engine: Engine, waiter: Waiter, starting: asyncio.Future[Any]) -> None:
+    if not starting.cancelled():
+        starting.exception()  # retrieved: a failed start already ended the waiter
+    end(engine, waiter)

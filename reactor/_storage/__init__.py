@@ -1,0 +1,1 @@
+"""The store: records, the write transaction, SQL, SQLite, PostgreSQL."""

@@ -1,0 +1,895 @@
+"""The PostgreSQL store: one database (schema) shared by processes on several hosts.
+
+SQLAlchemy (with psycopg 3) opens every connection and runs the schema and migrations;
+the hot statements run on the psycopg connections it made, in autocommit mode, with
+transactions begun and committed here. The statements both backends share are in
+``_sql`` (``?`` placeholders, turned into psycopg's ``%s`` once per statement).
+
+Writers serialize on one transaction-scoped advisory lock per reactor database (the key
+is derived from the schema's name), taken by every write transaction as it begins and
+released by PostgreSQL when it commits or rolls back — also when its client dies. It
+plays the part of SQLite's write lock, for the same reasons: a read-then-write of a
+scope (``increment``, update ops, a transaction's commit check) sees every write
+committed before it, so no update is lost across processes and hosts; and revisions
+are given in commit order, so whoever reads the change log after revision N never
+finds N+2 committed before N+1. Row locks would serialize writes to one key, but not
+the numbering of the log across keys.
+
+Other processes learn of a commit from a notification (``NOTIFY``, sent in the
+committing transaction, so only if it commits) that carries only the last revision
+committed; a listener reads the change log from the last revision it handed on, so a
+notification lost with a connection costs nothing: after reconnecting, the listener
+catches up from the log.
+
+Names (scopes, keys, queues, locks, durable subscribers) may have 1,024 characters, 4 KB
+of UTF-8, more than a B-tree entry holds (2,704 bytes): every index over names holds
+``reactor_name(name)`` instead, the name itself up to 256 characters, else its start and
+its SHA-256 (``_schema._REACTOR_NAME``), and every statement looks names up in that form
+(``indexed_names``).
+
+Read-only (``readonly=True``), the store never migrates, every connection is in
+read-only transactions (``default_transaction_read_only``), and writes are refused
+before anything is sent.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import hashlib
+import logging
+import re
+import sys
+import threading
+from collections import deque
+from collections.abc import Callable, Collection, Iterator
+from typing import Any, Final, TypeVar
+
+import sqlalchemy as sa
+from sqlalchemy.pool import NullPool
+
+from reactor._base.turn import Turn
+from reactor.errors import (
+    BusyError,
+    ClosedError,
+    OutcomeUnknownError,
+    ReactorError,
+    ReadOnlyError,
+    StorageError,
+)
+
+from .combine import Combiner
+from .schema import META_TABLE, SCHEMA_VERSION, check_version, migrate
+from .sql import ITEMS, REVISION, STREAMED_ROWS, SQLJobs, SQLStatements, SQLStore
+from .store import ChangeRecord, Key, Reads, RefusedError, Row, Upsert
+
+try:
+    import psycopg
+    import psycopg.errors
+except ImportError:  # pragma: no cover - exercised only without the extra installed
+    psycopg = None  # type: ignore[assignment]
+
+__all__ = ["PostgresStore"]
+
+logger = logging.getLogger("reactor")
+
+T = TypeVar("T")
+
+_converted: dict[str, str] = {}
+# A name compared equal to placeholders: [key] = ?, or [key] IN (?, ?, ...).
+_NAME_EQUALS: Final = re.compile(r"((?:\w+\.)?)\[(\w+)\] (=|IN) (\?|\((?:\?, )*\?\))")
+_NAME: Final = re.compile(r"((?:\w+\.)?)\[(\w+)\]")  # [key], k.[key]
+
+
+def _pg(sql: str) -> str:
+    """``sql`` with its names as PostgreSQL indexes them (``indexed_names``) and psycopg's
+    placeholders (our statements hold no other ``?`` or ``%``)."""
+    found = _converted.get(sql)
+    if found is None:
+        found = _converted[sql] = indexed_names(sql).replace("?", "%s")
+    return found
+
+
+def indexed_names(sql: str) -> str:
+    """``sql`` with each name in brackets (``_sql``) as the indexes hold it:
+    ``reactor_name(name)`` (``_schema._REACTOR_NAME``). A name compared equal to
+    placeholders is compared with ``reactor_name(?)``, the form of the value given; a
+    name compared with a bound (``[key] >= ?``, ``[key] < ?``) is compared with the bound
+    itself, which is right for bounds of up to ``NAME_INDEXED`` characters, the only ones
+    ``_sql.ranged`` gives: a name that long or shorter is its own form, and a longer one
+    sorts among them as its first ``NAME_INDEXED`` characters do."""
+
+    def equals(found: re.Match[str]) -> str:
+        table, column, operator, values = found.groups()
+        return f"reactor_name({table}{column}) {operator} " + values.replace("?", "reactor_name(?)")
+
+    sql = _NAME_EQUALS.sub(equals, sql)
+    return _NAME.sub(r"reactor_name(\1\2)", sql)
+
+
+# A flush, in one statement run at commit under the order lock: the records take the
+# revisions after the last committed one (b.base + n for the n-th), rows staged with a
+# provisional revision (-n) take theirs, deleted rows go, and the notification says
+# the last revision. Compaction always keeps the newest record (``_schema.changes``).
+# The arrays go in binary (``%b``): psycopg's text form escapes every quote and
+# backslash of a JSON text through a regular expression, seconds for a few megabytes.
+_FLUSH: Final = indexed_names("""
+WITH b AS (SELECT COALESCE(MAX(revision), 0) AS base FROM reactor_changes),
+logged AS (
+    INSERT INTO reactor_changes
+        (revision, scope, key, type, old_value, new_value, ops, timestamp, version, timer,
+         expires_at)
+    SELECT b.base + v.n, v.scope, v.key, v.type, v.old_value, v.new_value, v.ops, v.ts,
+           v.version, v.timer, v.expires_at
+    FROM b, unnest(%b::text[], %b::text[], %b::text[], %b::text[], %b::text[],
+                   %b::text[], %b::float8[], %b::bigint[], %b::text[], %b::float8[])
+        WITH ORDINALITY
+        AS v(scope, key, type, old_value, new_value, ops, ts, version, timer, expires_at, n)
+),
+gone AS (
+    DELETE FROM reactor_kv AS k USING unnest(%b::text[], %b::text[]) AS d(scope, key)
+    WHERE k.[scope] = d.[scope] AND k.[key] = d.[key]
+),
+kept AS (
+    INSERT INTO reactor_kv (scope, key, value, expires_at, revision, created_revision, version)
+    SELECT u.scope, u.key, u.value, u.expires_at,
+           CASE WHEN u.revision < 0 THEN b.base - u.revision ELSE u.revision END,
+           CASE WHEN u.created < 0 THEN b.base - u.created ELSE u.created END,
+           u.version
+    FROM b, unnest(%b::text[], %b::text[], %b::text[], %b::float8[], %b::bigint[],
+                   %b::bigint[], %b::bigint[])
+        AS u(scope, key, value, expires_at, revision, created, version)
+    ON CONFLICT ([scope], [key]) DO UPDATE SET value = excluded.value,
+        expires_at = excluded.expires_at, revision = excluded.revision,
+        created_revision = excluded.created_revision, version = excluded.version
+)
+""")
+# Jobs in one statement of a few arrays: many rows of ?-placeholders would be parsed by
+# the driver, every time, at about 6 ms a hundred rows.
+ADD_JOBS: Final = (
+    "INSERT INTO reactor_jobs (queue, id, item, state, ready_at, attempts, owner, key, "
+    "created_at) SELECT * FROM unnest(%b::text[], %b::bigint[], %b::text[], %b::text[], "
+    "%b::float8[], %b::int[], %b::text[], %b::text[], %b::float8[])"
+)
+# The rows of some keys of a scope: one seek of the index of names a key.
+READ_AHEAD: Final = _pg(
+    "SELECT k.key, k.value, k.expires_at, k.revision, k.created_revision, k.version "
+    "FROM unnest(?::text[]) AS w(key) JOIN reactor_kv AS k ON k.[key] = w.[key] "
+    "WHERE k.[scope] = ?"
+)
+CHANGES: Final = _FLUSH + "SELECT b.base, pg_notify(%s, (b.base + %s)::text) FROM b"
+# Rows only (a deadline changed, no record): no revision, no notification, no lock.
+ROWS_ONLY: Final = _FLUSH + "SELECT b.base, %s, %s FROM b"
+SIZE: Final = (
+    "SELECT COALESCE(SUM(pg_total_relation_size(c.oid)), 0) FROM pg_class c "
+    "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = current_schema() "
+    "AND c.relkind = 'r' AND c.relname IN ('reactor_meta', 'reactor_kv', 'reactor_changes', "
+    "'reactor_locks', 'reactor_subscribers', 'reactor_failures', 'reactor_timers', "
+    "'reactor_queues', 'reactor_jobs')"
+)
+MIGRATION_LOCK: Final = int.from_bytes(b"reactor", "big")  # one advisory lock key
+# The writer prepares a statement on the server at its second run (planning the flush
+# took a quarter of a commit); see PostgresStore.reconnect_writer.
+WRITER_PREPARE_THRESHOLD: Final = 1
+# A statement of more rows than this (the rows read as a write begins, the rows of a
+# flush) is planned for its size, not prepared: the prepared plan, made for a few rows,
+# made batches of 100 asyncio writes half as fast again to begin.
+PREPARED_ROWS: Final = 8
+SYNCHRONOUS_COMMIT: Final = {"normal": "on", "full": "on", "memory": "off"}
+
+
+def is_postgres_url(url: sa.URL) -> bool:
+    return url.get_backend_name() == "postgresql"
+
+
+def normalize_url(target: str) -> sa.URL:
+    """A SQLAlchemy URL for ``target`` that uses psycopg 3.
+
+    Raises:
+        InvalidArgumentError: another driver is named, or psycopg is not installed.
+    """
+    from reactor.errors import InvalidArgumentError
+
+    try:
+        url = sa.make_url(target)
+    except (sa.exc.ArgumentError, ValueError) as exc:  # ValueError: a malformed host
+        raise InvalidArgumentError(f"not a database URL: {exc}") from None
+    if url.drivername in ("postgresql", "postgres"):
+        url = url.set(drivername="postgresql+psycopg")
+    elif url.drivername != "postgresql+psycopg":
+        raise InvalidArgumentError(
+            f"reactor talks to PostgreSQL through psycopg 3: use postgresql+psycopg://, "
+            f"not {url.drivername}://"
+        )
+    if psycopg is None:
+        raise InvalidArgumentError(
+            "PostgreSQL needs psycopg 3: pip install 'reactor-state[postgresql]'"
+        )
+    return url
+
+
+# SQLSTATE classes of a statement the server refused for what it holds, on a sound
+# connection: data exceptions, integrity constraints, program limits (an index entry too
+# big), syntax or access rules, and errors raised by triggers (PL/pgSQL).
+_REFUSALS: Final = frozenset({"22", "23", "42", "54", "P0"})
+
+
+def translate(exc: Exception) -> ReactorError:
+    """The reactor error for a psycopg error (chain it with ``raise ... from exc``)."""
+    if isinstance(exc, psycopg.errors.LockNotAvailable | psycopg.errors.QueryCanceled):
+        return BusyError(f"the database stayed locked past the timeout: {exc}")
+    if isinstance(exc, psycopg.errors.ReadOnlySqlTransaction):
+        return ReadOnlyError(f"the database cannot be written: {exc}")
+    if isinstance(exc, psycopg.Error) and (exc.sqlstate or "")[:2] in _REFUSALS:
+        return RefusedError(f"the database refused the write: {exc}")
+    return StorageError(f"the database failed: {exc}")
+
+
+class _Statements(SQLStatements):
+    """The write-path statements on the writer connection, in its transaction.
+
+    What a flush writes (log records, rows) is held back and sent with the commit, in
+    one round trip (``commit``): there the order lock is taken, the revisions follow
+    the last committed one, and the commit is flushed, all on the server.
+
+    Statements whose answer nothing waits for (the begin of a transaction that reads
+    nothing ahead, the writes of work queues: ``_send``) are pending until the next
+    statement that is answered, and go with it in one round trip: in order, so that
+    every read sees what was sent before it.
+    """
+
+    __slots__ = (
+        "_ahead",
+        "_changes",
+        "_conn",
+        "_failed",
+        "_flush_rows",
+        "_pending",
+        "_queued",
+        "_store",
+        "_unbegun",
+    )
+
+    SET_COMPACTED = "UPDATE reactor_meta SET value = GREATEST(value, ?) WHERE name = 'compacted'"
+
+    def __init__(
+        self,
+        conn: psycopg.Connection[Any],
+        store: PostgresStore,
+        ahead: dict[tuple[str, str], Row | None],
+        begin: list[str] | None = None,
+    ) -> None:
+        self._conn = conn
+        self._store = store
+        self._ahead = ahead  # rows read with the begin
+        self._queued: list[tuple[str, list[tuple[Any, ...]]]] = []
+        self._changes: tuple[Any, ...] | None = None  # CHANGES' parameters, if any
+        # Sent with the next answered statement: the begin (if not sent yet), writes.
+        self._pending: list[tuple[str, tuple[Any, ...]]] = [(sql, ()) for sql in begin or ()]
+        self._unbegun = bool(begin)  # nothing sent yet: a dropped connection is replaced
+        self._failed = False  # the server failed a statement: the connection goes (abort)
+        self._flush_rows = 0  # the most rows of one kind the flush writes
+
+    def _all(self, sql: str, params: tuple[Any, ...]) -> list[Any]:
+        return self._all_several([(sql, params)])[0]
+
+    def _all_several(self, statements: list[tuple[str, tuple[Any, ...]]]) -> list[list[Any]]:
+        """The rows of each of ``statements``, run after what is pending, all in one
+        round trip."""
+        try:
+            answered = self._answer([(_pg(sql), params) for sql, params in statements])
+            return [cursor.fetchall() for cursor in answered]
+        except psycopg.Error as exc:
+            self._failed = True
+            raise translate(exc) from exc
+
+    def _run(self, sql: str, params: tuple[Any, ...]) -> int:
+        try:
+            return self._answer([(_pg(sql), params)])[0].rowcount
+        except psycopg.Error as exc:
+            self._failed = True
+            raise translate(exc) from exc
+
+    def _send(self, sql: str, params: tuple[Any, ...]) -> None:
+        """Run ``sql`` with the next answered statement (its errors are raised there)."""
+        self._pending.append((_pg(sql), params))
+
+    def _answer(self, statements: list[tuple[str, tuple[Any, ...]]]) -> list[psycopg.Cursor[Any]]:
+        """Run what is pending, then ``statements``, in one round trip; their cursors.
+        A writer connection the server dropped before the transaction began is
+        replaced once (nothing was applied on it)."""
+        if not self._pending and len(statements) == 1:
+            return [self._conn.execute(*statements[0])]
+        pending, self._pending = self._pending, []
+        unbegun, self._unbegun = self._unbegun, False
+        try:
+            return self._pipelined(pending, statements)
+        except psycopg.OperationalError:
+            if not unbegun or not self._conn.closed:
+                raise
+            self._conn = self._store.reconnect_writer()
+            return self._pipelined(pending, statements)
+
+    def _pipelined(
+        self,
+        pending: list[tuple[str, tuple[Any, ...]]],
+        statements: list[tuple[str, tuple[Any, ...]]],
+    ) -> list[psycopg.Cursor[Any]]:
+        conn = self._conn
+        with conn.pipeline():
+            for statement, values in pending:
+                conn.execute(statement, values)
+            cursors = [conn.execute(sql, params) for sql, params in statements]
+        return cursors
+
+    def _many(self, sql: str, rows: list[tuple[Any, ...]]) -> None:
+        self._queued.append((_pg(sql), rows))
+
+    def read_ahead(self, keys: Collection[tuple[str, str]]) -> dict[tuple[str, str], Row | None]:
+        ahead, self._ahead = self._ahead, {}
+        missing = [key for key in keys if key not in ahead]
+        if missing:
+            ahead.update(super().read_ahead(missing))
+        return ahead
+
+    def write_changes(
+        self,
+        records: list[ChangeRecord],
+        upserts: list[Upsert],
+        deletes: list[Key],
+    ) -> None:
+        """Hold back, for the commit, one statement (``CHANGES``) that numbers the
+        records after the last committed revision and writes them with the rows."""
+        for n, record in enumerate(records, 1):
+            assert record.revision == -n  # provisional: the n-th change
+        self._flush_rows = max(len(records), len(upserts), len(deletes))
+        self._changes = (
+            [r.scope for r in records],
+            [r.key for r in records],
+            [r.type for r in records],
+            [r.old_value for r in records],
+            [r.new_value for r in records],
+            [r.ops for r in records],
+            [r.timestamp for r in records],
+            [r.version for r in records],
+            [r.timer for r in records],
+            [r.expires_at for r in records],
+            [scope for scope, _ in deletes],
+            [key for _, key in deletes],
+            [row[0] for row in upserts],
+            [row[1] for row in upserts],
+            [row[2] for row in upserts],
+            [row[3] for row in upserts],
+            [row[4] for row in upserts],
+            [row[5] for row in upserts],
+            [row[6] for row in upserts],
+            self._store.channel,
+            len(records),
+        )
+
+    def commit(self, records: list[ChangeRecord]) -> None:
+        """Send what is held back and the commit in one round trip. With records, the
+        order lock is taken first, and held until the commit is flushed: revisions are
+        given, and become visible, in one order across every process. The notification
+        goes at commit, and only if it commits.
+
+        Raises:
+            OutcomeUnknownError: the connection went during the commit, which may have
+                been applied before it went.
+        """
+        if self._unbegun:  # a transaction that read nothing: begin it on its own first
+            self._all("SELECT 1", ())
+        conn = self._conn
+        pending, self._pending = self._pending, []
+        try:
+            with conn.pipeline():
+                for sql, values in pending:
+                    conn.execute(sql, values)
+                with conn.cursor() as cursor:
+                    for sql, rows in self._queued:
+                        cursor.executemany(sql, rows)
+                written = None
+                if self._changes is not None:
+                    if records:
+                        conn.execute(self._store.order_lock)
+                    written = conn.cursor()
+                    # A few rows: the prepared plan; a big batch is planned for its size.
+                    written.execute(
+                        CHANGES if records else ROWS_ONLY,
+                        self._changes,
+                        prepare=self._flush_rows <= PREPARED_ROWS,
+                    )
+                conn.execute("COMMIT")
+            if records:
+                assert written is not None
+                base = int(written.fetchall()[0][0])
+                for record in records:
+                    record.revision = base - record.revision
+        except psycopg.Error as exc:
+            self._failed = True
+            if _connection_lost(conn, exc):
+                # Its notification, if it committed, came from this process's writer:
+                # the follower reads the log instead (``await_commits``).
+                self._store.doubt.set()
+                raise OutcomeUnknownError(
+                    f"the connection to {self._store.location} was lost while the write "
+                    f"was committing; it may or may not have been applied: {exc}"
+                ) from exc
+            raise
+
+    def abort(self, interrupted: bool = False) -> None:
+        # After a failed statement, or a Ctrl-C inside psycopg, its prepared statements
+        # may be out of step with psycopg's list of them.
+        if self._failed or interrupted:
+            self._store.drop_writer(self._conn)
+        else:
+            self._store.abandon(self._conn)
+
+    def jobs(self) -> SQLJobs:
+        return _Jobs(self._all, self._run, self._send, self._all_several)
+
+
+class _Jobs(SQLJobs):
+    """The statements of work queues, with PostgreSQL's own insert of many jobs; their
+    writes go with the next statement answered (``_Statements._send``)."""
+
+    __slots__ = ()
+
+    def add_jobs(self, rows: list[tuple[Any, ...]]) -> None:
+        if rows:
+            self._send(ADD_JOBS, tuple(list(column) for column in zip(*rows, strict=True)))
+
+
+class PostgresStore(SQLStore):
+    """A reactor database in a PostgreSQL schema (the first of the ``search_path``);
+    ``readonly``: one this store never writes."""
+
+    def __init__(
+        self, url: sa.URL, *, durability: str, timeout: float, readonly: bool = False
+    ) -> None:
+        self.location = url.render_as_string(hide_password=True)
+        self.readonly = readonly
+        self._timeout = timeout
+        self._synchronous_commit = SYNCHRONOUS_COMMIT[durability]
+        self._closed = False
+        self._gate = Turn()
+        self._driver_error = psycopg.Error
+        # Group commit across scopes: a commit is a round trip and a WAL flush, and the
+        # database's write lock is held through it; threads writing together share it
+        # (measured, 4 threads on 4 scopes: 0.99x one thread without, 1.72x with).
+        self._combiner: Combiner | None = Combiner(self._write_once, timeout)
+        self._idle: deque[psycopg.Connection[Any]] = deque()
+        self._opened: list[Any] = []  # every connection handed out, to close them
+        self._opened_lock = threading.Lock()
+        self._listener: psycopg.Connection[Any] | None = None  # the follower thread's own
+        self._engine = sa.create_engine(url, poolclass=NullPool)
+        sa.event.listen(self._engine, "connect", self._on_connect)
+        sa.event.listen(self._engine, "begin", _lock_migrations)
+        self._writer: psycopg.Connection[Any] | None = None
+        self._writer_pid: int | None = None  # its server process: its notes are our own
+        self.doubt = threading.Event()  # set: a commit of this process's may be unpublished
+        try:
+            if readonly:
+                self._check_readable()
+            else:
+                migrate(self._engine)
+                self.reconnect_writer()
+            schema, database = self._query("SELECT current_schema(), current_database()", ())[0]
+        except psycopg.Error as exc:
+            self.close()
+            raise translate(exc) from exc
+        except sa.exc.DBAPIError as exc:
+            self.close()
+            raise StorageError(f"cannot open {self.location}: {exc.orig}") from exc
+        except BaseException:
+            self.close()
+            raise
+        digest = hashlib.blake2b(f"{database}/{schema}".encode(), digest_size=8).digest()
+        # The advisory lock key and the notification channel of this reactor database.
+        self._lock_key = int.from_bytes(digest, "big", signed=True)
+        self.channel = f"reactor_{digest.hex()}"
+        self.order_lock = f"SELECT pg_advisory_xact_lock({self._lock_key})"
+        self._scope_keys = functools.lru_cache(maxsize=4096)(functools.partial(_scope_key, digest))
+
+    def _check_readable(self) -> None:
+        """Check, reading only, that the schema holds a reactor database of this version.
+
+        Raises:
+            SchemaError: the database comes from a newer reactor.
+            ReadOnlyError: it holds no reactor database yet, or one that needs migrating.
+            StorageError: it cannot be read.
+        """
+        sql = f"SELECT value FROM {META_TABLE} WHERE name = 'schema_version'"
+        try:
+            found = self._query(sql, ())
+        except StorageError as exc:
+            if not isinstance(exc.__cause__, psycopg.errors.UndefinedTable):
+                raise
+            found = []
+        version = int(found[0][0]) if found else 0
+        check_version(version)
+        if version == 0:
+            raise ReadOnlyError(
+                f"{self.location} holds no reactor database yet: a read-only open does not "
+                "create one"
+            )
+        if version < SCHEMA_VERSION:
+            raise ReadOnlyError(
+                f"{self.location} was written by an older reactor (schema version {version}, "
+                f"this one reads {SCHEMA_VERSION}); migrating it writes: open it read-write "
+                "once first"
+            )
+
+    # -- connections ---------------------------------------------------------------
+    def _on_connect(self, dbapi_conn: Any, _record: object) -> None:
+        with dbapi_conn.cursor() as cursor:
+            if self.readonly:  # the server refuses writes too, whatever sends them
+                cursor.execute("SET default_transaction_read_only = on")
+            cursor.execute(f"SET synchronous_commit = {self._synchronous_commit}")
+            # How long a writer waits for another's advisory lock (then BusyError).
+            cursor.execute(f"SET lock_timeout = {int(self._timeout * 1000)}")
+        dbapi_conn.commit()
+
+    def _connect(self) -> psycopg.Connection[Any]:
+        """A new connection of reactor's own.
+
+        Raises:
+            StorageError: the server cannot be reached, or this process is out of file
+                descriptors.
+            ClosedError: the store is closed (or closed meanwhile).
+        """
+        if self._closed:
+            raise ClosedError("the database is closed")
+        try:
+            proxy = self._engine.raw_connection()
+        except sa.exc.DBAPIError as exc:
+            raise StorageError(f"cannot connect to {self.location}: {exc.orig}") from exc
+        except (psycopg.Error, OSError) as exc:
+            raise StorageError(f"cannot connect to {self.location}: {exc}") from exc
+        with self._opened_lock:
+            kept = self._keep(proxy)
+        if not kept:  # close() ran meanwhile: it would never close this one
+            with contextlib.suppress(Exception):
+                proxy.close()
+            raise ClosedError("the database is closed")
+        conn = proxy.driver_connection
+        assert isinstance(conn, psycopg.Connection)
+        conn.autocommit = True  # transactions are begun and committed here
+        # No server-side prepared statements but the writer's (``reconnect_writer``).
+        conn.prepare_threshold = None
+        return conn
+
+    def _keep(self, proxy: Any) -> bool:
+        """Remember ``proxy`` to close it with the store, unless the store is closed."""
+        if self._closed:
+            return False
+        self._opened.append(proxy)
+        return True
+
+    def _discard(self, conn: psycopg.Connection[Any]) -> None:
+        """Close ``conn``, a connection that failed, and forget it (``close()`` would
+        keep it until the store closes: one a refused statement, for ever)."""
+        with self._opened_lock:
+            proxy = next((p for p in self._opened if p.driver_connection is conn), None)
+            if proxy is not None:
+                self._opened.remove(proxy)
+        with contextlib.suppress(psycopg.Error):
+            conn.close()
+        if proxy is not None:
+            with contextlib.suppress(Exception):
+                proxy.invalidate()  # the pool's record of it goes too
+
+    def _query(self, sql: str, params: tuple[Any, ...]) -> list[Any]:
+        statement = _pg(sql)
+        return self._reading(lambda conn: conn.execute(statement, params).fetchall())
+
+    def _reading(self, read: Callable[[psycopg.Connection[Any]], T], keep: bool = True) -> T:
+        """``read`` on an idle reader connection (a new one if none is idle); with
+        ``keep=False``, the connection stays the caller's when ``read`` succeeds."""
+        if self._closed:
+            raise ClosedError("the database is closed")
+        for attempt in (1, 2):
+            try:
+                conn = self._idle.pop()
+            except IndexError:
+                conn = self._connect()
+            try:
+                result = read(conn)
+            except psycopg.OperationalError as exc:
+                # The server dropped the connection (restarted, or killed it): the idle
+                # ones are likely gone too. A read may try once more, on a new one.
+                self._discard(conn)
+                if attempt == 2 or not conn.closed:
+                    raise translate(exc) from exc
+                while self._idle:
+                    self._discard(self._idle.pop())
+                continue
+            except psycopg.Error as exc:
+                self.abandon(conn)
+                if not conn.closed:
+                    self._idle.append(conn)
+                raise translate(exc) from exc
+            if keep:
+                self._idle.append(conn)
+            return result
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    # -- what only this backend says ------------------------------------------------
+    def checkpoint(self) -> None:
+        """PostgreSQL checkpoints on its own."""
+
+    def size_bytes(self) -> int:
+        return int(self._query(SIZE, ())[0][0])
+
+    def snapshot(self, scope: str, now: float) -> tuple[list[tuple[str, str]], int]:
+        """Every live key-value of ``scope`` and the revision they are current at."""
+
+        def read(conn: psycopg.Connection[Any]) -> tuple[list[tuple[str, str]], int]:
+            # One REPEATABLE READ transaction: both statements see the same snapshot.
+            conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            revision = int(conn.execute(REVISION).fetchall()[0][0])
+            rows = conn.execute(_pg(ITEMS) + " ORDER BY key", (scope, now)).fetchall()
+            conn.execute("COMMIT")
+            return rows, revision
+
+        return self._reading(read)
+
+    @contextlib.contextmanager
+    def consistent_reads(self) -> Iterator[Reads]:
+        """Reads in one REPEATABLE READ transaction, on a reader connection of its own
+        for the block: every statement sees the snapshot of the first."""
+        conn = self._reading(_begin_snapshot, keep=False)
+        try:
+            yield _Reads(conn)
+            conn.execute("COMMIT")
+        except BaseException as exc:
+            if conn.closed:  # the server dropped it
+                self._discard(conn)
+            else:
+                self.abandon(conn)
+                if not conn.closed:
+                    self._idle.append(conn)
+            if isinstance(exc, psycopg.Error):
+                raise translate(exc) from exc
+            raise
+        else:
+            self._idle.append(conn)
+
+    def await_commits(self, timeout: float) -> int | None:
+        """Wait at most ``timeout`` for a notification of another connection's commit;
+        return the revision it announces (``sys.maxsize`` after (re)connecting the
+        listener: what was missed meanwhile is read from the log)."""
+        if self.doubt.is_set():
+            self.doubt.clear()
+            return sys.maxsize
+        conn = self._listener
+        if conn is None or conn.closed:
+            try:
+                conn = self._connect()
+                conn.execute(f"LISTEN {self.channel}")
+            except ClosedError:
+                raise
+            except (psycopg.Error, StorageError) as exc:
+                logger.warning("listening to %s failed (%s); trying again", self.location, exc)
+                threading.Event().wait(max(timeout, 0.5))
+                return None
+            self._listener = conn
+            return sys.maxsize
+        try:
+            announced: int | None = None
+            woken = False
+            for note in conn.notifies(timeout=timeout, stop_after=1):
+                woken = True
+                announced = self._announced(note, announced)
+            if woken:
+                # Take every notification already here in one go: busy writers send
+                # one per commit.
+                for note in conn.notifies(timeout=0):
+                    announced = self._announced(note, announced)
+            return announced
+        except psycopg.Error as exc:
+            if self._closed:
+                raise ClosedError("the database is closed") from exc
+            logger.warning("the listener of %s lost its connection: %s", self.location, exc)
+            self._discard(conn)
+            self._listener = None
+        return None
+
+    def _announced(self, note: psycopg.Notify, before: int | None) -> int | None:
+        """The revision ``note`` announces, joined with those ``before`` it; this
+        process's own commits (from its writer connection) are published as they commit
+        (``Dispatcher.committed``), so their notes announce nothing."""
+        if note.pid == self._writer_pid:
+            return before
+        revision = int(note.payload) if note.payload.isdigit() else sys.maxsize
+        return revision if before is None else max(before, revision)
+
+    # -- writes (the protocol is SQLStore._write_once) -------------------------------
+    def _translate(self, exc: Exception) -> ReactorError:
+        return translate(exc)
+
+    def _begin_write(
+        self, scopes: Collection[str] | None, reads: Collection[tuple[str, str]]
+    ) -> _Statements:
+        """Begin a write transaction holding the locks of ``scopes`` (None: the order
+        lock, which keeps out every other writer's commit), and read the rows of
+        ``reads``: one round trip (with no ``reads``, none: the begin goes with the
+        transaction's first statement). A writer connection the server dropped is
+        replaced (once: nothing was sent on it yet).
+
+        Two processes writing one scope take turns; writers of other scopes go on at
+        once, and meet only at commit, on the order lock (``_Statements.commit``).
+        Locks are taken in one order (sorted keys), so that writers never deadlock.
+        """
+        if self.readonly:
+            raise ReadOnlyError(
+                f"cannot write {self.location}: it is open read-only (readonly=True)"
+            )
+        self._drop_unfinished_writer()
+        locks = self._locks(scopes)
+        by_scope: dict[str, list[str]] = {}
+        for scope, key in reads:
+            by_scope.setdefault(scope, []).append(key)
+        if not reads:  # nothing to read: the begin goes with the first statement
+            conn = self._writer
+            if conn is None or conn.closed:
+                conn = self.reconnect_writer()
+            return _Statements(conn, self, {}, begin=["BEGIN", *locks])
+        for attempt in (1, 2):
+            conn = self._writer
+            if conn is None or conn.closed:
+                conn = self.reconnect_writer()
+            try:
+                with conn.pipeline():
+                    conn.execute("BEGIN")
+                    for lock in locks:
+                        conn.execute(lock)
+                    cursors = [
+                        (
+                            scope,
+                            conn.execute(
+                                READ_AHEAD, (names, scope), prepare=len(names) <= PREPARED_ROWS
+                            ),
+                        )
+                        for scope, names in by_scope.items()
+                    ]
+                ahead: dict[tuple[str, str], Row | None] = dict.fromkeys(reads)
+                for scope, cursor in cursors:
+                    for key, *row in cursor.fetchall():
+                        ahead[(scope, key)] = Row(*row)
+                return _Statements(conn, self, ahead)
+            except psycopg.OperationalError as exc:
+                lost = conn.closed
+                self.drop_writer(conn)
+                if attempt == 2 or not lost:
+                    raise translate(exc) from exc
+            except psycopg.Error as exc:
+                self.drop_writer(conn)
+                raise translate(exc) from exc
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _locks(self, scopes: Collection[str] | None) -> list[str]:
+        """The statements that take the locks of ``scopes`` (None: the order lock), in
+        one order (sorted keys), so that writers never deadlock."""
+        if scopes is None:
+            return [self.order_lock]
+        keys = sorted({self._scope_keys(scope) for scope in scopes})
+        return [f"SELECT pg_advisory_xact_lock({key})" for key in keys]
+
+    def _drop_unfinished_writer(self) -> None:
+        """Drop a writer connection still in a transaction: a write that a Ctrl-C
+        interrupted (this thread has the turn now, so no write of it is running)."""
+        left = self._writer
+        if (
+            left is not None
+            and not left.closed
+            and (
+                left.info.transaction_status != psycopg.pq.TransactionStatus.IDLE
+                or left.pgconn.pipeline_status != psycopg.pq.PipelineStatus.OFF
+            )
+        ):
+            self.drop_writer(left)
+
+    def reconnect_writer(self) -> psycopg.Connection[Any]:
+        """A new writer connection, in place of the one the server dropped (if any).
+
+        The writer prepares the statements it runs again and again on the server (the
+        flush at commit is a long one to plan): a statement that failed in a pipeline
+        can leave psycopg's list of prepared statements out of step with the server's,
+        so a writer connection on which a statement failed is dropped (``drop_writer``).
+
+        Raises:
+            psycopg.Error: the server cannot be reached.
+        """
+        conn = self._writer = self._connect()
+        conn.prepare_threshold = WRITER_PREPARE_THRESHOLD
+        self._writer_pid = conn.info.backend_pid
+        return conn
+
+    def drop_writer(self, conn: psycopg.Connection[Any]) -> None:
+        """Close ``conn``, the writer connection a failed statement left in doubt; the
+        next write connects again."""
+        self._discard(conn)
+        if self._writer is conn:
+            self._writer = None
+
+    def abandon(self, conn: psycopg.Connection[Any]) -> None:
+        """Roll back what a failed write began (or drop the connection if it cannot)."""
+        if conn.closed:
+            return
+        if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+            try:
+                conn.execute("ROLLBACK")
+            except psycopg.Error:
+                self._discard(conn)
+
+    def close(self) -> None:
+        """Close every connection; later calls raise ``ClosedError``. Idempotent."""
+        gated = self._gate.take(self._timeout)
+        if not gated:
+            logger.warning("closing %s while a write is still running", self.location)
+        try:
+            self._closed = True
+            with self._opened_lock:
+                opened, self._opened = self._opened, []
+            for proxy in opened:
+                try:
+                    if proxy.driver_connection.closed:
+                        proxy.invalidate()  # no reset (and no logged error) on a dead one
+                    else:
+                        proxy.close()
+                except Exception:
+                    logger.debug("closing a connection failed", exc_info=True)
+            self._idle.clear()
+            self._engine.dispose()
+        finally:
+            if gated:
+                self._gate.give_back()
+
+
+def _connection_lost(conn: psycopg.Connection[Any], exc: psycopg.Error) -> bool:
+    """Whether ``exc`` means the connection went (so a commit in flight may have been
+    applied), rather than the server refusing a statement (so nothing was)."""
+    if conn.broken or conn.closed:
+        return True
+    state = exc.sqlstate
+    if state is None:  # raised by the client: only the connection fails that way here
+        return isinstance(exc, psycopg.OperationalError)
+    # Class 08, connection exception; 57P01-57P03, the server shutting the session down.
+    return state.startswith("08") or state in ("57P01", "57P02", "57P03")
+
+
+def _scope_key(database: bytes, scope: str) -> int:
+    """The advisory lock key of ``scope`` in the reactor database ``database`` (the
+    digest of its name). Two scopes that share a key only take turns."""
+    name = database + b"/" + scope.encode("utf-8", "surrogatepass")
+    return int.from_bytes(hashlib.blake2b(name, digest_size=8).digest(), "big", signed=True)
+
+
+def _lock_migrations(conn: sa.Connection) -> None:
+    # Processes opening a new database at once take turns to migrate it.
+    conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK})")
+
+
+def _begin_snapshot(conn: psycopg.Connection[Any]) -> psycopg.Connection[Any]:
+    conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+    return conn
+
+
+class _Reads:
+    """``Reads`` on a reader connection, in the transaction it is in; ``each`` reads
+    through a server-side cursor (``DECLARE``), ``STREAMED_ROWS`` rows a fetch."""
+
+    __slots__ = ("_conn",)
+
+    def __init__(self, conn: psycopg.Connection[Any]) -> None:
+        self._conn = conn
+
+    def all(self, sql: str, params: tuple[Any, ...]) -> list[Any]:
+        return self._conn.execute(_pg(sql), params).fetchall()
+
+    def each(self, sql: str, params: tuple[Any, ...]) -> Iterator[Any]:
+        with self._conn.cursor(name="reactor_reads") as cursor:
+            cursor.itersize = STREAMED_ROWS
+            cursor.execute(_pg(sql), params)
+            yield from cursor

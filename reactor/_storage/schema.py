@@ -1,0 +1,463 @@
+"""The database schema, its version, and the migrations between versions.
+
+Tables are portable SQLAlchemy Core; each migration creates or alters what its version
+added, so a database of any older version reaches the current one step by step. A table
+that a later version alters must get a frozen copy of its old shape in its migration.
+
+SQLAlchemy is imported, and the tables built, on first use (``tables()``, or an attribute
+such as ``_schema.kv``): opening a SQLite database whose schema is current needs only
+the version and ``check_version``, and skips the import's tenth of a second.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Final
+
+from reactor.errors import SchemaError
+
+if TYPE_CHECKING:
+    import sqlalchemy as sa
+
+__all__ = [
+    "META_TABLE",
+    "NAME_INDEXED",
+    "SCHEMA_VERSION",
+    "Tables",
+    "check_version",
+    "migrate",
+    "tables",
+]
+
+SCHEMA_VERSION: Final = 6
+META_TABLE: Final = "reactor_meta"  # every version has it, with its "schema_version"
+# A PostgreSQL index holds a name (scope, key, queue, lock, durable subscriber) as
+# reactor_name(name): the name itself up to this many characters, else its first ones
+# and the SHA-256 of the whole (see _to_v6).
+NAME_INDEXED: Final = 256
+
+
+def _name() -> sa.types.TypeEngine[str]:
+    """A key, scope or lock name: compared and sorted by code point on every backend
+    (SQLite's BINARY; PostgreSQL's "C" collation, whatever the database's default), so
+    that the key ranges of glob patterns and the order of ``keys()`` agree. On
+    PostgreSQL, indexes hold names as ``reactor_name(name)`` (``_to_v6``)."""
+    import sqlalchemy as sa
+
+    return sa.String(1024).with_variant(sa.String(1024, collation="C"), "postgresql")
+
+
+class Tables:
+    """The tables of the current version (``tables()`` builds them once). On PostgreSQL,
+    the primary keys and indexes over names are those of ``_to_v6`` instead."""
+
+    def __init__(self) -> None:
+        import sqlalchemy as sa
+
+        self.metadata = metadata = sa.MetaData()
+
+        # name -> integer: "schema_version", "compacted" (see _to_v4), "compacted_at"
+        # (see _to_v5).
+        self.meta = sa.Table(
+            META_TABLE,
+            metadata,
+            sa.Column("name", sa.String(64), primary_key=True),
+            sa.Column("value", sa.BigInteger, nullable=False),
+        )
+
+        # One row per live (or expired, not yet swept) key. value is JSON text.
+        self.kv = kv = sa.Table(
+            "reactor_kv",
+            metadata,
+            sa.Column("scope", _name(), primary_key=True),
+            sa.Column("key", _name(), primary_key=True),
+            sa.Column("value", sa.Text, nullable=False),
+            sa.Column("expires_at", sa.Float, nullable=True),  # epoch seconds; NULL: no expiry
+            sa.Column("revision", sa.BigInteger, nullable=False),  # revision of the last change
+            sa.Column("created_revision", sa.BigInteger, nullable=False),  # of its creation
+            sa.Column("version", sa.BigInteger, nullable=False),  # 1 at creation, +1 a change
+            sqlite_with_rowid=False,
+        )
+        self.kv_expiry = sa.Index(
+            "reactor_kv_expiry",
+            kv.c.expires_at,
+            sqlite_where=kv.c.expires_at.is_not(None),
+            postgresql_where=kv.c.expires_at.is_not(None),
+        )
+
+        # The change log: one row per committed change, written in the write's
+        # transaction. A new record's revision is the largest one so far plus one
+        # (SQLite's INTEGER PRIMARY KEY does it itself; on PostgreSQL the writer computes
+        # it), and compaction always keeps the newest record, so no revision is ever used
+        # twice (AUTOINCREMENT would cost an extra table write per commit). Writes hold the
+        # database's write lock (SQLite's, or an advisory lock on PostgreSQL), so
+        # revisions come in commit order, with no gaps.
+        self.changes = changes = sa.Table(
+            "reactor_changes",
+            metadata,
+            sa.Column(
+                "revision",
+                sa.BigInteger().with_variant(sa.Integer(), "sqlite"),
+                primary_key=True,
+                autoincrement=False,
+            ),
+            sa.Column("scope", _name(), nullable=False),
+            sa.Column("key", _name(), nullable=False),
+            sa.Column("type", sa.String(16), nullable=False),
+            sa.Column("old_value", sa.Text, nullable=True),
+            sa.Column("new_value", sa.Text, nullable=True),
+            sa.Column("ops", sa.Text, nullable=True),
+            sa.Column("timestamp", sa.Float, nullable=False),
+            # The key's version after the change (0: the key is gone); NULL before v5.
+            sa.Column("version", sa.BigInteger, nullable=True),
+            sa.Column("timer", sa.String(64), nullable=True),  # the timer that made it
+            # The deadline of the value it shows: the new value's, or for "expired" the
+            # one that passed (get(at_revision=) tells whether it had passed by then).
+            sa.Column("expires_at", sa.Float, nullable=True),
+        )
+
+        # Lock leases. A released lock keeps its row: the next token follows the last one.
+        self.locks = sa.Table(
+            "reactor_locks",
+            metadata,
+            sa.Column("name", _name(), primary_key=True),
+            sa.Column("owner", sa.String(64), nullable=True),  # NULL: free
+            sa.Column("token", sa.BigInteger, nullable=False),  # fencing token of the last holder
+            sa.Column("expires_at", sa.Float, nullable=True),
+        )
+        # A transaction's commit asks whether its scope changed since it began.
+        self.changes_by_scope = sa.Index(
+            "reactor_changes_scope", changes.c.scope, changes.c.revision
+        )
+
+        # A key's history (history(), get(at_revision=)) and the changes of some keys
+        # since a revision (if_revision= on a write of several keys).
+        self.changes_by_key = sa.Index(
+            "reactor_changes_key", changes.c.scope, changes.c.key, changes.c.revision
+        )
+
+        # Timers: scheduled writes (value, or ops), due at an absolute time; ``every``
+        # seconds apart when recurring. The sweeper of any process fires those due.
+        self.timers = timers = sa.Table(
+            "reactor_timers",
+            metadata,
+            sa.Column("id", sa.String(64), primary_key=True),
+            sa.Column("scope", _name(), nullable=False),
+            sa.Column("key", _name(), nullable=False),
+            sa.Column("due", sa.Float, nullable=False),
+            sa.Column("every", sa.Float, nullable=True),
+            sa.Column("value", sa.Text, nullable=True),  # JSON text to set, or
+            sa.Column("ops", sa.Text, nullable=True),  # update ops to apply
+            sa.Column("created_at", sa.Float, nullable=False),
+        )
+        self.timers_due = sa.Index("reactor_timers_due", timers.c.due, timers.c.id)
+
+        # Work queues: each queue's settings and the id its next job takes (ids never
+        # come back, so an old job's id never names a new one).
+        self.queues = sa.Table(
+            "reactor_queues",
+            metadata,
+            sa.Column("name", _name(), primary_key=True),
+            sa.Column("max_attempts", sa.Integer, nullable=False),
+            sa.Column("next_id", sa.BigInteger, nullable=False),
+        )
+        # Jobs: "ready" (from ready_at on), "taken" (by owner, until ready_at: the lease's
+        # end) or "dead"; attempts counts takes. key: a put's idempotency key.
+        self.jobs = jobs = sa.Table(
+            "reactor_jobs",
+            metadata,
+            sa.Column("queue", _name(), primary_key=True),
+            sa.Column("id", sa.BigInteger, primary_key=True, autoincrement=False),
+            sa.Column("item", sa.Text, nullable=False),
+            sa.Column("state", sa.String(8), nullable=False),
+            sa.Column("ready_at", sa.Float, nullable=False),
+            sa.Column("attempts", sa.Integer, nullable=False),
+            sa.Column("owner", sa.String(64), nullable=True),
+            sa.Column("key", _name(), nullable=True),
+            sa.Column("created_at", sa.Float, nullable=False),
+        )
+        # The next job to take (and the next lease to run out): O(log n) in a queue.
+        self.jobs_ready = sa.Index(
+            "reactor_jobs_ready", jobs.c.queue, jobs.c.state, jobs.c.ready_at, jobs.c.id
+        )
+        self.jobs_key = sa.Index(
+            "reactor_jobs_key",
+            jobs.c.queue,
+            jobs.c.key,
+            unique=True,
+            sqlite_where=jobs.c.key.is_not(None),
+            postgresql_where=jobs.c.key.is_not(None),
+        )
+
+        # Durable subscribers: where each is in the change log, and what it did.
+        self.subscribers = sa.Table(
+            "reactor_subscribers",
+            metadata,
+            sa.Column("name", _name(), primary_key=True),
+            sa.Column("position", sa.BigInteger, nullable=False),  # the last revision acknowledged
+            sa.Column("delivered", sa.BigInteger, nullable=False),
+            sa.Column("failed", sa.BigInteger, nullable=False),
+            sa.Column("updated_at", sa.Float, nullable=False),
+        )
+        # Events a durable subscriber gave up on after its retries.
+        self.failures = sa.Table(
+            "reactor_failures",
+            metadata,
+            sa.Column("name", _name(), primary_key=True),
+            sa.Column("revision", sa.BigInteger, primary_key=True),
+            sa.Column("error", sa.Text, nullable=False),
+            sa.Column("failed_at", sa.Float, nullable=False),
+        )
+
+
+_built: Tables | None = None
+_building = threading.Lock()
+
+
+def tables() -> Tables:
+    """The tables (SQLAlchemy imported, and the tables built, on the first call)."""
+    global _built  # noqa: PLW0603 - built once, on demand
+    with _building:
+        if _built is None:
+            _built = Tables()
+        return _built
+
+
+_TABLES: Final = (
+    "metadata",
+    "meta",
+    "kv",
+    "changes",
+    "locks",
+    "subscribers",
+    "failures",
+    "timers",
+    "queues",
+    "jobs",
+)
+
+
+def __getattr__(name: str) -> Any:
+    # _schema.kv and the like (the attributes of Tables), built on first use.
+    if name in _TABLES:
+        return getattr(tables(), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _kv_v1(metadata: sa.MetaData) -> sa.Table:
+    """reactor_kv as versions 1 to 4 had it (version 5 adds its columns)."""
+    import sqlalchemy as sa
+
+    return sa.Table(
+        "reactor_kv",
+        metadata,
+        sa.Column("scope", _name(), primary_key=True),
+        sa.Column("key", _name(), primary_key=True),
+        sa.Column("value", sa.Text, nullable=False),
+        sa.Column("expires_at", sa.Float, nullable=True),
+        sa.Column("revision", sa.BigInteger, nullable=False),
+        sqlite_with_rowid=False,
+    )
+
+
+def _changes_v2(metadata: sa.MetaData) -> sa.Table:
+    """reactor_changes as versions 2 to 4 had it (version 5 adds its columns)."""
+    import sqlalchemy as sa
+
+    return sa.Table(
+        "reactor_changes",
+        metadata,
+        sa.Column(
+            "revision",
+            sa.BigInteger().with_variant(sa.Integer(), "sqlite"),
+            primary_key=True,
+            autoincrement=False,
+        ),
+        sa.Column("scope", _name(), nullable=False),
+        sa.Column("key", _name(), nullable=False),
+        sa.Column("type", sa.String(16), nullable=False),
+        sa.Column("old_value", sa.Text, nullable=True),
+        sa.Column("new_value", sa.Text, nullable=True),
+        sa.Column("ops", sa.Text, nullable=True),
+        sa.Column("timestamp", sa.Float, nullable=False),
+    )
+
+
+def _to_v1(conn: sa.Connection, t: Tables) -> None:
+    import sqlalchemy as sa
+
+    t.meta.create(conn)
+    _kv_v1(sa.MetaData()).create(conn)
+    t.kv_expiry.create(conn)
+
+
+def _to_v2(conn: sa.Connection, t: Tables) -> None:  # noqa: ARG001 - every step takes both
+    import sqlalchemy as sa
+
+    _changes_v2(sa.MetaData()).create(conn)
+
+
+def _to_v3(conn: sa.Connection, t: Tables) -> None:
+    t.locks.create(conn)
+    t.changes_by_scope.create(conn, checkfirst=True)
+
+
+def _to_v4(conn: sa.Connection, t: Tables) -> None:
+    t.subscribers.create(conn)
+    t.failures.create(conn)
+    # "compacted": every change-log record up to this revision may be gone.
+    conn.execute(t.meta.insert().values(name="compacted", value=0))
+
+
+def _to_v5(conn: sa.Connection, t: Tables) -> None:
+    # A key written before version 5: its history is unknown, so it counts from its last
+    # change (created then, version 1); the records before carry no version (NULL).
+    for statement in (
+        "ALTER TABLE reactor_kv ADD COLUMN created_revision BIGINT NOT NULL DEFAULT 0",
+        "ALTER TABLE reactor_kv ADD COLUMN version BIGINT NOT NULL DEFAULT 1",
+        "UPDATE reactor_kv SET created_revision = revision",
+        "ALTER TABLE reactor_changes ADD COLUMN version BIGINT",
+        "ALTER TABLE reactor_changes ADD COLUMN timer VARCHAR(64)",
+        "ALTER TABLE reactor_changes ADD COLUMN expires_at FLOAT",
+    ):
+        conn.exec_driver_sql(statement)
+    # When the record at the compaction horizon was made (µs); -1: not known.
+    conn.execute(t.meta.insert().values(name="compacted_at", value=-1))
+    t.changes_by_key.create(conn)
+    t.timers.create(conn)
+    t.queues.create(conn)
+    t.jobs.create(conn)
+
+
+# The bounded form of a name that PostgreSQL indexes: a B-tree entry holds at most 2,704
+# bytes, and a name may have 1,024 characters of up to 4 bytes each (two of them in the
+# index of keys). A name of up to NAME_INDEXED characters is itself, so the index keeps
+# the order of names, and a range of names up to that length is a range of the index
+# (``_sql.ranged``). A longer name is its first NAME_INDEXED characters followed by the
+# hex SHA-256 of its bytes: 1,088 bytes at most, distinct for distinct names (SHA-256 is
+# collision-resistant), in the order of the names' first NAME_INDEXED characters.
+# decode(..., 'escape') of the text with its backslashes doubled is its bytes, as
+# convert_to() would give them in a UTF-8 database, but immutable, as an index needs.
+# PL/pgSQL, not SQL: PostgreSQL would inline an SQL function, parsing its body again in
+# every statement it plans (a tenth of a millisecond a lookup, measured); PL/pgSQL is
+# compiled once per connection.
+_REACTOR_NAME: Final = rf"""
+CREATE FUNCTION reactor_name(text) RETURNS text
+LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE AS $$
+BEGIN
+    IF pg_catalog.length($1) <= {NAME_INDEXED} THEN
+        RETURN $1;
+    END IF;
+    RETURN pg_catalog.left($1, {NAME_INDEXED}) OPERATOR(pg_catalog.||) pg_catalog.encode(
+        pg_catalog.sha256(pg_catalog.decode(
+            pg_catalog.replace($1, E'\\', E'\\\\'), 'escape')), 'hex');
+END
+$$"""
+# The tables whose primary key holds a name: it goes (a PostgreSQL primary key is a
+# B-tree over the columns themselves), and a unique index in _NAME_INDEXES takes its place.
+_NAMED_PRIMARY_KEYS: Final = (
+    "reactor_kv",
+    "reactor_locks",
+    "reactor_queues",
+    "reactor_jobs",
+    "reactor_subscribers",
+    "reactor_failures",
+)
+# The indexes over names, built anew over reactor_name(name).
+_NAME_INDEXES: Final = (
+    "CREATE UNIQUE INDEX reactor_kv_name ON reactor_kv (reactor_name(scope), reactor_name(key))",
+    "DROP INDEX reactor_changes_scope",
+    "CREATE INDEX reactor_changes_scope ON reactor_changes (reactor_name(scope), revision)",
+    "DROP INDEX reactor_changes_key",
+    (
+        "CREATE INDEX reactor_changes_key ON reactor_changes "
+        "(reactor_name(scope), reactor_name(key), revision)"
+    ),
+    "CREATE UNIQUE INDEX reactor_locks_name ON reactor_locks (reactor_name(name))",
+    "CREATE UNIQUE INDEX reactor_queues_name ON reactor_queues (reactor_name(name))",
+    "CREATE UNIQUE INDEX reactor_jobs_id ON reactor_jobs (reactor_name(queue), id)",
+    "DROP INDEX reactor_jobs_ready",
+    "CREATE INDEX reactor_jobs_ready ON reactor_jobs (reactor_name(queue), state, ready_at, id)",
+    "DROP INDEX reactor_jobs_key",
+    (
+        "CREATE UNIQUE INDEX reactor_jobs_key ON reactor_jobs "
+        "(reactor_name(queue), reactor_name(key)) WHERE key IS NOT NULL"
+    ),
+    "CREATE UNIQUE INDEX reactor_subscribers_name ON reactor_subscribers (reactor_name(name))",
+    "CREATE UNIQUE INDEX reactor_failures_name ON reactor_failures (reactor_name(name), revision)",
+)
+
+
+def _to_v6(conn: sa.Connection, t: Tables) -> None:  # noqa: ARG001 - every step takes both
+    # PostgreSQL: every index over names holds reactor_name(name), which takes a name of
+    # any length the spec allows (SQLite's indexes take any length already).
+    if conn.dialect.name != "postgresql":
+        return
+    import sqlalchemy as sa
+
+    conn.exec_driver_sql(_REACTOR_NAME)
+    inspector = sa.inspect(conn)
+    for table in _NAMED_PRIMARY_KEYS:
+        primary = inspector.get_pk_constraint(table)["name"]
+        conn.exec_driver_sql(f'ALTER TABLE {table} DROP CONSTRAINT "{primary}"')
+    for statement in _NAME_INDEXES:
+        conn.exec_driver_sql(statement)
+
+
+MIGRATIONS: Final[dict[int, Callable[[sa.Connection, Tables], None]]] = {
+    1: _to_v1,
+    2: _to_v2,
+    3: _to_v3,
+    4: _to_v4,
+    5: _to_v5,
+    6: _to_v6,
+}
+
+
+def stored_version(conn: sa.Connection) -> int:
+    """The schema version a database holds; 0 for an empty database."""
+    import sqlalchemy as sa
+
+    meta = tables().meta
+    if not sa.inspect(conn).has_table(meta.name):
+        return 0
+    found = conn.execute(
+        sa.select(meta.c.value).where(meta.c.name == "schema_version")
+    ).scalar_one_or_none()
+    return int(found) if found is not None else 0
+
+
+def check_version(version: int) -> None:
+    """Raise unless this reactor understands schema ``version``.
+
+    Raises:
+        SchemaError: the database is from a newer version of reactor.
+    """
+    if version > SCHEMA_VERSION:
+        raise SchemaError(
+            f"the database has schema version {version}, newer than this reactor "
+            f"understands ({SCHEMA_VERSION}); upgrade reactor to open it"
+        )
+
+
+def migrate(engine: sa.Engine, target: int = SCHEMA_VERSION) -> int:
+    """Bring the database to version ``target`` in one transaction; return the old version.
+
+    Raises:
+        SchemaError: the database is from a newer version of reactor (nothing is written).
+    """
+    t = tables()
+    with engine.begin() as conn:
+        version = stored_version(conn)
+        check_version(version)
+        for step in range(version + 1, target + 1):
+            MIGRATIONS[step](conn, t)
+        if target > version:
+            if version == 0:
+                conn.execute(t.meta.insert().values(name="schema_version", value=target))
+            else:
+                conn.execute(
+                    t.meta.update().where(t.meta.c.name == "schema_version").values(value=target)
+                )
+    return version

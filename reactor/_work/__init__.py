@@ -1,0 +1,1 @@
+"""What a write does: writes, timers, jobs, the sweeper's chores."""

@@ -1,0 +1,334 @@
+"""Timers: writes scheduled for later (SPEC §13), kept in the database.
+
+A timer is a row of ``reactor_timers``: the key it writes, what it writes (a value, as
+``set`` would, or update ops, as ``update`` would), when it is due and, if it recurs,
+its period. Scheduling one is a write of the scope it belongs to (in a transaction
+body, deferred to the commit, atomically with the body's writes).
+
+Firing is the sweeper's (``Sweeper.fire_timers``), in every process that writes: it
+finds the timers due, and sends each scope's actor one request that reads them again
+inside the write transaction (in one statement, the rows of their keys read ahead with
+the begin) and, for each one still there and due, applies its write; then deletes the
+rows (or moves a recurring one to its next period after now: missed periods fire once,
+not in a flood), a statement for the lot. The write and the row's removal
+commit together, under the scope's lock on PostgreSQL, so a timer fires exactly once,
+whichever process gets there first, and one due while no engine was open fires at the
+next open. A write that fails (a type mismatch) is dropped and counted: the timer
+still goes (a recurring one to its next period). So is a write the database refuses
+(``RefusedError``: a constraint, a trigger, one of its limits), which fails the whole
+transaction: timers fire in transactions of their own, and the sweeper fires a batch
+the database refused again in halves, down to the timer it refuses (``drop_failed``).
+A database that fails otherwise (a lost connection) drops nothing: the timers stay due.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import TYPE_CHECKING, Any
+
+import uuid6
+
+from reactor._base.keys import check_key
+from reactor._base.results import Timer, UpdateResult
+from reactor._base.update_ops import op_style
+from reactor._base.values import MISSING, decode
+from reactor._storage.store import TimerRow, Work, WriteTxn
+from reactor.errors import InvalidArgumentError, ReactorError, StorageError
+
+from . import writes as _writes
+from .writes import check_ttl
+
+if TYPE_CHECKING:
+    from reactor._engine.options import Options
+
+__all__ = [
+    "AddTimer",
+    "DropTimer",
+    "Fired",
+    "check_timer_id",
+    "drop_failed",
+    "drop_timer",
+    "fire",
+    "next_due",
+    "pending_timer",
+    "restore",
+    "schedule",
+    "timer_of",
+]
+
+logger = logging.getLogger("reactor")
+
+
+def _seconds(value: object, name: str) -> float:
+    """A finite number of seconds (an int or a float, finite as a float; not a bool).
+
+    Raises:
+        InvalidArgumentError: it is not.
+    """
+    seconds = _writes.finite(value)
+    if seconds is None:
+        raise InvalidArgumentError(f"{name} must be a finite number of seconds, not {value!r}")
+    return seconds
+
+
+def schedule(
+    options: Options,
+    scope: str,
+    key: str,
+    value: Any,
+    ops: object,
+    after: object,
+    at: object,
+    every: object,
+    *,
+    timer_id: str | None = None,
+) -> Work[Timer]:
+    """The work that schedules a write of ``value`` (or ``ops``) to ``key``: due
+    ``after`` seconds from the write, or ``at`` an epoch time, or, with neither, one
+    period from now; again every ``every`` seconds if given. ``timer_id``: the
+    timer's id (None: a new one).
+
+    Raises:
+        InvalidArgumentError: not exactly one of value and ops, both after and at, or
+            neither with no period; a period that is not a number > 0.
+        InvalidValueError: the value is not storable.
+        InvalidOpError: the ops are not update ops nor a JSON Patch.
+    """
+    check_key(key)
+    if (value is MISSING) == (ops is None):
+        raise InvalidArgumentError("a timer writes a value or applies ops: give one of them")
+    if after is not None and at is not None:
+        raise InvalidArgumentError("a timer is due after= seconds or at= a time, not both")
+    period = check_ttl(every, "every")
+    if after is None and at is None and period is None:
+        raise InvalidArgumentError("a timer needs a time: after=, at= or every=")
+    delay = None if after is None else _seconds(after, "after")
+    due_at = None if at is None else _seconds(at, "at")
+    encoded = _writes.encoder(options)
+    value_text = None if value is MISSING else encoded(value)
+    ops_text = None
+    if ops is not None:
+        op_style(ops)
+        ops_text = _writes.encode_ops(options, ops)
+    if timer_id is None:
+        timer_id = uuid6.uuid7().hex  # in scheduling order: a burst fires in runs of rows
+
+    def work(txn: WriteTxn) -> Timer:
+        if due_at is not None:
+            due = due_at
+        else:
+            due = txn.now + (delay if delay is not None else period or 0.0)
+        row = TimerRow(timer_id, scope, key, due, period, value_text, ops_text)
+        txn.defer(AddTimer(row))
+        return timer_of(row)
+
+    return Work(work)
+
+
+def restore(
+    options: Options,
+    timer_id: str,
+    scope: str,
+    key: str,
+    value: Any,
+    ops: object,
+    due_in: float,
+    every: float | None,
+) -> Work[Timer]:
+    """The work that puts back a timer of an export under its id (replacing a timer
+    of that id, as a key's value is replaced): due ``due_in`` seconds from the write
+    (<= 0: due at once), as ``schedule`` checks it.
+
+    Raises:
+        the errors of ``schedule``.
+    """
+    scheduled = schedule(options, scope, key, value, ops, due_in, None, every, timer_id=timer_id)
+
+    def work(txn: WriteTxn) -> Timer:
+        txn.defer(DropTimer(timer_id))  # before the timer's row goes in: deferred too
+        return scheduled(txn)
+
+    return Work(work)
+
+
+def check_timer_id(timer_id: object) -> str:
+    """``timer_id`` if it is a str that could name a timer.
+
+    Raises:
+        InvalidArgumentError: not a str, or holding NUL or a lone surrogate (no timer
+            has such an id; a database could not even compare it).
+    """
+    if type(timer_id) is not str:
+        raise InvalidArgumentError(f"a timer id is a str, not {type(timer_id).__name__}")
+    if timer_id:
+        try:
+            check_key(timer_id, "timer id")
+        except ReactorError as exc:
+            raise InvalidArgumentError(str(exc)) from None
+    return timer_id
+
+
+def drop_timer(timer_id: str) -> Work[bool]:
+    """The work that cancels a timer: whether it was still pending."""
+
+    def work(txn: WriteTxn) -> bool:
+        return txn.statements.drop_timer(timer_id)
+
+    return Work(work)
+
+
+class AddTimer:
+    """Deferred work that adds a timer's row (at the commit of a transaction body)."""
+
+    __slots__ = ("row",)
+
+    def __init__(self, row: TimerRow) -> None:
+        self.row = row
+
+    def __call__(self, commit: WriteTxn) -> None:
+        commit.statements.add_timer(self.row, commit.now)
+
+
+class DropTimer:
+    """Deferred work that removes a timer's row, if it is still there."""
+
+    __slots__ = ("timer_id",)
+
+    def __init__(self, timer_id: str) -> None:
+        self.timer_id = timer_id
+
+    def __call__(self, commit: WriteTxn) -> None:
+        commit.statements.drop_timer(self.timer_id)
+
+
+def pending_timer(txn: WriteTxn, timer_id: str) -> TimerRow | None:
+    """The timer ``timer_id`` as a transaction body sees it: the stored one, unless the
+    body's own schedules and cancels (deferred to its commit, in order) say otherwise;
+    None when there is none (never was, cancelled, or fired)."""
+    row = None
+    said = False
+    for work in txn.deferred_work():
+        if isinstance(work, AddTimer) and work.row.id == timer_id:
+            row, said = work.row, True
+        elif isinstance(work, DropTimer) and work.timer_id == timer_id:
+            row, said = None, True
+    return row if said else txn.statements.fetch_timer(timer_id)
+
+
+def timer_of(row: TimerRow) -> Timer:
+    return Timer(row.id, row.scope, row.key, row.due, row.every)
+
+
+def next_due(due: float, every: float, now: float) -> float:
+    """The first time after ``now`` that is ``due`` plus a whole number of periods
+    (``now + every`` where floats cannot count the periods: a tiny period, a far past)."""
+    try:
+        missed = math.floor((now - due) / every) + 1 if now >= due else 1
+        later = due + missed * every
+    except (OverflowError, ValueError):
+        return now + every
+    if later <= now:
+        later += every
+    if now >= due and not now < later <= now + every:
+        return now + every  # floats could not count the periods
+    return later
+
+
+class Fired:
+    """What firing requests did: timers fired, and those whose write failed."""
+
+    __slots__ = ("error", "failed", "fired")
+
+    def __init__(self) -> None:
+        self.fired = 0
+        self.failed: list[tuple[str, str]] = []  # (timer id, why)
+        self.error: Exception | None = None  # what stopped them (the rest stay due)
+
+    def add(self, other: Fired) -> None:
+        self.fired += other.fired
+        self.failed += other.failed
+
+
+def fire(options: Options, scope: str, timers: list[tuple[str, str]]) -> Work[Fired]:
+    """The work that fires the timers of ``timers`` (id, key: of ``scope``) that are
+    still there and due when it runs, each as the write it holds.
+
+    A few statements for the lot, not a few per timer: the rows of their keys are read
+    ahead with the transaction's begin (``Work.reads``), the timers in one read, and
+    their removal (or move to the next period) goes with the commit on PostgreSQL."""
+    keys = tuple(dict.fromkeys((scope, key) for _, key in timers))
+
+    def work(txn: WriteTxn) -> Fired:
+        done = Fired()
+        rows = txn.statements.fetch_timers([timer_id for timer_id, _ in timers])
+        dropped: list[str] = []
+        moved: list[tuple[str, float]] = []
+        for timer_id, _ in timers:
+            row = rows.get(timer_id)
+            if row is None or row.scope != scope or row.due > txn.now:
+                continue  # fired or cancelled elsewhere, or moved on (or replaced)
+            done.fired += 1
+            why = _apply(options, txn, row)
+            if why is not None:
+                done.failed.append((timer_id, why))
+            if row.every is None:
+                dropped.append(timer_id)
+            else:
+                moved.append((timer_id, next_due(row.due, row.every, txn.now)))
+        txn.statements.drop_timers(dropped)
+        txn.statements.move_timers(moved)
+        return done
+
+    return Work(work, keys)
+
+
+def drop_failed(scope: str, timer_id: str, why: str) -> Work[Fired]:
+    """The work that drops timer ``timer_id`` (of ``scope``) without its write, which
+    the database refused (``why``), if it is still there and due: counted as fired and
+    failed; a recurring one moves to its next period."""
+
+    def work(txn: WriteTxn) -> Fired:
+        done = Fired()
+        row = txn.statements.fetch_timers([timer_id]).get(timer_id)
+        if row is None or row.scope != scope or row.due > txn.now:
+            return done  # fired or cancelled elsewhere, or moved on
+        done.fired = 1
+        done.failed.append((timer_id, why))
+        if row.every is None:
+            txn.statements.drop_timers([timer_id])
+        else:
+            txn.statements.move_timers([(timer_id, next_due(row.due, row.every, txn.now))])
+        return done
+
+    return Work(work)
+
+
+def _apply(options: Options, txn: WriteTxn, row: TimerRow) -> str | None:
+    """Apply the write of timer ``row``, undone alone if it fails: why it failed, or
+    None.
+
+    Raises:
+        StorageError: the database failed (the whole request does, and stays due).
+    """
+    mark = txn.savepoint()
+    txn.timer = row.id
+    try:
+        if row.ops is None:
+            assert row.value is not None
+            write: Work[Any] = _writes.set_value(
+                options, row.scope, row.key, decode(row.value), None, False
+            )
+        else:
+            write = _writes.update(options, row.scope, row.key, decode(row.ops), None)
+        result = write(txn)
+        if isinstance(result, UpdateResult) and result.errors:
+            return str(result.errors[0]["message"])
+        return None
+    except Exception as exc:  # one timer's failure is its own
+        txn.rollback_to(mark)
+        if isinstance(exc, StorageError):
+            raise
+        return f"{type(exc).__name__}: {exc}"
+    finally:
+        txn.timer = None

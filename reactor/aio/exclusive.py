@@ -1,0 +1,576 @@
+"""Transactions and locks for asyncio: ``async with`` over the synchronous ones.
+
+Waiting holds no thread. A transaction's turn at each of its scopes (taken in order,
+as the synchronous ones are), and its commit, are the actors' futures awaited through
+the loop's bridge (``reactor.aio``), timed out only once the scope has not moved on for
+the engine's timeout: any number of transactions queued on one scope run in turn.
+Tasks of one loop waiting for the same lock stand in one line: the first tries the
+lease, backing off from 2 ms to 50 ms (at once when a holder on this loop releases it),
+the others wait on the loop with no thread and no query. The database work itself (the
+body's reads, a lock's try) runs in the handle's worker threads, a short call each.
+
+A task that holds a transaction on a scope and writes to that scope outside the
+transaction would wait on itself: it gets ``ReentrancyError``, as a thread does with the
+synchronous ``Transaction``; other tasks wait for the commit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import collections
+import contextvars
+import functools
+import logging
+import weakref
+from collections.abc import Callable, Iterable, Mapping
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Final, TypeVar
+
+from reactor._base.keys import check_key
+from reactor._base.results import Change, Snapshot, Timer, UpdateResult
+from reactor._base.values import MISSING
+from reactor._engine.engine import engine_of
+from reactor._handles.locks import Lock
+from reactor._handles.transaction import Hold, MultiTransaction, Transaction, part_of, scope_names
+from reactor._handles.verbs import ScopeVerbs, check_ttl
+from reactor.errors import (
+    ClosedError,
+    InvalidArgumentError,
+    LockNotOwnedError,
+    LockTimeout,
+    ReentrancyError,
+)
+
+from .reads import AsyncReads
+
+if TYPE_CHECKING:
+    from concurrent.futures import Future
+
+    from reactor._engine.engine import Engine
+    from reactor._handles.state import State
+    from reactor.aio import AsyncState
+
+__all__ = [
+    "AsyncLock",
+    "AsyncMultiTransaction",
+    "AsyncTransaction",
+    "check_not_held",
+    "wake_lock_lines",
+]
+
+logger = logging.getLogger("reactor")
+T = TypeVar("T")
+
+_POLL_MIN: Final = 0.002
+_POLL_MAX: Final = 0.05
+
+# (engine, scope, task) for the transaction bodies the current task is inside. Tasks
+# started in a body inherit the context, hence the task: they may wait for the commit.
+_Held = frozenset[tuple[int, str, int]]
+_held: contextvars.ContextVar[_Held] = contextvars.ContextVar(
+    "reactor_aio_held", default=frozenset()
+)
+
+
+def check_not_held(engine_id: int, scope: str) -> None:
+    """Refuse a write that would wait for the current task's own transaction.
+
+    Raises:
+        ReentrancyError: this task is inside a transaction body on ``scope``.
+    """
+    held = _held.get()
+    if held and (engine_id, scope, id(asyncio.current_task())) in held:
+        raise ReentrancyError(
+            f"this task holds a transaction on {scope!r}: write through its tx, not the scope"
+        )
+
+
+async def _take(handle: AsyncState, hold: Hold) -> contextvars.Token[_Held]:
+    """Take the scopes of ``hold`` in order, each awaited on the loop with no thread
+    waiting, and open its pending transaction; on any failure (a timeout, a closing
+    engine, a cancelled task) none stays held. The token to give to ``_finish``."""
+    engine = hold.start()
+    for name in hold.names:
+        granted: Future[None] | None = None
+        try:
+            granted = hold.ask(name)
+            await handle._answer(engine, name, granted)
+        except BaseException:
+            hold.give_up(name, granted)  # a scope handed over after all goes back too
+            raise
+        hold.took(name)
+    opening = asyncio.ensure_future(handle._run(hold.open))
+    try:
+        await asyncio.shield(opening)
+    except asyncio.CancelledError:
+        opening.add_done_callback(lambda _: hold.hand_back("withdrawn"))
+        raise
+    except BaseException:
+        hold.hand_back("failed")  # a no-op if opening failed (it gave the scopes back)
+        raise
+    task = id(asyncio.current_task())
+    return _held.set(_held.get() | {(id(engine), name, task) for name in hold.names})
+
+
+async def _finish(
+    handle: AsyncState, hold: Hold, token: contextvars.Token[_Held] | None, commit: bool
+) -> None:
+    """Commit what the body staged (``commit``), or drop it; hand the scopes back."""
+    if token is not None:
+        _held.reset(token)
+    engine = hold.engine
+    if engine is None or hold.txn is None:
+        return
+    future = None
+    try:
+        future = hold.submit_commit(commit)
+        if future is not None:
+            await handle._answer(engine, hold.names[0], future)
+    except BaseException:
+        if future is not None:
+            future.cancel()  # withdrawn, unless it is running (then it may commit)
+        hold.hand_back("failed")
+        raise
+    hold.hand_back("rolled back" if future is None else "committed")
+
+
+async def _engine_for(handle: AsyncState, names: tuple[str, ...]) -> tuple[State, Engine]:
+    """The synchronous handle and its engine, once this task may take ``names``.
+
+    Raises:
+        ReentrancyError: this task is inside a transaction body on one of them.
+    """
+    state = await handle._sync()
+    engine = engine_of(state)
+    for name in names:
+        check_not_held(id(engine), name)
+    return state, engine
+
+
+class AsyncTransaction(AsyncReads):
+    """``async with scope.transaction() as tx:``: ``tx`` has every verb of a scope, as
+    coroutines, staged in the transaction and committed together when the block ends
+    (nothing if it raises). See ``Scope.transaction``. In a transaction over several
+    scopes, ``tx[name]`` of an ``AsyncMultiTransaction``: the same verbs, on that
+    scope."""
+
+    def __init__(self, handle: AsyncState, name: str, *, part: bool = False) -> None:
+        self._handle = handle
+        self.name = name
+        self._part = part  # a part of an AsyncMultiTransaction, which sets _tx
+        self._tx: Transaction | None = None
+        self._token: contextvars.Token[_Held] | None = None
+
+    def __repr__(self) -> str:
+        return f"<reactor.aio.AsyncTransaction on {self.name!r}>"
+
+    async def __aenter__(self) -> AsyncTransaction:
+        if self._part:
+            raise ReentrancyError(
+                f"tx[{self.name!r}] is part of a transaction over several scopes: "
+                "that transaction begins and ends them all"
+            )
+        if self._tx is not None:
+            raise ReentrancyError("a transaction is entered once")
+        state, _ = await _engine_for(self._handle, (self.name,))
+        tx = self._tx = Transaction(state, self.name)
+        self._token = await _take(self._handle, tx._hold)
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        token, self._token = self._token, None
+        if self._tx is not None and not self._part:
+            await _finish(self._handle, self._tx._hold, token, commit=exc_type is None)
+
+    async def _call(self, verb: Callable[[Transaction], T]) -> T:
+        """Run ``verb`` on the pending transaction, in a worker (it may read)."""
+        tx = self._tx
+        if tx is None:
+            raise ClosedError("this transaction has not begun: use async with")
+        return await self._handle._run(verb, tx)
+
+    async def _read(self, read: Callable[[ScopeVerbs], T]) -> T:
+        return await self._call(read)
+
+    # -- the verbs of Scope, as coroutines: the reads are AsyncReads' ----------------
+    async def snapshot(self) -> Snapshot:
+        """The scope as this transaction sees it, with the revision it began at."""
+        return await self._call(lambda tx: tx.snapshot())
+
+    async def set(
+        self,
+        key: str,
+        value: Any,
+        ttl: float | None = None,
+        keep_ttl: bool = False,
+        *,
+        if_revision: int | None = None,
+    ) -> Change:
+        """Stage ``value`` at ``key``; the old and new value."""
+        return await self._call(
+            lambda tx: tx.set(key, value, ttl, keep_ttl, if_revision=if_revision)
+        )
+
+    async def set_many(
+        self,
+        mapping: Mapping[str, Any],
+        ttl: float | None = None,
+        *,
+        if_revision: int | None = None,
+    ) -> dict[str, Change]:
+        """Stage every key-value of ``mapping``."""
+        return await self._call(lambda tx: tx.set_many(mapping, ttl, if_revision=if_revision))
+
+    async def delete(self, key: str, *, if_revision: int | None = None) -> Any:
+        """Stage the removal of ``key``; its value, or None if it was absent."""
+        return await self._call(lambda tx: tx.delete(key, if_revision=if_revision))
+
+    async def clear(self, pattern: str = "*", *, if_revision: int | None = None) -> int:
+        """Stage the removal of the keys matching ``pattern``; how many."""
+        return await self._call(lambda tx: tx.clear(pattern, if_revision=if_revision))
+
+    async def expire(
+        self, key: str, seconds: float | None, *, if_revision: int | None = None
+    ) -> bool:
+        """Give ``key`` a time to live (None: none); whether it exists."""
+        return await self._call(lambda tx: tx.expire(key, seconds, if_revision=if_revision))
+
+    async def increment(
+        self,
+        key: str,
+        by: int | float = 1,
+        default: int | float = 0,
+        *,
+        if_revision: int | None = None,
+    ) -> int | float:
+        """Add ``by`` to the number at ``key``; the new number."""
+        return await self._call(lambda tx: tx.increment(key, by, default, if_revision=if_revision))
+
+    async def decrement(
+        self,
+        key: str,
+        by: int | float = 1,
+        default: int | float = 0,
+        *,
+        if_revision: int | None = None,
+    ) -> int | float:
+        """Subtract ``by`` from the number at ``key``; the new number."""
+        return await self._call(lambda tx: tx.decrement(key, by, default, if_revision=if_revision))
+
+    async def append(self, key: str, text: str, *, if_revision: int | None = None) -> int:
+        """Append ``text`` to the string at ``key``; its new length."""
+        return await self._call(lambda tx: tx.append(key, text, if_revision=if_revision))
+
+    async def compare_and_swap(
+        self, key: str, expected: Any, new: Any, *, if_revision: int | None = None
+    ) -> bool:
+        """Set ``key`` to ``new`` only if it holds ``expected``; whether it did."""
+        return await self._call(
+            lambda tx: tx.compare_and_swap(key, expected, new, if_revision=if_revision)
+        )
+
+    async def push(self, key: str, *items: Any, if_revision: int | None = None) -> int:
+        """Append ``items`` to the list at ``key``; its new length."""
+        return await self._call(lambda tx: tx.push(key, *items, if_revision=if_revision))
+
+    async def pop(self, key: str, front: bool = False, *, if_revision: int | None = None) -> Any:
+        """Remove and return the last (or first) item of the list at ``key``."""
+        return await self._call(lambda tx: tx.pop(key, front, if_revision=if_revision))
+
+    async def cancel_timer(self, timer_id: str) -> bool:
+        """Cancel a pending timer with the commit (``Transaction.cancel_timer``)."""
+        return await self._call(lambda tx: tx.cancel_timer(timer_id))
+
+    async def schedule(
+        self,
+        key: str,
+        value: Any = MISSING,
+        *,
+        after: float | None = None,
+        at: float | None = None,
+        every: float | None = None,
+        ops: builtins.list[dict[str, Any]] | None = None,
+    ) -> Timer:
+        """Schedule a write to ``key``, created with the commit (``Scope.schedule``)."""
+        return await self._call(
+            lambda tx: tx.schedule(key, value, after=after, at=at, every=every, ops=ops)
+        )
+
+    async def update(
+        self,
+        key: str,
+        ops: builtins.list[dict[str, Any]],
+        atomic: bool | None = None,
+        *,
+        if_revision: int | None = None,
+    ) -> UpdateResult:
+        """Apply update ops or a JSON Patch to the value at ``key`` (SPEC §4)."""
+        return await self._call(lambda tx: tx.update(key, ops, atomic, if_revision=if_revision))
+
+    async def enqueue(
+        self, queue: str, item: Any, delay: float | None = None, key: str | None = None
+    ) -> None:
+        """Add a job to ``queue`` if, and when, the transaction commits (see
+        ``Transaction.enqueue``)."""
+        await self._call(lambda tx: tx.enqueue(queue, item, delay, key))
+
+
+class AsyncMultiTransaction:
+    """``async with state.transaction("orders", "ledger") as tx:``: the task owns every
+    scope named until the block ends; ``tx["orders"]`` is an ``AsyncTransaction`` with
+    every verb of a scope, as coroutines, on that scope. The writes of the body, to all
+    the scopes, commit together, or not at all if it raises. See ``State.transaction``.
+    """
+
+    def __init__(self, handle: AsyncState, names: Iterable[str]) -> None:
+        self._handle = handle
+        self.names: tuple[str, ...] = scope_names(names)
+        """The scopes it holds, sorted by name: the order it takes them in."""
+        self._parts = {name: AsyncTransaction(handle, name, part=True) for name in names}
+        self._hold: Hold | None = None
+        self._token: contextvars.Token[_Held] | None = None
+
+    def __repr__(self) -> str:
+        scopes = ", ".join(repr(name) for name in self.names)
+        return f"<reactor.aio.AsyncMultiTransaction on {scopes}>"
+
+    async def cancel_timer(self, timer_id: str) -> bool:
+        """Cancel a pending timer with the commit (``Transaction.cancel_timer``)."""
+        first = self[self.names[0]]
+        return await first.cancel_timer(timer_id)
+
+    def __getitem__(self, name: str) -> AsyncTransaction:
+        """The verbs of scope ``name`` in this transaction.
+
+        Raises:
+            InvalidArgumentError: ``name`` is not one of the transaction's scopes.
+            InvalidKeyError: ``name`` is not a valid scope name.
+        """
+        return self._parts[part_of(self.names, name)]
+
+    async def enqueue(
+        self, queue: str, item: Any, delay: float | None = None, key: str | None = None
+    ) -> None:
+        """Add a job to ``queue`` if, and when, the transaction commits, with the body's
+        writes to every scope (see ``Transaction.enqueue``)."""
+        hold = self._hold
+        if hold is None:
+            raise ClosedError("this transaction has not begun: use async with")
+        await self._handle._run(hold.enqueue, queue, item, delay, key)
+
+    async def __aenter__(self) -> AsyncMultiTransaction:
+        if self._hold is not None:
+            raise ReentrancyError("a transaction is entered once")
+        state, _ = await _engine_for(self._handle, self.names)
+        sync = MultiTransaction(state, self.names)
+        self._hold = sync._hold
+        for name, part in self._parts.items():
+            part._tx = sync[name]
+        self._token = await _take(self._handle, self._hold)
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        token, self._token = self._token, None
+        if self._hold is not None:
+            await _finish(self._handle, self._hold, token, commit=exc_type is None)
+
+
+class LockLine:
+    """The tasks of one loop waiting for one lock of one engine, in order of arrival.
+
+    The first in line tries the lease; ``poke`` cuts its pause between tries short
+    (a holder on this loop released it). The others wait for their ``turn``.
+    """
+
+    __slots__ = ("poke", "turns")
+
+    def __init__(self) -> None:
+        self.turns: collections.deque[asyncio.Future[None]] = collections.deque()
+        self.poke: asyncio.Future[None] | None = None
+
+    def wake(self) -> None:
+        if self.poke is not None and not self.poke.done():
+            self.poke.set_result(None)
+
+    def leave(self, turn: asyncio.Future[None]) -> None:
+        """Step out of the line; the next in it gets its turn if this one had it."""
+        if self.turns and self.turns[0] is turn:
+            self.turns.popleft()
+            if self.turns and not self.turns[0].done():
+                self.turns[0].set_result(None)
+        else:
+            self.turns.remove(turn)
+
+
+_lines: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[tuple[int, str], LockLine]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _loop_lines() -> dict[tuple[int, str], LockLine]:
+    loop = asyncio.get_running_loop()
+    lines = _lines.get(loop)
+    if lines is None:
+        lines = _lines[loop] = {}
+    return lines
+
+
+def wake_lock_lines() -> None:
+    """Have every task of this loop waiting for a lock try again now (a handle closed:
+    its waiters find out)."""
+    for line in _loop_lines().values():
+        line.wake()
+
+
+async def _until(future: asyncio.Future[None], seconds: float | None) -> bool:
+    """Wait for ``future`` at most ``seconds`` (None: no limit); whether it is done."""
+    if seconds is not None and seconds <= 0:
+        return future.done()
+    await asyncio.wait((future,), timeout=seconds)
+    return future.done()
+
+
+class AsyncLock:
+    """``async with state.lock(name, ttl):``: a lease shared by every process on the
+    database (see ``State.lock``). Waiting for it holds no thread: the tasks of a loop
+    waiting for one lock stand in line, and only the first tries the lease, backing off
+    from 2 ms to 50 ms between tries, and trying at once when a holder on the same loop
+    releases it."""
+
+    def __init__(self, handle: AsyncState, name: str, ttl: float, timeout: float | None) -> None:
+        self._handle = handle
+        self.name = check_key(name, "lock name")
+        if check_ttl(ttl) is None:
+            raise InvalidArgumentError("a lock needs a ttl: a number of seconds > 0")
+        if timeout is not None and (type(timeout) not in (int, float) or not timeout >= 0):
+            raise InvalidArgumentError(f"timeout must be a number >= 0, not {timeout!r}")
+        self.ttl = ttl
+        self.timeout = timeout
+        self._lock: Lock | None = None
+        self._key: tuple[int, str] = (0, self.name)  # (engine, name): its line's key
+
+    def __repr__(self) -> str:
+        return f"<reactor.aio.AsyncLock {self.name!r} token={self.token}>"
+
+    async def _sync(self) -> Lock:
+        if self._lock is None:
+            state = await self._handle._sync()
+            self._key = (id(engine_of(state)), self.name)
+            self._lock = Lock(state, self.name, self.ttl, self.timeout)
+        return self._lock
+
+    @property
+    def token(self) -> int | None:
+        """The fencing token of this holder's lease; None when it holds none."""
+        return None if self._lock is None else self._lock.token
+
+    async def acquire(self, blocking: bool = True, timeout: float | None = None) -> bool:
+        """Take the lease; with ``blocking``, wait up to ``timeout`` seconds (None: as
+        long as it takes). Return whether it was taken.
+
+        Raises:
+            ClosedError: the handle closed.
+        """
+        lock = await self._sync()
+        if not blocking:
+            return await self._try(lock)
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        lines = _loop_lines()
+        line = lines.get(self._key)
+        if line is None:
+            line = lines[self._key] = LockLine()
+        turn: asyncio.Future[None] = loop.create_future()
+        if not line.turns:
+            turn.set_result(None)
+        line.turns.append(turn)
+        try:
+            left = None if deadline is None else deadline - loop.time()
+            if not await _until(turn, left):
+                return await self._try(lock)  # out of time in line: one try, as a thread's
+            pause = _POLL_MIN
+            while True:
+                # Made before the try: a release while it runs counts.
+                poke = line.poke = loop.create_future()
+                if await self._try(lock):
+                    return True
+                left = None if deadline is None else deadline - loop.time()
+                if left is not None and left <= 0:
+                    return False
+                poked = await _until(poke, pause if left is None else min(pause, left))
+                pause = _POLL_MIN if poked else min(pause * 2, _POLL_MAX)
+        finally:
+            line.leave(turn)
+            if not line.turns and lines.get(self._key) is line:
+                del lines[self._key]
+
+    async def _try(self, lock: Lock) -> bool:
+        if self._handle.closed:
+            raise ClosedError("this reactor handle is closed")
+        trying = asyncio.ensure_future(self._handle._run(lock.acquire, False))
+        try:
+            return await asyncio.shield(trying)
+        except asyncio.CancelledError:
+            # Cancelled while trying: a lease taken meanwhile has nobody to release it.
+            trying.add_done_callback(functools.partial(_give_back, self._handle, lock))
+            raise
+
+    async def release(self) -> None:
+        """Give the lease back.
+
+        Raises:
+            LockNotOwnedError: this holder does not hold it (never did, or it expired).
+        """
+        await self._handle._run((await self._sync()).release)
+        line = _loop_lines().get(self._key)
+        if line is not None:
+            line.wake()  # the first waiting on this loop tries at once
+
+    async def extend(self, ttl: float | None = None) -> None:
+        """Renew the lease for ``ttl`` seconds (the lock's own ttl by default)."""
+        await self._handle._run((await self._sync()).extend, ttl)
+
+    async def held(self) -> bool:
+        """Whether this holder holds the lease now."""
+        return await self._handle._run((await self._sync()).held)
+
+    async def __aenter__(self) -> AsyncLock:
+        if not await self.acquire(timeout=self.timeout):
+            raise LockTimeout(f"lock {self.name!r} was not acquired within {self.timeout} s")
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        try:
+            await self.release()
+        except LockNotOwnedError:
+            if exc_type is None:
+                raise
+            logger.warning("lock %r had expired when its body raised", self.name)
+
+
+def _give_back(handle: AsyncState, lock: Lock, trying: asyncio.Future[bool]) -> None:
+    if trying.cancelled() or trying.exception() is not None or not trying.result():
+        return
+    releasing = asyncio.ensure_future(handle._run(lock.release))
+    releasing.add_done_callback(_log_failure)
+
+
+def _log_failure(done: asyncio.Future[None]) -> None:
+    if not done.cancelled() and (error := done.exception()) is not None:
+        logger.warning("a lease taken by a cancelled acquire was not given back: %s", error)

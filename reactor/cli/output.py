@@ -1,0 +1,380 @@
+"""What the command line prints: JSON for programs, tables for people.
+
+Every command hands ``Output.show`` its result as plain data and a renderer for it.
+Piped (or with ``--json``) the data goes out as one JSON document, or one JSON line per
+item for streams; on a terminal (or with ``--table``) the renderer draws it with rich,
+imported only then: a piped command does not spend 30 ms importing it. With ``--raw``
+(as ``redis-cli --raw``), a command printing one value (``Output.value``) prints a string
+as its text, and a list of keys (``Output.lines``) goes out one per line.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import functools
+import sys
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, Final
+
+import click
+import orjson
+
+from reactor._engine.events import ChangeEvent
+
+if TYPE_CHECKING:
+    from rich.console import Console, RenderableType
+    from rich.highlighter import JSONHighlighter
+    from rich.table import Table
+    from rich.text import Text
+
+__all__ = [
+    "Output",
+    "change_view",
+    "deleted_view",
+    "event_line",
+    "items_view",
+    "job_id_view",
+    "job_view",
+    "jobs_view",
+    "keys_view",
+    "queue_stats_view",
+    "scopes_view",
+    "stats_view",
+    "ttl_view",
+    "update_view",
+    "value_view",
+]
+
+STYLES: Final = {"created": "green", "updated": "yellow", "deleted": "red", "expired": "magenta"}
+
+
+@functools.cache
+def _highlighter() -> JSONHighlighter:
+    from rich.highlighter import JSONHighlighter
+
+    return JSONHighlighter()
+
+
+def dumps(data: Any) -> bytes:
+    """Compact JSON, UTF-8, no trailing newline."""
+    return orjson.dumps(data)
+
+
+def compact(data: Any) -> Text:
+    """``data`` as one line of highlighted JSON."""
+    from rich.text import Text
+
+    return _highlighter()(Text(dumps(data).decode()))
+
+
+class Output:
+    """Where a command's result goes: ``as_json`` None decides by whether stdout is a
+    terminal; ``raw`` prints strings as text, wherever the command allows it."""
+
+    def __init__(self, as_json: bool | None = None, *, raw: bool = False) -> None:
+        self.json = not sys.stdout.isatty() if as_json is None else as_json
+        self.raw = raw
+
+    @functools.cached_property
+    def console(self) -> Console:
+        """The terminal, for tables (rich is imported on the first one)."""
+        from rich.console import Console
+
+        return Console(soft_wrap=False)
+
+    def show(self, data: Any, view: Callable[[Any], RenderableType]) -> None:
+        """Print ``data``: as JSON, or as ``view(data)`` draws it."""
+        if self.json:
+            self.line(data)
+        else:
+            self.console.print(view(data))
+
+    def value(self, data: Any, view: Callable[[Any], RenderableType]) -> None:
+        """Print one value: as ``show`` does, unless raw: then a string is its text
+        alone, and anything else one line of JSON, on a terminal too."""
+        if not self.raw:
+            self.show(data, view)
+        elif isinstance(data, str):
+            self.text([data])
+        else:
+            self.line(data)
+
+    def lines(self, items: list[str], view: Callable[[Any], RenderableType]) -> None:
+        """Print a list of strings: as ``show`` does, unless raw: then one per line."""
+        if self.raw:
+            self.text(items)
+        else:
+            self.show(items, view)
+
+    def text(self, lines: list[str]) -> None:
+        """Print ``lines`` as they are, UTF-8, each ended by a newline. Bytes, so that
+        click passes control characters and escape sequences through untouched."""
+        click.echo(b"".join(line.encode() + b"\n" for line in lines), nl=False)
+
+    def line(self, data: Any) -> None:
+        """Print ``data`` as one JSON line, flushed at once (streams follow it live)."""
+        click.echo(dumps(data) + b"\n", nl=False)
+        sys.stdout.flush()
+
+    def event(self, event: ChangeEvent) -> None:
+        """Print one change event: a JSON line, or a readable line."""
+        if self.json:
+            self.line(event.as_dict())
+        else:
+            self.console.print(event_line(event), soft_wrap=True)
+            self.console.file.flush()
+
+
+def _grid(rows: Mapping[str, RenderableType]) -> Table:
+    from rich.table import Table
+
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="bold")
+    grid.add_column()
+    for name, cell in rows.items():
+        grid.add_row(name, cell)
+    return grid
+
+
+def _empty(what: str) -> Text:
+    from rich.text import Text
+
+    return Text(f"({what})", style="dim")
+
+
+# -- views: data -> what a terminal shows ----------------------------------------
+def value_view(value: Any) -> RenderableType:
+    """A stored value, pretty-printed."""
+    from rich.json import JSON
+
+    return JSON(dumps(value).decode(), indent=2)
+
+
+def change_view(change: Mapping[str, Any]) -> RenderableType:
+    """What ``set`` did: the old and the new value."""
+    return _grid({"old": compact(change["old_value"]), "new": compact(change["new_value"])})
+
+
+def update_view(result: Mapping[str, Any]) -> RenderableType:
+    """What ``update`` did, and the ops that did not apply."""
+    from rich.table import Table
+
+    grid = _grid({"old": compact(result["old_value"]), "new": compact(result["new_value"])})
+    if not result["errors"]:
+        return grid
+    table = Table("op", "code", "message", title="not applied", title_justify="left")
+    for error in result["errors"]:
+        table.add_row(str(error["index"]), error["code"], error["message"])
+    container = Table.grid()
+    container.add_row(grid)
+    container.add_row(table)
+    return container
+
+
+def deleted_view(result: Mapping[str, Any]) -> RenderableType:
+    """What ``delete`` did."""
+    if not result["deleted"]:
+        return _empty("no such key")
+    return _grid({"deleted": compact(result["old_value"])})
+
+
+def keys_view(keys: list[str]) -> RenderableType:
+    """A list of keys, one per row."""
+    from rich.table import Table
+    from rich.text import Text
+
+    if not keys:
+        return _empty("no keys")
+    table = Table("key")
+    for key in keys:
+        table.add_row(Text(key))
+    return table
+
+
+def items_view(items: Mapping[str, Any]) -> RenderableType:
+    """Keys and their values."""
+    from rich.table import Table
+    from rich.text import Text
+
+    if not items:
+        return _empty("no keys")
+    table = Table("key", "value")
+    for key, value in items.items():
+        table.add_row(Text(key), compact(value))
+    return table
+
+
+def scopes_view(counts: Mapping[str, int]) -> RenderableType:
+    """Scopes and how many keys each holds."""
+    from rich.table import Table
+    from rich.text import Text
+
+    if not counts:
+        return _empty("no scopes")
+    table = Table("scope", "keys")
+    table.columns[1].justify = "right"
+    for name, count in counts.items():
+        table.add_row(Text(name), f"{count:,}")
+    return table
+
+
+def timers_view(timers: list[Mapping[str, Any]]) -> RenderableType:
+    """Pending timers: when each is due (and in how long), what it writes where."""
+    import time
+
+    from rich.table import Table
+    from rich.text import Text
+
+    if not timers:
+        return _empty("no timers")
+    now = time.time()
+    table = Table("due", "in", "scope", "key", "every", "id")
+    table.columns[5].overflow = "fold"  # the id is what cancel takes: shown whole
+    for timer in timers:
+        due = float(timer["due"])
+        left = due - now
+        when = dt.datetime.fromtimestamp(due).isoformat(sep=" ", timespec="seconds")
+        every = timer["every"]
+        table.add_row(
+            when,
+            "due" if left <= 0 else f"{left:,.0f} s",
+            Text(timer["scope"]),
+            Text(timer["key"]),
+            "" if every is None else f"{every:g} s",
+            timer["id"],
+        )
+    return table
+
+
+def ttl_view(seconds: float) -> RenderableType:
+    """Seconds left, or what -1 and -2 mean."""
+    from rich.text import Text
+
+    if seconds == -2:
+        return _empty("no such key")
+    if seconds == -1:
+        return _empty("no expiry")
+    return Text(f"{seconds:.3f} s")
+
+
+def stats_view(stats: Mapping[str, Any]) -> RenderableType:
+    """``state.stats()``: the figures in one table, each nested group in its own."""
+    from rich.table import Table
+
+    figures = Table("figure", "value", title="database", title_justify="left")
+    figures.columns[1].justify = "right"
+    container = Table.grid()
+    container.add_row(figures)
+    for name, item in stats.items():
+        if not isinstance(item, Mapping):
+            figures.add_row(name, _cell(item))
+        elif item:
+            container.add_row(_nested(name, item))
+    return container
+
+
+def _nested(name: str, group: Mapping[str, Any]) -> Table:
+    from rich.table import Table
+    from rich.text import Text
+
+    if not any(isinstance(value, Mapping) for value in group.values()):
+        table = Table(title=name, title_justify="left", show_header=False)
+        table.add_column()
+        table.add_column(justify="right")
+        for key, value in group.items():
+            table.add_row(Text(key), _cell(value))
+        return table
+    rows = {
+        key: value if isinstance(value, Mapping) else {"": value} for key, value in group.items()
+    }
+    columns = list(dict.fromkeys(column for row in rows.values() for column in row))
+    table = Table("", *columns, title=name, title_justify="left")
+    for column in table.columns[1:]:
+        column.justify = "right"
+    for key, row in rows.items():
+        table.add_row(Text(key), *(_cell(row.get(column)) for column in columns))
+    return table
+
+
+def _cell(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:,.3f}"
+    if isinstance(value, int) and not isinstance(value, bool):
+        return f"{value:,}"
+    return "" if value is None else str(value)
+
+
+def job_id_view(data: Mapping[str, Any]) -> RenderableType:
+    """The id of a job put."""
+    from rich.text import Text
+
+    return Text(f"job {data['id']}")
+
+
+def job_view(job: Mapping[str, Any]) -> RenderableType:
+    """A job taken: its id, attempts, item, and the token to ack it with."""
+    rows: dict[str, RenderableType] = {
+        "id": str(job["id"]),
+        "attempts": str(job["attempts"]),
+        "item": compact(job["item"]),
+    }
+    if "token" in job:
+        rows["token"] = job["token"]
+    return _grid(rows)
+
+
+def jobs_view(jobs: list[Mapping[str, Any]]) -> RenderableType:
+    """Jobs (dead ones), one per row."""
+    from rich.table import Table
+
+    if not jobs:
+        return _empty("no jobs")
+    table = Table("id", "attempts", "item")
+    table.columns[0].justify = table.columns[1].justify = "right"
+    for job in jobs:
+        table.add_row(str(job["id"]), str(job["attempts"]), compact(job["item"]))
+    return table
+
+
+def queue_stats_view(counts: Mapping[str, Mapping[str, int]]) -> RenderableType:
+    """Queues and how many of their jobs are in each state."""
+    from rich.table import Table
+    from rich.text import Text
+
+    if not counts:
+        return _empty("no queues")
+    table = Table("queue", "ready", "delayed", "taken", "dead")
+    for column in table.columns[1:]:
+        column.justify = "right"
+    for name, found in counts.items():
+        table.add_row(
+            Text(name), *(f"{found[state]:,}" for state in ("ready", "delayed", "taken", "dead"))
+        )
+    return table
+
+
+def event_line(event: ChangeEvent) -> Text:
+    """One change, readable: time, revision, type, scope and key, then the value it
+    had and the value it has (only the one that exists)."""
+    from rich.text import Text
+
+    when = event.timestamp.astimezone().strftime("%H:%M:%S")
+    line = Text.assemble(
+        (when, "dim"),
+        "  ",
+        (f"#{event.revision}", "bold"),
+        "  ",
+        (f"{event.type:<7}", STYLES.get(event.type, "")),
+        "  ",
+        (event.scope, "cyan"),
+        " ",
+        event.key,
+        "  ",
+    )
+    if event.type != "created":
+        line.append_text(compact(event.old_value))
+    if event.type in ("created", "updated"):
+        if event.type == "updated":
+            line.append(" -> ", "dim")
+        line.append_text(compact(event.new_value))
+    return line
