@@ -33,8 +33,9 @@ from reactor._backup import exchange as _exchange
 from reactor._backup.exchange import Tally
 from reactor._backup.export import ExportView
 from reactor._engine.engine import engine_of
-from reactor._storage.sql import STREAMED_ROWS
-from reactor._storage.store import Row, WriteTxn
+from reactor._storage.records import Row
+from reactor._storage.sql_text import STREAMED_ROWS
+from reactor._storage.store import WriteTxn
 from reactor._work import jobs as _jobs
 from reactor.cli.progress import SHOW_FROM, Bar
 from reactor.errors import InvalidArgumentError, InvalidValueError

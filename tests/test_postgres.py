@@ -24,7 +24,7 @@ from reactor._engine.engine import engine_of
 from reactor._handles import registry as _registry
 from reactor._storage import postgres as _postgres
 from reactor._storage import schema as _schema
-from reactor._storage import sql as _sql
+from reactor._storage import sql_text as _sql
 
 from .conftest import PostgresSchemas, postgres_url, raw_query, wait_for
 

@@ -8,7 +8,7 @@ import re
 import pytest
 
 from reactor._storage import postgres as _postgres
-from reactor._storage import sql as _sql
+from reactor._storage import sql_text as _sql
 from reactor._storage.schema import NAME_INDEXED
 
 # A name column compared, or named as unique, without brackets; "name = '...'" is the

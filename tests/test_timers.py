@@ -20,7 +20,7 @@ import reactor
 import reactor.aio
 from reactor import ops
 from reactor._engine.engine import engine_of
-from reactor._storage.sql import TIMERS_DUE
+from reactor._storage.sql_text import TIMERS_DUE
 from reactor._work import timers as _timers
 from reactor._work import writes as _writes
 
@@ -635,7 +635,7 @@ def test_a_refused_write_is_told_from_a_failed_database(error: str, refused: boo
 
     from reactor._storage import postgres as _postgres
     from reactor._storage import sqlite as _sqlite
-    from reactor._storage.store import RefusedError
+    from reactor._storage.records import RefusedError
 
     exc = eval(error, {"sqlite3": sqlite3, "psycopg": psycopg})  # noqa: S307 - the table above
     translate = _sqlite.translate if error.startswith("sqlite3") else _postgres.translate

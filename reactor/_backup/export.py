@@ -15,8 +15,9 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from reactor._storage.sql import ALL_LIVE_ROWS, COUNTS, QUEUE_JOBS, TIMERS, SQLJobs, job_row
-from reactor._storage.store import JobRow, TimerRow
+from reactor._storage.records import JobRow, TimerRow
+from reactor._storage.sql_jobs import SQLJobs
+from reactor._storage.sql_text import ALL_LIVE_ROWS, COUNTS, QUEUE_JOBS, TIMERS, job_row
 from reactor._work import jobs as _jobs
 
 if TYPE_CHECKING:

@@ -27,7 +27,8 @@ from typing import Any, Final
 import blinker
 
 from reactor import signals
-from reactor._storage.store import ChangeRecord, Store
+from reactor._storage.records import ChangeRecord
+from reactor._storage.store import Store
 from reactor.errors import ClosedError
 
 from .events import ChangeEvent

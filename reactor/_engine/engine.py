@@ -19,8 +19,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from reactor._base.values import encode
+from reactor._storage.records import ChangeRecord
 from reactor._storage.sqlite import SQLiteStore
-from reactor._storage.store import ChangeRecord, Store
+from reactor._storage.store import Store
 from reactor._work.sweeper import Sweeper
 from reactor._work.writes import Work
 from reactor.errors import ClosedError, InvalidArgumentError, OperationTimeout

@@ -6,7 +6,7 @@ import datetime as dt
 from typing import Any, Final, Literal, cast, get_args
 
 from reactor._base.values import decode
-from reactor._storage.store import ChangeRecord
+from reactor._storage.records import ChangeRecord
 
 __all__ = ["EVENT_TYPES", "ChangeEvent", "EventType"]
 

@@ -40,7 +40,8 @@ from typing import Any, Final, TypeVar, overload
 import pykka
 
 from reactor._base.turn import Turn
-from reactor._storage.store import ChangeRecord, RefusedError, Store, WriteTxn
+from reactor._storage.records import ChangeRecord, RefusedError
+from reactor._storage.store import Store, WriteTxn
 from reactor._work.writes import Work
 from reactor.errors import ClosedError, ReactorError, StorageError
 

@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Final
 
 from reactor._base.keys import check_key
 from reactor._engine.engine import engine_of
-from reactor._storage.store import LockRow, WriteTxn
+from reactor._storage.records import LockRow
+from reactor._storage.store import WriteTxn
 from reactor.errors import InvalidArgumentError, LockNotOwnedError, LockTimeout, ReentrancyError
 
 from .verbs import check_ttl

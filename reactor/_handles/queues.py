@@ -39,7 +39,8 @@ from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from reactor._base.values import decode
 from reactor._engine.engine import engine_of
-from reactor._storage.store import JobRow, WriteTxn
+from reactor._storage.records import JobRow
+from reactor._storage.store import WriteTxn
 from reactor._work import jobs as _jobs
 from reactor.errors import (
     ClosedError,
@@ -53,7 +54,7 @@ if TYPE_CHECKING:
     from reactor._engine.dispatch import Dispatcher
     from reactor._engine.engine import Engine
     from reactor._engine.events import ChangeEvent
-    from reactor._storage.sql import SQLJobs
+    from reactor._storage.sql_jobs import SQLJobs
 
     from .state import State
 

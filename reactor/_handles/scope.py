@@ -13,7 +13,7 @@ from reactor._base.keys import Pattern, check_key, check_writable
 from reactor._base.results import Snapshot
 from reactor._base.values import decode
 from reactor._engine.engine import engine_of
-from reactor._storage.store import Row
+from reactor._storage.records import Row
 from reactor._work import writes as _writes
 from reactor.errors import ClosedError, ReentrancyError
 

@@ -31,7 +31,8 @@ from typing import TYPE_CHECKING, Any, Final
 
 from reactor._base.keys import Pattern, check_key, compile_pattern
 from reactor._engine.events import EVENT_TYPES, ChangeEvent
-from reactor._storage.store import ChangeRecord, WriteTxn
+from reactor._storage.records import ChangeRecord
+from reactor._storage.store import WriteTxn
 from reactor.errors import (
     ClosedError,
     InvalidArgumentError,

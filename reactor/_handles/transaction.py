@@ -31,8 +31,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from reactor._base.keys import Pattern, check_key, check_writable
 from reactor._base.results import Snapshot
 from reactor._engine.engine import engine_of
+from reactor._storage.records import Row
 from reactor._storage.sql import TransactionReader
-from reactor._storage.store import Row, WriteTxn
+from reactor._storage.store import WriteTxn
 from reactor._work import jobs as _jobs
 from reactor._work import writes as _writes
 from reactor._work.timers import DropTimer, check_timer_id, pending_timer

@@ -23,7 +23,7 @@ from reactor._base.keys import Pattern, check_key, compile_pattern
 from reactor._base.results import Change, Entry, Timer, UpdateResult
 from reactor._base.values import MISSING, decode
 from reactor._engine.events import ChangeEvent
-from reactor._storage.store import Row
+from reactor._storage.records import Row
 from reactor._work import timers as _timers
 from reactor._work import writes as _writes
 from reactor._work.writes import Work, check_revision, check_ttl

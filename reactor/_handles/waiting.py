@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from reactor._engine.dispatch import Dispatcher
     from reactor._engine.engine import Engine
     from reactor._engine.events import ChangeEvent
-    from reactor._storage.store import ChangeRecord
+    from reactor._storage.records import ChangeRecord
 
 __all__ = ["Predicate", "Waiter", "check_wait", "wait", "wait_async"]
 

@@ -23,7 +23,8 @@ from typing import Any, Final, Generic, TypeVar
 
 from reactor.errors import BusyError, ClosedError, OutcomeUnknownError, ReactorError, StorageError
 
-from .store import ChangeRecord, RefusedError, WriteTxn
+from .records import ChangeRecord, RefusedError
+from .store import WriteTxn
 
 __all__ = ["Combiner"]
 

@@ -59,9 +59,12 @@ from reactor.errors import (
 )
 
 from .combine import Combiner
+from .records import ChangeRecord, Key, RefusedError, Row, Upsert
 from .schema import META_TABLE, SCHEMA_VERSION, check_version, migrate
-from .sql import ITEMS, REVISION, STREAMED_ROWS, SQLJobs, SQLStatements, SQLStore
-from .store import ChangeRecord, Key, Reads, RefusedError, Row, Upsert
+from .sql import SQLStatements, SQLStore
+from .sql_jobs import SQLJobs
+from .sql_text import ITEMS, REVISION, STREAMED_ROWS
+from .store import Reads
 
 try:
     import psycopg

@@ -17,10 +17,10 @@ name of up to 1,024 characters (4 KB of UTF-8) is stored and found through an in
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Collection, Iterable, Iterator
-from typing import Any, Final, TypeVar
+from collections.abc import Callable, Collection, Iterable
+from typing import Any, TypeVar
 
-from reactor._base.keys import Pattern, successor
+from reactor._base.keys import Pattern
 from reactor._base.turn import Turn
 from reactor.errors import (
     BusyError,
@@ -32,236 +32,63 @@ from reactor.errors import (
 )
 
 from .combine import Combiner
-from .schema import NAME_INDEXED
-from .store import ChangeRecord, JobRow, Key, LockRow, Row, TimerRow, Upsert, WriteTxn
+from .records import ChangeRecord, Key, LockRow, Row, TimerRow, Upsert
+from .sql_jobs import SQLJobs
+from .sql_text import (
+    CHANGED_SINCE,
+    COMPACT_UPTO,
+    COMPACTED,
+    COUNTS,
+    DELETE,
+    EXPIRED,
+    GET,
+    GET_ENTRY,
+    HELD_LOCKS,
+    HISTORY,
+    IN_CHUNK,
+    ITEMS,
+    KEY_HISTORY,
+    KEYS,
+    KEYS_CHANGED_SINCE,
+    LAST_TO_GO,
+    LIVE_ROW,
+    LOCK,
+    LOCKS_HELD,
+    LOG_AFTER,
+    NEXT_TIMER,
+    POSITION,
+    RECORD_FAILURE,
+    REVISION,
+    ROW,
+    ROWS,
+    SAVE_LOCK,
+    SAVE_POSITION,
+    SCOPE_CHANGED_KEYS,
+    SCOPES,
+    SET_COMPACTED_AT,
+    SLOWEST,
+    SUBSCRIBERS,
+    TIMER,
+    TIMER_DELETE,
+    TIMER_INSERT,
+    TIMERS,
+    TIMERS_BY_ID,
+    TIMERS_DELETE,
+    TIMERS_DUE,
+    TIMERS_MOVE,
+    TIMERS_PENDING,
+    UPSERT,
+    VALUE_AT,
+    YOUNGEST_KEPT,
+    chunks,
+    ranged,
+)
+from .store import WriteTxn
 
 __all__ = ["SQLJobs", "SQLStatements", "SQLStore", "TransactionReader"]
 
 logger = logging.getLogger("reactor")
 T = TypeVar("T")
-
-_LIVE: Final = "(expires_at IS NULL OR expires_at > ?)"
-GET: Final = f"SELECT value FROM reactor_kv WHERE [scope] = ? AND [key] = ? AND {_LIVE}"
-GET_ENTRY: Final = (
-    f"SELECT value, expires_at FROM reactor_kv WHERE [scope] = ? AND [key] = ? AND {_LIVE}"
-)
-ITEMS: Final = f"SELECT key, value FROM reactor_kv WHERE [scope] = ? AND {_LIVE}"
-KEYS: Final = f"SELECT key FROM reactor_kv WHERE [scope] = ? AND {_LIVE}"
-RANGE: Final = " AND [key] >= ?"
-RANGE_END: Final = " AND [key] < ?"
-SCOPES: Final = f"SELECT DISTINCT scope FROM reactor_kv WHERE {_LIVE} ORDER BY scope"
-COUNTS: Final = f"SELECT scope, COUNT(*) FROM reactor_kv WHERE {_LIVE} GROUP BY scope"
-# Every live key, in the order of the primary key (an export's, streamed).
-ALL_LIVE_ROWS: Final = (
-    f"SELECT scope, key, value, expires_at FROM reactor_kv WHERE {_LIVE} ORDER BY scope, key"
-)
-STREAMED_ROWS: Final = 100  # rows a streamed read (``Reads.each``) fetches at a time
-EXPIRED: Final = (
-    "SELECT scope, key FROM reactor_kv WHERE expires_at IS NOT NULL AND expires_at <= ?"
-)
-ROW_COLUMNS: Final = "value, expires_at, revision, created_revision, version"
-ROW: Final = f"SELECT {ROW_COLUMNS} FROM reactor_kv WHERE [scope] = ? AND [key] = ?"
-LIVE_ROW: Final = f"{ROW} AND {_LIVE}"
-ROWS: Final = f"SELECT key, {ROW_COLUMNS} FROM reactor_kv WHERE [scope] = ?"
-UPSERT: Final = (
-    "INSERT INTO reactor_kv (scope, key, value, expires_at, revision, created_revision, "
-    "version) VALUES (?, ?, ?, ?, ?, ?, ?) "
-    "ON CONFLICT ([scope], [key]) DO UPDATE SET value = excluded.value, "
-    "expires_at = excluded.expires_at, revision = excluded.revision, "
-    "created_revision = excluded.created_revision, version = excluded.version"
-)
-DELETE: Final = "DELETE FROM reactor_kv WHERE [scope] = ? AND [key] = ?"
-REVISION: Final = "SELECT COALESCE(MAX(revision), 0) FROM reactor_changes"
-CHANGED_SINCE: Final = "SELECT 1 FROM reactor_changes WHERE [scope] = ? AND revision > ? LIMIT 1"
-COMPACT_UPTO: Final = "DELETE FROM reactor_changes WHERE revision <= ?"
-# By age: everything below the oldest revision still young enough, so that the log
-# stays a contiguous range even if timestamps do not rise with revisions; the newest
-# record always stays (it holds the revision counter: see _schema.changes).
-YOUNGEST_KEPT: Final = (
-    "SELECT COALESCE((SELECT MIN(revision) FROM reactor_changes WHERE timestamp >= ?), "
-    "(SELECT MAX(revision) FROM reactor_changes))"
-)
-LAST_TO_GO: Final = (
-    "SELECT revision, timestamp FROM reactor_changes WHERE revision <= ? "
-    "ORDER BY revision DESC LIMIT 1"
-)
-COMPACTED: Final = "SELECT value FROM reactor_meta WHERE name = 'compacted'"
-# When the record at the horizon was made, in microseconds (-1: not known, a database
-# compacted before version 5).
-SET_COMPACTED_AT: Final = "UPDATE reactor_meta SET value = ? WHERE name = 'compacted_at'"
-SLOWEST: Final = "SELECT MIN(position) FROM reactor_subscribers"
-RECORD_COLUMNS: Final = (
-    "scope, key, type, old_value, new_value, ops, revision, timestamp, version, timer"
-)
-LOG_AFTER: Final = (
-    f"SELECT {RECORD_COLUMNS} "
-    "FROM reactor_changes WHERE revision > ? AND revision <= ? ORDER BY revision LIMIT ?"
-)
-POSITION: Final = "SELECT position FROM reactor_subscribers WHERE [name] = ?"
-SUBSCRIBERS: Final = "SELECT name, position, delivered, failed FROM reactor_subscribers"
-SAVE_POSITION: Final = (
-    "INSERT INTO reactor_subscribers (name, position, delivered, failed, updated_at) "
-    "VALUES (?, ?, ?, ?, ?) ON CONFLICT ([name]) DO UPDATE SET position = excluded.position, "
-    "delivered = excluded.delivered, failed = excluded.failed, updated_at = excluded.updated_at"
-)
-RECORD_FAILURE: Final = (
-    "INSERT INTO reactor_failures (name, revision, error, failed_at) VALUES (?, ?, ?, ?) "
-    "ON CONFLICT ([name], revision) DO UPDATE SET error = excluded.error, "
-    "failed_at = excluded.failed_at"
-)
-LOCK: Final = "SELECT owner, token, expires_at FROM reactor_locks WHERE [name] = ?"
-SAVE_LOCK: Final = (
-    "INSERT INTO reactor_locks (name, owner, token, expires_at) VALUES (?, ?, ?, ?) "
-    "ON CONFLICT ([name]) DO UPDATE SET owner = excluded.owner, token = excluded.token, "
-    "expires_at = excluded.expires_at"
-)
-LOCKS_HELD: Final = "SELECT COUNT(*) FROM reactor_locks WHERE owner IS NOT NULL AND expires_at > ?"
-HELD_LOCKS: Final = (
-    "SELECT name, owner, token, expires_at FROM reactor_locks "
-    "WHERE owner IS NOT NULL AND expires_at > ? ORDER BY name LIMIT ?"
-)
-# On the index reactor_changes_key (scope, key, revision): a key's records, in order.
-HISTORY: Final = (
-    f"SELECT {RECORD_COLUMNS} "
-    "FROM reactor_changes WHERE [scope] = ? AND [key] = ? ORDER BY revision DESC LIMIT ?"
-)
-KEY_HISTORY: Final = (
-    f"SELECT {RECORD_COLUMNS} "
-    "FROM reactor_changes WHERE [scope] = ? AND [key] = ? AND revision > ? ORDER BY revision "
-    "LIMIT ?"
-)
-# The value of a key at revision R, in one statement (one snapshot): the old value of
-# its first change after R if there is one, else its row now; and the time of R, since
-# a deadline passed by then made the key absent although no record says so yet.
-VALUE_AT: Final = (
-    "SELECT 0, type, old_value, expires_at FROM (SELECT type, old_value, expires_at "
-    "FROM reactor_changes "
-    "WHERE [scope] = ? AND [key] = ? AND revision > ? ORDER BY revision LIMIT 1) AS first_after "
-    "UNION ALL SELECT 1, NULL, value, expires_at FROM reactor_kv WHERE [scope] = ? AND [key] = ? "
-    "UNION ALL SELECT 2, NULL, NULL, timestamp FROM reactor_changes WHERE revision = ? "
-    "UNION ALL SELECT 3, NULL, NULL, value FROM reactor_meta WHERE name = 'compacted' "
-    "UNION ALL SELECT 4, NULL, NULL, MAX(revision) FROM reactor_changes "
-    "UNION ALL SELECT 5, NULL, NULL, value FROM reactor_meta WHERE name = 'compacted_at'"
-)
-SCOPE_CHANGED_KEYS: Final = (
-    "SELECT DISTINCT key FROM reactor_changes WHERE [scope] = ? AND revision > ?"
-)
-# Whether any of some keys changed after a revision (if_revision on a write of several).
-KEYS_CHANGED_SINCE: Final = (
-    "SELECT 1 FROM reactor_changes WHERE [scope] = ? AND [key] IN ({}) AND revision > ? LIMIT 1"
-)
-# Timers (reactor_timers): on the index reactor_timers_due (due, id).
-TIMER_COLUMNS: Final = "id, scope, key, due, every, value, ops"
-TIMER_INSERT: Final = (
-    "INSERT INTO reactor_timers (id, scope, key, due, every, value, ops, created_at) "
-    "VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
-)
-TIMER: Final = f"SELECT {TIMER_COLUMNS} FROM reactor_timers WHERE id = ?"
-TIMERS_DUE: Final = "SELECT id, scope, key FROM reactor_timers WHERE due <= ?"
-TIMERS: Final = f"SELECT {TIMER_COLUMNS} FROM reactor_timers ORDER BY due, id"
-# ORDER BY ... LIMIT 1 rather than MIN(): see NEXT_TIMES.
-NEXT_TIMER: Final = "SELECT due FROM reactor_timers WHERE due > ? ORDER BY due LIMIT 1"
-TIMERS_BY_ID: Final = f"SELECT {TIMER_COLUMNS} FROM reactor_timers WHERE id IN ({{}})"
-TIMERS_PENDING: Final = "SELECT COUNT(*) FROM reactor_timers"
-TIMER_DELETE: Final = "DELETE FROM reactor_timers WHERE id = ?"
-TIMERS_DELETE: Final = "DELETE FROM reactor_timers WHERE id IN ({})"
-TIMERS_MOVE: Final = "UPDATE reactor_timers SET due = ? WHERE id IN ({})"
-IN_CHUNK: Final = 500  # keys per IN (...) list, well under every driver's variable limit
-
-# Work queues. A statement that looks for jobs names the queue and a state, and orders
-# by (ready_at, id): it seeks the index reactor_jobs_ready (queue, state, ready_at, id),
-# O(log n) however many jobs the queue holds.
-QUEUE: Final = "SELECT max_attempts, next_id FROM reactor_queues WHERE [name] = ?"
-ADD_QUEUE: Final = "INSERT INTO reactor_queues (name, max_attempts, next_id) VALUES (?, ?, ?)"
-SET_QUEUE: Final = "UPDATE reactor_queues SET max_attempts = ?, next_id = ? WHERE [name] = ?"
-QUEUE_NAMES: Final = "SELECT name FROM reactor_queues ORDER BY name"
-JOB_COLUMNS: Final = "id, item, state, ready_at, attempts, owner"
-JOB: Final = f"SELECT {JOB_COLUMNS} FROM reactor_jobs WHERE [queue] = ? AND id = ?"
-FIRST_READY: Final = (
-    f"SELECT {JOB_COLUMNS} FROM reactor_jobs WHERE [queue] = ? AND state = 'ready' "
-    "AND ready_at <= ? ORDER BY ready_at, id LIMIT 1"
-)
-DUE_JOBS: Final = (
-    f"SELECT {JOB_COLUMNS} FROM reactor_jobs WHERE [queue] = ? AND state = ? "
-    "AND ready_at <= ? ORDER BY ready_at, id LIMIT ?"
-)
-JOBS_IN_STATE: Final = (
-    f"SELECT {JOB_COLUMNS} FROM reactor_jobs WHERE [queue] = ? AND state = ? "
-    "ORDER BY ready_at, id LIMIT ?"
-)
-# When a job may next be taken: the first ready one, or the first lease to run out.
-# ORDER BY ... LIMIT 1 rather than MIN(): PostgreSQL reads MIN() off the index only when
-# its statistics say the range is large, and a queue just filled has none yet.
-_FIRST_AT: Final = "(SELECT ready_at FROM reactor_jobs WHERE [queue] = ? AND state = "
-NEXT_TIMES: Final = (
-    f"SELECT {_FIRST_AT}'ready' ORDER BY ready_at LIMIT 1), "
-    f"{_FIRST_AT}'taken' ORDER BY ready_at LIMIT 1)"
-)
-# Every job of a queue with its idempotency key, in the order of ready_at (an export's).
-QUEUE_JOBS: Final = (
-    f"SELECT {JOB_COLUMNS}, key FROM reactor_jobs WHERE [queue] = ? ORDER BY ready_at, id"
-)
-JOBS_BY_KEY: Final = "SELECT key, id FROM reactor_jobs WHERE [queue] = ? AND [key] IN ({})"
-ADD_JOBS: Final = (
-    "INSERT INTO reactor_jobs (queue, id, item, state, ready_at, attempts, owner, key, "
-    "created_at) VALUES {}"
-)
-JOB_PLACES: Final = "(?, ?, ?, ?, ?, ?, ?, ?, ?)"
-JOBS_PER_INSERT: Final = 100  # 900 parameters: under SQLite's oldest limit (999)
-SET_JOB: Final = (
-    "UPDATE reactor_jobs SET state = ?, ready_at = ?, attempts = ?, owner = ? "
-    "WHERE [queue] = ? AND id = ?"
-)
-SET_JOB_STATES: Final = (
-    "UPDATE reactor_jobs SET state = ?, owner = NULL WHERE [queue] = ? AND id IN ({})"
-)
-REVIVE_JOBS: Final = (
-    "UPDATE reactor_jobs SET state = 'ready', ready_at = ?, attempts = 0, owner = NULL "
-    "WHERE [queue] = ? AND id IN ({})"
-)
-DELETE_JOB: Final = "DELETE FROM reactor_jobs WHERE [queue] = ? AND id = ?"
-# How many jobs of a queue: ready now, ready later, taken, taken with the lease run out
-# (with attempts left, and without), dead. Each a range of the index: no sort, no
-# grouping, and the table itself read only for the leases that ran out.
-_COUNT: Final = "(SELECT COUNT(*) FROM reactor_jobs WHERE [queue] = ? AND state = "
-JOB_COUNTS: Final = (
-    f"SELECT {_COUNT}'ready' AND ready_at <= ?), {_COUNT}'ready' AND ready_at > ?), "
-    f"{_COUNT}'taken' AND ready_at > ?), "
-    f"{_COUNT}'taken' AND ready_at <= ? AND attempts < ?), "
-    f"{_COUNT}'taken' AND ready_at <= ? AND attempts >= ?), {_COUNT}'dead')"
-)
-# The queues with a lease run out: one seek of the index per queue, not a table scan.
-QUEUES_DUE: Final = (
-    "SELECT q.name FROM reactor_queues AS q WHERE EXISTS (SELECT 1 FROM reactor_jobs AS j "
-    "WHERE j.[queue] = q.[name] AND j.state = 'taken' AND j.ready_at <= ?)"
-)
-
-
-def _chunks(items: list[T]) -> Iterator[list[T]]:
-    """``items`` in lists of ``IN_CHUNK`` at most, for ``IN (...)``."""
-    for start in range(0, len(items), IN_CHUNK):
-        yield items[start : start + IN_CHUNK]
-
-
-def ranged(
-    sql: str, scope: str, bounds: tuple[str, str | None] | None, *live: float
-) -> tuple[str, tuple[Any, ...]]:
-    """``sql`` narrowed to the keys from ``bounds[0]`` up to (not including) ``bounds[1]``,
-    or to a range holding it: bounds of more than ``NAME_INDEXED`` characters widen to
-    those of their first ``NAME_INDEXED`` (the range PostgreSQL's index of names can
-    seek; every caller matches the keys it reads against its pattern)."""
-    params: tuple[Any, ...] = (scope, *live)
-    if bounds is not None:
-        low, high = bounds
-        low = low[:NAME_INDEXED]
-        if high is not None and len(high) > NAME_INDEXED:
-            high = successor(high[:NAME_INDEXED])
-        sql += RANGE
-        params += (low,)
-        if high is not None:
-            sql += RANGE_END
-            params += (high,)
-    return sql, params
 
 
 class _RowReads:
@@ -318,7 +145,7 @@ class _RowReads:
         on PostgreSQL)."""
         statements = [
             (TIMERS_BY_ID.format(", ".join("?" * len(chunk))), tuple(chunk))
-            for chunk in _chunks(list(dict.fromkeys(timer_ids)))
+            for chunk in chunks(list(dict.fromkeys(timer_ids)))
         ]
         return {row[0]: TimerRow(*row) for found in self._all_several(statements) for row in found}
 
@@ -349,173 +176,6 @@ class _RowReads:
             for name in names:
                 ahead[(scope, name)] = found.get(name)
         return ahead
-
-
-class SQLJobs:
-    """The statements of work queues, on a connection: a write transaction's (``_all``
-    and ``_run`` of ``SQLStatements``), or a plain read of the store's
-    (``TransactionReader``: its writes fail). A job written is seen by the next
-    statement of the transaction: writes run at once (``send``: or, on PostgreSQL,
-    with the next statement answered, in one round trip). Reads made together
-    (``read_several``) are one round trip on PostgreSQL too."""
-
-    __slots__ = ("_all", "_all_several", "_send")
-
-    def __init__(
-        self,
-        read: Callable[[str, tuple[Any, ...]], list[Any]],
-        run: Callable[[str, tuple[Any, ...]], object],
-        send: Callable[[str, tuple[Any, ...]], object] | None = None,
-        read_several: Callable[[list[tuple[str, tuple[Any, ...]]]], list[list[Any]]] | None = None,
-    ) -> None:
-        self._all = read
-        self._send = run if send is None else send
-        self._all_several = read_several or self._one_by_one
-
-    def _one_by_one(self, statements: list[tuple[str, tuple[Any, ...]]]) -> list[list[Any]]:
-        return [self._all(sql, params) for sql, params in statements]
-
-    # -- queues --------------------------------------------------------------------
-    def queue(self, name: str) -> tuple[int, int] | None:
-        """A queue's ``max_attempts`` and the id its next job takes; None: no queue."""
-        found = self._all(QUEUE, (name,))
-        return (int(found[0][0]), int(found[0][1])) if found else None
-
-    def add_queue(self, name: str, max_attempts: int, next_id: int) -> None:
-        self._send(ADD_QUEUE, (name, max_attempts, next_id))
-
-    def set_queue(self, name: str, max_attempts: int, next_id: int) -> None:
-        self._send(SET_QUEUE, (max_attempts, next_id, name))
-
-    def queue_names(self) -> list[str]:
-        return [name for (name,) in self._all(QUEUE_NAMES, ())]
-
-    def queues_due(self, now: float, limit: int | None = None) -> list[str]:
-        """The queues holding a job whose lease ran out by ``now`` (the first ``limit``
-        of them, by name)."""
-        if limit is None:
-            return [name for (name,) in self._all(QUEUES_DUE, (now,))]
-        return [
-            name for (name,) in self._all(QUEUES_DUE + " ORDER BY q.name LIMIT ?", (now, limit))
-        ]
-
-    def leases_run_out(
-        self, queues: list[str], now: float, limit: int
-    ) -> dict[str, tuple[int | None, list[JobRow]]]:
-        """Of each of ``queues``: its ``max_attempts`` (None: no such queue) and up to
-        ``limit`` of its jobs whose lease ran out by ``now``, earliest first; read
-        together (one round trip on PostgreSQL)."""
-        statements: list[tuple[str, tuple[Any, ...]]] = []
-        for queue in queues:
-            statements += [(QUEUE, (queue,)), (DUE_JOBS, (queue, "taken", now, limit))]
-        found = self._all_several(statements)
-        return {
-            queue: (
-                int(settings[0][0]) if settings else None,
-                [job_row(row) for row in due],
-            )
-            for queue, settings, due in zip(queues, found[::2], found[1::2], strict=True)
-        }
-
-    # -- jobs ----------------------------------------------------------------------
-    def job(self, queue: str, job_id: int) -> JobRow | None:
-        found = self._all(JOB, (queue, job_id))
-        return job_row(found[0]) if found else None
-
-    def take_view(
-        self, queue: str, now: float, limit: int
-    ) -> tuple[tuple[int, int] | None, list[JobRow], JobRow | None]:
-        """What a take reads, read together: the queue's settings (as ``queue``), up
-        to ``limit`` of its leases run out by ``now`` (as ``due``), and the ready job
-        to take first at ``now`` (the earliest ready, then the lowest id)."""
-        found, due, first = self._all_several(
-            [
-                (QUEUE, (queue,)),
-                (DUE_JOBS, (queue, "taken", now, limit)),
-                (FIRST_READY, (queue, now)),
-            ]
-        )
-        return (
-            (int(found[0][0]), int(found[0][1])) if found else None,
-            [job_row(row) for row in due],
-            job_row(first[0]) if first else None,
-        )
-
-    def due(self, queue: str, state: str, now: float, limit: int) -> list[JobRow]:
-        """Up to ``limit`` jobs in ``state`` whose ``ready_at`` is ``now`` or before,
-        earliest first (taken: leases that ran out)."""
-        return [job_row(row) for row in self._all(DUE_JOBS, (queue, state, now, limit))]
-
-    def in_state(self, queue: str, state: str, limit: int) -> list[JobRow]:
-        """Up to ``limit`` jobs in ``state``, by ``ready_at`` then id."""
-        return [job_row(row) for row in self._all(JOBS_IN_STATE, (queue, state, limit))]
-
-    def next_times(self, queue: str) -> tuple[float | None, float | None]:
-        """The earliest ``ready_at`` of the ready jobs, and of the taken ones (the first
-        lease to run out); None where there is none."""
-        ready, taken = self._all(NEXT_TIMES, (queue, queue))[0]
-        return (
-            None if ready is None else float(ready),
-            None if taken is None else float(taken),
-        )
-
-    def ids_by_key(self, queue: str, keys: list[str]) -> dict[str, int]:
-        """The ids of the jobs that hold those idempotency ``keys``."""
-        found: dict[str, int] = {}
-        unique = list(dict.fromkeys(keys))
-        for start in range(0, len(unique), IN_CHUNK):
-            chunk = unique[start : start + IN_CHUNK]
-            sql = JOBS_BY_KEY.format(", ".join("?" * len(chunk)))
-            for key, job_id in self._all(sql, (queue, *chunk)):
-                found[key] = int(job_id)
-        return found
-
-    def add_jobs(self, rows: list[tuple[Any, ...]]) -> None:
-        """Insert jobs: (queue, id, item, state, ready_at, attempts, owner, key,
-        created_at) each. Several rows a statement, run at once (not ``executemany``,
-        which PostgreSQL's statements hold back until the commit)."""
-        for start in range(0, len(rows), JOBS_PER_INSERT):
-            chunk = rows[start : start + JOBS_PER_INSERT]
-            sql = ADD_JOBS.format(", ".join([JOB_PLACES] * len(chunk)))
-            self._send(sql, tuple(value for row in chunk for value in row))
-
-    def set_job(self, queue: str, row: JobRow) -> None:
-        """Write the state, ``ready_at``, attempts and owner of ``row``."""
-        self._send(SET_JOB, (row.state, row.ready_at, row.attempts, row.owner, queue, row.id))
-
-    def set_states(self, queue: str, ids: list[int], state: str) -> None:
-        """Put the jobs ``ids`` in ``state``, with no owner (the rest as it is)."""
-        for start in range(0, len(ids), IN_CHUNK):
-            chunk = ids[start : start + IN_CHUNK]
-            sql = SET_JOB_STATES.format(", ".join("?" * len(chunk)))
-            self._send(sql, (state, queue, *chunk))
-
-    def revive(self, queue: str, ids: list[int], now: float) -> None:
-        """Make the jobs ``ids`` ready at ``now``, with no attempt used and no owner."""
-        for start in range(0, len(ids), IN_CHUNK):
-            chunk = ids[start : start + IN_CHUNK]
-            sql = REVIVE_JOBS.format(", ".join("?" * len(chunk)))
-            self._send(sql, (now, queue, *chunk))
-
-    def delete_job(self, queue: str, job_id: int) -> None:
-        self._send(DELETE_JOB, (queue, job_id))
-
-    def counts(self, queue: str, now: float, max_attempts: int) -> dict[str, int]:
-        """How many jobs are ready now, delayed, taken and dead at ``now``: a lease
-        run out counts where it goes next (dead after ``max_attempts`` takes)."""
-        params = (queue, now) * 3 + (queue, now, max_attempts) * 2 + (queue,)
-        ready, delayed, taken, back, spent, dead = self._all(JOB_COUNTS, params)[0]
-        return {
-            "ready": int(ready) + int(back),
-            "delayed": int(delayed),
-            "taken": int(taken),
-            "dead": int(dead) + int(spent),
-        }
-
-
-def job_row(row: Any) -> JobRow:
-    job_id, item, state, ready_at, attempts, owner = row
-    return JobRow(int(job_id), item, state, float(ready_at), int(attempts), owner)
 
 
 def _no_writes(*_: object) -> int:
@@ -653,7 +313,7 @@ class SQLStatements(_RowReads):
         return self._run(TIMER_DELETE, (timer_id,)) > 0
 
     def drop_timers(self, timer_ids: list[str]) -> None:
-        for chunk in _chunks(timer_ids):
+        for chunk in chunks(timer_ids):
             self._send(TIMERS_DELETE.format(", ".join("?" * len(chunk))), tuple(chunk))
 
     def move_timers(self, moves: list[tuple[str, float]]) -> None:
@@ -663,7 +323,7 @@ class SQLStatements(_RowReads):
         for timer_id, due in moves:
             by_due.setdefault(due, []).append(timer_id)
         for due, timer_ids in by_due.items():
-            for chunk in _chunks(timer_ids):
+            for chunk in chunks(timer_ids):
                 self._send(TIMERS_MOVE.format(", ".join("?" * len(chunk))), (due, *chunk))
 
     def jobs(self) -> SQLJobs:

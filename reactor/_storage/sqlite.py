@@ -54,9 +54,11 @@ from reactor._base.turn import Turn
 from reactor.errors import BusyError, ClosedError, ReactorError, ReadOnlyError, StorageError
 
 from .combine import Combiner
+from .records import ChangeRecord, RefusedError
 from .schema import META_TABLE, SCHEMA_VERSION, check_version
-from .sql import ITEMS, REVISION, STREAMED_ROWS, SQLStatements, SQLStore
-from .store import ChangeRecord, Reads, RefusedError
+from .sql import SQLStatements, SQLStore
+from .sql_text import ITEMS, REVISION, STREAMED_ROWS
+from .store import Reads
 
 if TYPE_CHECKING:
     import sqlalchemy as sa

@@ -11,14 +11,13 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable, Collection, Iterable, Iterator
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Final, Generic, Protocol, TypeVar
+from dataclasses import replace
+from typing import Any, Final, Generic, Protocol, TypeVar
 
 from reactor._base.keys import Pattern
-from reactor.errors import StorageError
 
-if TYPE_CHECKING:
-    from .sql import SQLJobs
+from .records import ChangeRecord, JobRow, Key, LockRow, RefusedError, Row, TimerRow, Upsert
+from .sql_jobs import SQLJobs
 
 __all__ = [
     "ChangeRecord",
@@ -34,17 +33,6 @@ __all__ = [
 ]
 
 T = TypeVar("T")
-Key = tuple[str, str]
-# A row to write: scope, key, JSON text, deadline, revision, created revision, version.
-Upsert = tuple[str, str, str, float | None, int, int, int]
-
-
-class RefusedError(StorageError):
-    """The database refused what a write would store (a constraint or a trigger, a
-    value or key past one of its limits), not the transaction: nothing was applied, the
-    connection is sound, and the same write would be refused again. Writes that shared
-    that transaction are tried again on their own (``Combiner``, ``Mailbox``), so that
-    one refused write fails alone; the sweeper finds a refused timer by halving."""
 
 
 class _Absent(enum.Enum):
@@ -54,38 +42,6 @@ class _Absent(enum.Enum):
 
 
 _ABSENT: Final = _Absent.ABSENT
-
-
-@dataclass(slots=True)
-class Row:
-    """A stored key: its JSON text, absolute deadline, the revision of its last change
-    and of its creation, and its version (1 at creation, +1 per change)."""
-
-    value: str
-    expires_at: float | None
-    revision: int
-    created_revision: int
-    version: int
-
-    def live(self, now: float) -> bool:
-        return self.expires_at is None or self.expires_at > now
-
-
-@dataclass(slots=True)
-class ChangeRecord:
-    """One committed change, as the change log stores it."""
-
-    scope: str
-    key: str
-    type: str
-    old_value: str | None
-    new_value: str | None
-    ops: str | None
-    revision: int
-    timestamp: float
-    version: int | None = None  # the key's version after the change; 0: gone
-    timer: str | None = None  # the id of the timer whose write it is
-    expires_at: float | None = None  # the deadline of the value it shows (see _schema)
 
 
 class Statements(Protocol):
@@ -153,47 +109,6 @@ class Statements(Protocol):
     def jobs(self) -> SQLJobs:
         """The statements of work queues (``reactor_queues``, ``reactor_jobs``)."""
         ...
-
-
-@dataclass(slots=True)
-class LockRow:
-    """A lock's lease: its holder (None when free), fencing token and deadline."""
-
-    owner: str | None
-    token: int
-    expires_at: float | None
-
-    def held(self, now: float) -> bool:
-        return self.owner is not None and self.expires_at is not None and self.expires_at > now
-
-
-@dataclass(slots=True)
-class TimerRow:
-    """A scheduled write: its key, when it is due, its period if it recurs, and what
-    it writes: a value's JSON text, or update ops' JSON text."""
-
-    id: str
-    scope: str
-    key: str
-    due: float
-    every: float | None
-    value: str | None
-    ops: str | None
-
-
-@dataclass(slots=True)
-class JobRow:
-    """A job of a work queue: its id (in its queue), item (JSON text), state
-    (``"ready"``, ``"taken"`` or ``"dead"``), ``ready_at`` (ready: when it may be
-    taken; taken: when its lease runs out; dead: when it died), the takes so far and
-    the token of its taker (taken only)."""
-
-    id: int
-    item: str
-    state: str
-    ready_at: float
-    attempts: int
-    owner: str | None
 
 
 class WriteTxn:

@@ -55,8 +55,9 @@ from reactor._base.update_ops import op_style
 from reactor._engine.engine import engine_of
 from reactor._engine.events import ChangeEvent
 from reactor._handles import queues as _queues
-from reactor._storage.sql import SQLJobs
-from reactor._storage.store import ChangeRecord, JobRow, Store, TimerRow
+from reactor._storage.records import ChangeRecord, JobRow, TimerRow
+from reactor._storage.sql_jobs import SQLJobs
+from reactor._storage.store import Store
 from reactor._version import __version__
 from reactor._work.jobs import check_queue
 from reactor.aio import AsyncState

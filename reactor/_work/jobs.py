@@ -25,13 +25,14 @@ from typing import TYPE_CHECKING, Any, Final
 
 from reactor._base.keys import QUEUE_PREFIX, check_key
 from reactor._base.values import encode
-from reactor._storage.store import JobRow, WriteTxn
+from reactor._storage.records import JobRow
+from reactor._storage.store import WriteTxn
 from reactor.errors import InvalidArgumentError, InvalidKeyError, LockNotOwnedError
 
 if TYPE_CHECKING:
     from reactor._engine.engine import Engine
     from reactor._engine.options import Options
-    from reactor._storage.sql import SQLJobs
+    from reactor._storage.sql_jobs import SQLJobs
 
 __all__ = [
     "DEFAULT_LEASE",

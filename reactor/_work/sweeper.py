@@ -16,7 +16,8 @@ import time
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any, Final
 
-from reactor._storage.store import RefusedError, WriteTxn
+from reactor._storage.records import RefusedError
+from reactor._storage.store import WriteTxn
 from reactor.errors import ClosedError
 
 from .jobs import turn_back_leases

@@ -33,7 +33,8 @@ from reactor._base.keys import check_key
 from reactor._base.results import Timer, UpdateResult
 from reactor._base.update_ops import op_style
 from reactor._base.values import MISSING, decode
-from reactor._storage.store import TimerRow, Work, WriteTxn
+from reactor._storage.records import TimerRow
+from reactor._storage.store import Work, WriteTxn
 from reactor.errors import InvalidArgumentError, ReactorError, StorageError
 
 from . import writes as _writes

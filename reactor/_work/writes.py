@@ -28,7 +28,8 @@ from reactor._base.values import (
     encode_trusted,
     json_equal,
 )
-from reactor._storage.store import Row, Work, WriteTxn
+from reactor._storage.records import Row
+from reactor._storage.store import Work, WriteTxn
 from reactor.errors import ConflictError, InvalidArgumentError, TypeMismatchError
 
 if TYPE_CHECKING:

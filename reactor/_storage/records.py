@@ -1,0 +1,95 @@
+"""The rows a store reads and writes: stored keys, change-log records, locks, timers and
+jobs; and the error for a write the database refuses."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from reactor.errors import StorageError
+
+__all__ = ["ChangeRecord", "JobRow", "Key", "LockRow", "RefusedError", "Row", "TimerRow", "Upsert"]
+
+Key = tuple[str, str]
+# A row to write: scope, key, JSON text, deadline, revision, created revision, version.
+Upsert = tuple[str, str, str, float | None, int, int, int]
+
+
+class RefusedError(StorageError):
+    """The database refused what a write would store (a constraint or a trigger, a
+    value or key past one of its limits), not the transaction: nothing was applied, the
+    connection is sound, and the same write would be refused again. Writes that shared
+    that transaction are tried again on their own (``Combiner``, ``Mailbox``), so that
+    one refused write fails alone; the sweeper finds a refused timer by halving."""
+
+
+@dataclass(slots=True)
+class Row:
+    """A stored key: its JSON text, absolute deadline, the revision of its last change
+    and of its creation, and its version (1 at creation, +1 per change)."""
+
+    value: str
+    expires_at: float | None
+    revision: int
+    created_revision: int
+    version: int
+
+    def live(self, now: float) -> bool:
+        return self.expires_at is None or self.expires_at > now
+
+
+@dataclass(slots=True)
+class ChangeRecord:
+    """One committed change, as the change log stores it."""
+
+    scope: str
+    key: str
+    type: str
+    old_value: str | None
+    new_value: str | None
+    ops: str | None
+    revision: int
+    timestamp: float
+    version: int | None = None  # the key's version after the change; 0: gone
+    timer: str | None = None  # the id of the timer whose write it is
+    expires_at: float | None = None  # the deadline of the value it shows (see _schema)
+
+
+@dataclass(slots=True)
+class LockRow:
+    """A lock's lease: its holder (None when free), fencing token and deadline."""
+
+    owner: str | None
+    token: int
+    expires_at: float | None
+
+    def held(self, now: float) -> bool:
+        return self.owner is not None and self.expires_at is not None and self.expires_at > now
+
+
+@dataclass(slots=True)
+class TimerRow:
+    """A scheduled write: its key, when it is due, its period if it recurs, and what
+    it writes: a value's JSON text, or update ops' JSON text."""
+
+    id: str
+    scope: str
+    key: str
+    due: float
+    every: float | None
+    value: str | None
+    ops: str | None
+
+
+@dataclass(slots=True)
+class JobRow:
+    """A job of a work queue: its id (in its queue), item (JSON text), state
+    (``"ready"``, ``"taken"`` or ``"dead"``), ``ready_at`` (ready: when it may be
+    taken; taken: when its lease runs out; dead: when it died), the takes so far and
+    the token of its taker (taken only)."""
+
+    id: int
+    item: str
+    state: str
+    ready_at: float
+    attempts: int
+    owner: str | None
