@@ -13,7 +13,7 @@ import pytest
 
 import reactor
 import reactor.aio
-from reactor._engine.engine import engine_of
+from reactor._handles.binding import engine_of
 from tests.conftest import held_elsewhere
 
 
@@ -482,7 +482,7 @@ async def test_a_scope_granted_to_a_transaction_that_gave_up_goes_back(db_path: 
     actor handed it the scope gives the scope back, so nothing waits for it."""
     async with reactor.aio.open(db_path, timeout=2) as state:
         sync_state = await state._sync()
-        tx = reactor.Transaction(sync_state, "s")
+        tx = sync_state.scope("s").transaction()
         _, granted = tx._ask()
         granted.result(5)  # handed over...
         tx._withdraw(granted)  # ...to a caller that gave up meanwhile

@@ -25,7 +25,6 @@ import pytest
 
 import reactor
 import reactor.aio
-from reactor._engine import engine as _engine
 from reactor._handles import locks as _locks
 from reactor._handles import registry as _registry
 
@@ -106,7 +105,7 @@ async def until(predicate: Callable[[], bool], timeout: float = 10.0) -> None:
 
 
 async def engine_of(state: reactor.aio.AsyncState) -> Any:
-    return _engine.engine_of(await state._sync())
+    return engine_of(await state._sync())
 
 
 # -- idle watchers -------------------------------------------------------------------

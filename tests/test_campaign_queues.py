@@ -291,7 +291,7 @@ def test_stats_and_the_sweeper_look_stay_cheap_on_a_big_queue(
     started = time.perf_counter()
     assert queue.stats() == {"ready": 10_000, "delayed": 10_000, "taken": 0, "dead": 0}
     assert time.perf_counter() - started < 5
-    from reactor._engine.engine import engine_of
+    from reactor._handles.binding import engine_of
 
     engine = engine_of(state)
     started = time.perf_counter()

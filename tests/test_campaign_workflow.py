@@ -33,7 +33,7 @@ from hypothesis import strategies as st
 import reactor
 import reactor.aio
 from reactor import ops
-from reactor._engine.engine import engine_of
+from reactor._handles.binding import engine_of
 
 from .conftest import FakeClock
 from .conftest import wait_for as poll

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 import reactor
-from reactor._engine.engine import engine_of
+from reactor._handles.binding import engine_of
 from reactor._storage.combine import Combiner
 from reactor._storage.sqlite import SQLiteStore
 from reactor._storage.store import WriteTxn

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import reactor
-from reactor._engine.engine import engine_of
+from reactor._handles.binding import engine_of
 from tests.conftest import held_elsewhere
 
 Opener = Callable[..., reactor.State]

@@ -21,7 +21,7 @@ import pytest
 
 import reactor
 from reactor._engine import engine as _engine
-from reactor._engine.engine import engine_of
+from reactor._handles.binding import engine_of
 from reactor.errors import StorageError
 from tests.conftest import FakeClock, wait_for
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 import reactor
-from reactor._engine.engine import engine_of
+from reactor._handles.binding import engine_of
 from tests.conftest import wait_for
 
 from .conftest import raw_query

@@ -14,7 +14,7 @@ import pytest
 
 import reactor
 from reactor import signals
-from reactor._engine.engine import engine_of
+from reactor._handles.binding import engine_of
 from tests.conftest import FakeClock, wait_for
 
 Opener = Callable[..., reactor.State]

@@ -32,7 +32,7 @@ from reactor import ops
 from reactor._backup import exchange as _exchange
 from reactor._backup.exchange import Tally
 from reactor._backup.export import ExportView
-from reactor._engine.engine import engine_of
+from reactor._handles.binding import engine_of
 from reactor._storage.records import Row
 from reactor._storage.sql_text import STREAMED_ROWS
 from reactor._storage.store import WriteTxn

@@ -17,7 +17,7 @@ import pytest
 
 import reactor
 from reactor import ops
-from reactor._engine.engine import engine_of
+from reactor._handles.binding import engine_of
 
 from .conftest import FakeClock, raw_query, wait_for
 

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 import reactor
 import reactor.aio
 from reactor._base.keys import compile_pattern
-from reactor._engine.engine import engine_of
+from reactor._handles.binding import engine_of
 from tests.conftest import FakeClock, wait_for
 
 BAD_KEYS = {

@@ -25,8 +25,8 @@ import pytest
 
 import reactor
 from reactor._engine import engine as _engine
-from reactor._engine.engine import engine_of
 from reactor._handles import registry as _registry
+from reactor._handles.binding import engine_of
 
 ROOT = Path(__file__).resolve().parent.parent
 JOIN = 20.0  # seconds any thread of a test may take to finish: far beyond need
@@ -127,11 +127,12 @@ def test_open_after_the_engine_is_marked_closed_but_not_yet_forgotten(
 def test_open_after_a_direct_close_of_the_engine_starts_a_new_one(target: Any) -> None:
     """An engine closed as a whole (as at interpreter exit) is not joined by open()."""
     first = reactor.open(target)
-    engine_of(first).close()
+    first_engine = engine_of(first)
+    first_engine.close()
     second = reactor.open(target)
     try:
         _works(second)
-        assert second._engine is not first._engine
+        assert engine_of(second) is not first_engine
     finally:
         first.close()
         second.close()

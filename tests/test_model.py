@@ -92,7 +92,7 @@ from hypothesis.stateful import (
 
 import reactor
 from reactor import MISSING, ops
-from reactor._engine.engine import engine_of
+from reactor._handles.binding import engine_of
 from reactor._work.jobs import expire_leases
 from tests.conftest import FakeClock, canon, wait_for
 

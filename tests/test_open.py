@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 import reactor
-from reactor._engine.engine import engine_of
+from reactor._handles.binding import engine_of
 from reactor._storage import schema as _schema
 
 from .conftest import raw_query
@@ -93,7 +93,7 @@ def test_handles_to_one_database_share_one_engine(open_state: Opener, db_path: A
     # The same file by another spelling (a URL is taken as it is).
     same = db_path if isinstance(db_path, str) else str(db_path.parent / "." / db_path.name)
     second = open_state(same)
-    assert first._engine is second._engine
+    assert engine_of(first) is engine_of(second)
     first.close()
     second.scope("s").set("still", "open")  # the engine lives while a handle does
     assert second.scope("s").get("still") == "open"

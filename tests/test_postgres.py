@@ -20,8 +20,8 @@ import sqlalchemy as sa
 import reactor
 from reactor._backup import exchange as _exchange
 from reactor._backup.export import ExportView
-from reactor._engine.engine import engine_of
 from reactor._handles import registry as _registry
+from reactor._handles.binding import engine_of
 from reactor._storage import postgres as _postgres
 from reactor._storage import schema as _schema
 from reactor._storage import sql_text as _sql

@@ -28,9 +28,10 @@ import pytest
 
 import reactor
 import reactor.aio
-from reactor._engine.engine import Engine, engine_of
+from reactor._engine.engine import Engine
 from reactor._handles import queues as _queues
 from reactor._handles import waiting as _waiting
+from reactor._handles.binding import engine_of
 from reactor._work import jobs as _jobs
 from tests.conftest import FakeClock, raw_query
 from tests.conftest import wait_for as eventually

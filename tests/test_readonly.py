@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 
 import reactor
-from reactor._engine.engine import engine_of
+from reactor._handles.binding import engine_of
 from reactor._storage import schema as _schema
 from tests.conftest import CLI_ENV, FakeClock, backend, raw_query, run_reactor, wait_for
 

@@ -19,7 +19,7 @@ import pytest
 import reactor
 import reactor.aio
 from reactor import ops
-from reactor._engine.engine import engine_of
+from reactor._handles.binding import engine_of
 from reactor._storage.sql_text import TIMERS_DUE
 from reactor._work import timers as _timers
 from reactor._work import writes as _writes

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import reactor
-from reactor._engine.engine import engine_of
+from reactor._handles.binding import engine_of
 
 from .conftest import raw_query
 

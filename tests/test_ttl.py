@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 import reactor
-from reactor._engine.engine import engine_of
+from reactor._handles.binding import engine_of
 from tests.conftest import FakeClock, wait_for
 
 from .conftest import raw_query

@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 import reactor
 import reactor.aio
 from reactor import ops
+from reactor._handles.binding import engine_of
 
 from .conftest import FakeClock
 
@@ -344,7 +345,7 @@ def test_history_and_at_revision_after_compaction(open_state: Callable[..., reac
     for n in range(10):
         scope.set("k", n)
     revision = state.changes()[-1].revision
-    engine = reactor._engine.engine.engine_of(state)
+    engine = engine_of(state)
     engine.sweeper.compact()
     assert [e.new_value for e in scope.history("k")] == [7, 8, 9]
     with pytest.raises(reactor.RevisionCompactedError):

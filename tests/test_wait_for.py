@@ -25,8 +25,9 @@ import pytest
 import reactor
 import reactor.aio
 from reactor import ops
-from reactor._engine.engine import Engine, engine_of
+from reactor._engine.engine import Engine
 from reactor._handles import waiting as _waiting
+from reactor._handles.binding import engine_of
 from tests.conftest import FakeClock
 from tests.conftest import wait_for as eventually
 

@@ -49,7 +49,7 @@ from typing import IO, TYPE_CHECKING, Any, Final, Protocol
 import orjson
 
 from reactor._base.keys import compile_pattern
-from reactor._engine.engine import engine_of
+from reactor._handles.binding import engine_of
 from reactor._work import jobs as _jobs
 from reactor._work import timers as _timers
 from reactor.errors import InvalidArgumentError, InvalidValueError, ReactorError

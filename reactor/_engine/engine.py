@@ -36,29 +36,13 @@ if TYPE_CHECKING:  # imported when used: SQLAlchemy for PostgreSQL, asyncio by r
 
     import sqlalchemy as sa
 
-    from reactor._handles.state import State  # which imports this module
 
-__all__ = ["Engine", "engine_of", "operation_timeout"]
+__all__ = ["Engine", "operation_timeout"]
 
 logger = logging.getLogger("reactor")
 T = TypeVar("T")
 
 FINISH_TIMEOUT: Final = 5.0  # seconds close() waits, in all, for subscribers to deliver
-
-
-def engine_of(state: State) -> Engine:
-    """The engine behind a handle, for reactor's own modules (``State`` shows none).
-
-    Here rather than in ``_state``: that module imports the ones that call this
-    (``_locks``, ``_scope``, ``_transaction``), and importing it back would be a cycle.
-
-    Raises:
-        ClosedError: the handle, or its engine, is closed.
-    """
-    engine = state._engine
-    if engine is None or engine.closed:
-        raise ClosedError("this reactor handle is closed")
-    return engine
 
 
 def operation_timeout(scope: str, seconds: float, future: Future[Any]) -> OperationTimeout:

@@ -17,7 +17,6 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Final
 
 from reactor._base.keys import check_key
-from reactor._engine.engine import engine_of
 from reactor._storage.records import LockRow
 from reactor._storage.store import WriteTxn
 from reactor.errors import InvalidArgumentError, LockNotOwnedError, LockTimeout, ReentrancyError
@@ -27,7 +26,7 @@ from .verbs import check_ttl
 if TYPE_CHECKING:
     from reactor._engine.engine import Engine
 
-    from .state import State
+    from .binding import Binding
 
 __all__ = ["Lock"]
 
@@ -44,8 +43,10 @@ class Lock:
     ``LockTimeout`` if it cannot within ``timeout``) and releases on exit.
     """
 
-    def __init__(self, state: State, name: str, ttl: float, timeout: float | None = None) -> None:
-        self._state = state
+    def __init__(
+        self, binding: Binding, name: str, ttl: float, timeout: float | None = None
+    ) -> None:
+        self._binding = binding
         self.name: str = check_key(name, "lock name")
         seconds = check_ttl(ttl)
         if seconds is None:
@@ -65,7 +66,7 @@ class Lock:
 
     @property
     def _engine(self) -> Engine:
-        return engine_of(self._state)
+        return self._binding.engine
 
     def _try(self) -> int | None:
         name, owner, ttl = self.name, self._owner, self.ttl

@@ -38,7 +38,6 @@ from time import perf_counter
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from reactor._base.values import decode
-from reactor._engine.engine import engine_of
 from reactor._storage.records import JobRow
 from reactor._storage.store import WriteTxn
 from reactor._work import jobs as _jobs
@@ -56,7 +55,7 @@ if TYPE_CHECKING:
     from reactor._engine.events import ChangeEvent
     from reactor._storage.sql_jobs import SQLJobs
 
-    from .state import State
+    from .binding import Binding
 
 __all__ = ["Job", "Queue", "counts", "take_async"]
 
@@ -82,10 +81,10 @@ class Queue:
     process until another handle saves another.
     """
 
-    __slots__ = ("_busy", "_settings", "_state", "name")
+    __slots__ = ("_binding", "_busy", "_settings", "name")
 
-    def __init__(self, state: State, name: str, max_attempts: int | None = None) -> None:
-        self._state = state
+    def __init__(self, binding: Binding, name: str, max_attempts: int | None = None) -> None:
+        self._binding = binding
         self.name: str = _jobs.check_queue(name)
         """The queue's name; its events have scope ``queue:NAME``."""
         self._settings = _jobs.check_max_attempts(max_attempts)
@@ -101,7 +100,7 @@ class Queue:
     def _write(self, verb: str | None, work: Callable[[WriteTxn], T]) -> T:
         """Run ``work`` in a write transaction holding the queue's lock; timed for
         ``stats()`` as ``verb`` (None: part of a verb timed already)."""
-        engine = engine_of(self._state)
+        engine = self._binding.engine
         start = perf_counter()
         try:
             result, _ = engine.store.write(work, engine.now(), engine.publish, scopes=(self._lock,))
@@ -123,7 +122,7 @@ class Queue:
             InvalidArgumentError: ``delay`` is not None or a finite number >= 0.
             ReadOnlyError: the engine is read-only.
         """
-        engine = engine_of(self._state)
+        engine = self._binding.engine
         name, entry = _jobs.check_put(engine.options, self.name, item, delay, key)
         settings = self._settings
         ids = self._write("queue.put", lambda txn: _jobs.enqueue(txn, name, [entry], settings))
@@ -148,7 +147,7 @@ class Queue:
         """
         seconds = _jobs.check_lease(lease)
         wait = _jobs.check_timeout(timeout)
-        engine = _writable(self._state)
+        engine = _writable(self._binding)
         start = perf_counter()
         try:
             if wait == 0:
@@ -196,7 +195,7 @@ class Queue:
         """How many jobs are ``ready`` (to take now), ``delayed`` (ready later),
         ``taken`` (under a lease) and ``dead``. A job whose lease has run out counts as
         ready (or dead) at once, before the sweeper moves it."""
-        engine = engine_of(self._state)
+        engine = self._binding.engine
         start = perf_counter()
         try:
             return _counts(engine, self.name)
@@ -212,7 +211,7 @@ class Queue:
         """
         if limit is not None and (type(limit) is not int or limit < 0):
             raise InvalidArgumentError(f"limit must be None or an int >= 0, not {limit!r}")
-        engine = engine_of(self._state)
+        engine = self._binding.engine
         start = perf_counter()
         try:
             rows = (
@@ -231,7 +230,7 @@ class Queue:
         Raises:
             ReadOnlyError: the engine is read-only.
         """
-        engine = _writable(self._state)
+        engine = _writable(self._binding)
         start = perf_counter()
         try:
             # No more than were dead at the start: one that dies again meanwhile stays dead.
@@ -266,7 +265,7 @@ def counts(jobs: SQLJobs, name: str, now: float) -> tuple[int, dict[str, int]]:
     return max_attempts, jobs.counts(name, now, max_attempts)
 
 
-def _writable(state: State) -> Engine:
+def _writable(binding: Binding) -> Engine:
     """The engine, if it may write.
 
     Raises:
@@ -274,7 +273,7 @@ def _writable(state: State) -> Engine:
         ReadOnlyError: the engine is read-only (a take might otherwise wait on, without
             ever trying to write).
     """
-    engine = engine_of(state)
+    engine = binding.engine
     if engine.options.readonly:
         raise ReadOnlyError(
             f"cannot write {engine.store.location}: it is open read-only (readonly=True)"

@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from reactor._base.keys import Pattern, check_key, check_writable
 from reactor._base.results import Snapshot
 from reactor._base.values import decode
-from reactor._engine.engine import engine_of
 from reactor._storage.records import Row
 from reactor._work import writes as _writes
 from reactor.errors import ClosedError, ReentrancyError
@@ -24,7 +23,7 @@ from .verbs import ScopeVerbs, verb
 if TYPE_CHECKING:
     from reactor._engine.engine import Engine
 
-    from .state import State
+    from .binding import Binding
 
 __all__ = ["Scope"]
 
@@ -41,10 +40,10 @@ class Scope(ScopeVerbs):
     its reads work, and its write verbs (and ``transaction``) raise ``InvalidKeyError``.
     """
 
-    __slots__ = ("_state", "name")
+    __slots__ = ("_binding", "name")
 
-    def __init__(self, state: State, name: str) -> None:
-        self._state = state
+    def __init__(self, binding: Binding, name: str) -> None:
+        self._binding = binding
         self.name: str = check_key(name, "scope name")
         """The scope's name."""
 
@@ -56,7 +55,7 @@ class Scope(ScopeVerbs):
         return self._usable()
 
     def _usable(self) -> Engine:
-        engine = engine_of(self._state)
+        engine = self._binding.engine
         if in_transaction(engine, self.name):
             raise ReentrancyError(
                 f"this thread holds a transaction on scope {self.name!r}: "
@@ -67,7 +66,7 @@ class Scope(ScopeVerbs):
     @property
     def _engine(self) -> Engine:
         # The verb decorator has checked _usable() already; here only closing matters.
-        engine = self._state._engine
+        engine = self._binding.engine
         if engine is None:
             raise ClosedError("this reactor handle is closed")
         return engine
@@ -151,4 +150,4 @@ class Scope(ScopeVerbs):
                 no transaction writes.
         """
         self._writable()
-        return Transaction(self._state, self.name)
+        return Transaction(self._binding, self.name)

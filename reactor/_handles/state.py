@@ -2,19 +2,19 @@
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Collection
 from types import TracebackType
 from typing import Any, TypeVar
 
 from reactor._base.keys import compile_pattern
 from reactor._base.results import Timer
-from reactor._engine.engine import Engine, engine_of
+from reactor._engine.engine import Engine
 from reactor._engine.events import ChangeEvent, EventType
 from reactor._engine.stats import engine_stats
 from reactor._work.timers import check_timer_id, drop_timer, timer_of
 from reactor.errors import InvalidArgumentError, ReentrancyError, RevisionCompactedError
 
+from .binding import bind
 from .locks import Lock
 from .queues import Queue
 from .registry import release_engine
@@ -40,18 +40,17 @@ class State:
     """Where the database is: a file path, or ``":memory:"``."""
 
     def __init__(self, engine: Engine) -> None:
-        self._engine: Engine | None = engine
-        self._lock = threading.Lock()
+        self._binding = bind(self, engine)
         self.location: str = engine.store.location
 
     def __repr__(self) -> str:
-        status = "closed" if self._engine is None else "open"
+        status = "closed" if self._binding.released else "open"
         return f"<reactor.State {self.location!r} ({status})>"
 
     @property
     def closed(self) -> bool:
         """Whether this handle is closed."""
-        return self._engine is None or self._engine.closed
+        return self._binding.closed
 
     def scope(self, name: str) -> Scope:
         """The handle to scope ``name`` (created when first written). A name beginning
@@ -61,12 +60,12 @@ class State:
         Raises:
             InvalidKeyError: ``name`` is not a valid scope name.
         """
-        engine_of(self)
-        return Scope(self, name)
+        self._binding.check()
+        return Scope(self._binding, name)
 
     def scopes(self) -> list[str]:
         """The names of the scopes that hold at least one live key, sorted."""
-        engine = engine_of(self)
+        engine = self._binding.engine
         return engine.store.scopes(engine.now())
 
     def transaction(self, *scopes: str) -> MultiTransaction:
@@ -86,8 +85,8 @@ class State:
             ConflictError: (at the end of the block) another process changed one of the
                 scopes meanwhile; nothing was applied.
         """
-        engine = engine_of(self)
-        transaction = MultiTransaction(self, scopes)
+        engine = self._binding.engine
+        transaction = MultiTransaction(self._binding, scopes)
         for name in transaction.names:
             if in_transaction(engine, name):
                 raise ReentrancyError(
@@ -103,8 +102,8 @@ class State:
             InvalidKeyError: ``name`` is not a valid name.
             InvalidArgumentError: ``ttl`` is not a number > 0.
         """
-        engine_of(self)
-        return Lock(self, name, ttl, timeout)
+        self._binding.check()
+        return Lock(self._binding, name, ttl, timeout)
 
     def queue(self, name: str, max_attempts: int | None = None) -> Queue:
         """A durable work queue, shared by every process on this database (created on
@@ -115,13 +114,13 @@ class State:
             InvalidKeyError: ``name`` is not a valid name (at most 1,018 characters).
             InvalidArgumentError: ``max_attempts`` is not None or an int >= 1.
         """
-        engine_of(self)
-        return Queue(self, name, max_attempts)
+        self._binding.check()
+        return Queue(self._binding, name, max_attempts)
 
     def queues(self) -> list[str]:
         """The names of the queues in the database, sorted: every queue that ever had
         a job (a put, a transaction's enqueue), empty or not."""
-        return engine_of(self).store.reader().jobs().queue_names()
+        return self._binding.engine.store.reader().jobs().queue_names()
 
     def subscribe(
         self,
@@ -149,7 +148,7 @@ class State:
             InvalidArgumentError: a bad filter, or an async callback outside a loop.
             RevisionCompactedError: the change log no longer holds what follows ``since``.
         """
-        engine = engine_of(self)
+        engine = self._binding.engine
         match = Filter(scope, key, events, where)
         if durable is not None and engine.durable_in_use(durable):
             raise InvalidArgumentError(
@@ -205,7 +204,7 @@ class State:
             RevisionCompactedError: the change log no longer holds what follows ``since``
                 (also when compaction overtakes the read).
         """
-        engine = engine_of(self)
+        engine = self._binding.engine
         checked = check_since(engine, since)
         if limit is not None and (type(limit) is not int or limit < 0):
             raise InvalidArgumentError(f"limit must be an int >= 0, not {limit!r}")
@@ -240,7 +239,7 @@ class State:
         Raises:
             RevisionCompactedError: the change log no longer holds what follows ``since``.
         """
-        engine = engine_of(self)
+        engine = self._binding.engine
         watch = Watch(
             engine, Filter(scope, key, None, None), check_since(engine, since), buffer_size
         )
@@ -258,7 +257,7 @@ class State:
         Raises:
             InvalidKeyError: a bad pattern.
         """
-        engine = engine_of(self)
+        engine = self._binding.engine
         pattern = compile_pattern(scope)
         return [timer_of(row) for row in engine.store.timers() if pattern.matches(row.scope)]
 
@@ -271,7 +270,7 @@ class State:
             ReentrancyError: this thread holds a transaction on the timer's scope (use
                 the transaction's ``cancel_timer``).
         """
-        engine = engine_of(self)
+        engine = self._binding.engine
         check_timer_id(timer_id)
         row = engine.store.timer(timer_id)
         if row is None:
@@ -286,18 +285,17 @@ class State:
 
     def stats(self) -> dict[str, Any]:
         """Keys per scope, operations and latency by verb, events, expiry, size."""
-        return engine_stats(engine_of(self))
+        return engine_stats(self._binding.engine)
 
     def close(self) -> None:
         """Close this handle; the last handle of an engine stops its actors and threads
         and releases the database. Idempotent."""
-        with self._lock:
-            engine, self._engine = self._engine, None
+        engine = self._binding.release()
         if engine is not None:
             release_engine(engine)
 
     def __enter__(self) -> State:
-        engine_of(self)
+        self._binding.check()
         return self
 
     def __exit__(

@@ -30,7 +30,6 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from reactor._base.keys import Pattern, check_key, check_writable
 from reactor._base.results import Snapshot
-from reactor._engine.engine import engine_of
 from reactor._storage.records import Row
 from reactor._storage.sql import TransactionReader
 from reactor._storage.store import WriteTxn
@@ -44,7 +43,7 @@ from .verbs import ScopeVerbs, verb
 if TYPE_CHECKING:
     from reactor._engine.engine import Engine
 
-    from .state import State
+    from .binding import Binding
 
 __all__ = ["Hold", "MultiTransaction", "Transaction", "in_transaction", "part_of", "scope_names"]
 
@@ -116,7 +115,7 @@ class Hold:
     """
 
     __slots__ = (
-        "_state",
+        "_binding",
         "base",
         "engine",
         "locks",
@@ -128,8 +127,8 @@ class Hold:
         "txn",
     )
 
-    def __init__(self, state: State, names: tuple[str, ...]) -> None:
-        self._state = state
+    def __init__(self, binding: Binding, names: tuple[str, ...]) -> None:
+        self._binding = binding
         self.names = names  # sorted: the one order scopes are taken in
         self.engine: Engine | None = None
         self.taken: list[str] = []
@@ -162,7 +161,7 @@ class Hold:
 
     # -- with: the thread's bookkeeping around take and finish -----------------------
     def enter(self) -> None:
-        engine = engine_of(self._state)
+        engine = self._binding.engine
         for name in self.names:
             if in_transaction(engine, name):
                 raise ReentrancyError(f"this thread already holds a transaction on {name!r}")
@@ -245,7 +244,7 @@ class Hold:
         """
         if self.status != "new":
             raise ReentrancyError("a transaction is entered once")
-        engine = engine_of(self._state)
+        engine = self._binding.engine
         self.engine, self.status = engine, "waiting"
         return engine
 
@@ -336,10 +335,10 @@ class Transaction(ScopeVerbs):
 
     __slots__ = ("_hold", "_own", "name")
 
-    def __init__(self, state: State, name: str, hold: Hold | None = None) -> None:
+    def __init__(self, binding: Binding, name: str, hold: Hold | None = None) -> None:
         self.name = name
         self._own = hold is None  # False: a part of a MultiTransaction
-        self._hold = Hold(state, (name,)) if hold is None else hold
+        self._hold = Hold(binding, (name,)) if hold is None else hold
 
     def __repr__(self) -> str:
         return f"<reactor.Transaction on {self.name!r} ({self._hold.status})>"
@@ -493,11 +492,11 @@ class MultiTransaction:
 
     __slots__ = ("_hold", "_parts", "names")
 
-    def __init__(self, state: State, names: Iterable[str]) -> None:
+    def __init__(self, binding: Binding, names: Iterable[str]) -> None:
         self.names: tuple[str, ...] = scope_names(names)
         """The scopes it holds, sorted by name: the order it takes them in."""
-        self._hold = Hold(state, self.names)
-        self._parts = {name: Transaction(state, name, self._hold) for name in self.names}
+        self._hold = Hold(binding, self.names)
+        self._parts = {name: Transaction(binding, name, self._hold) for name in self.names}
 
     def __repr__(self) -> str:
         scopes = ", ".join(repr(name) for name in self.names)

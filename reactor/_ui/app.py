@@ -52,9 +52,9 @@ from starlette.staticfiles import StaticFiles
 from reactor._backup.exchange import parse_json
 from reactor._base.keys import check_key
 from reactor._base.update_ops import op_style
-from reactor._engine.engine import engine_of
 from reactor._engine.events import ChangeEvent
 from reactor._handles import queues as _queues
+from reactor._handles.binding import engine_of
 from reactor._storage.records import ChangeRecord, JobRow, TimerRow
 from reactor._storage.sql_jobs import SQLJobs
 from reactor._storage.store import Store

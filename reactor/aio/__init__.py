@@ -48,12 +48,13 @@ from reactor._base.clock import Clock
 from reactor._base.keys import check_key, check_writable
 from reactor._base.results import Change, Snapshot, Timer, UpdateResult
 from reactor._base.values import MISSING
-from reactor._engine.engine import Engine, engine_of, operation_timeout
+from reactor._engine.engine import Engine, operation_timeout
 from reactor._engine.events import ChangeEvent
 from reactor._engine.mailbox import Mailbox
 from reactor._engine.options import Durability
 from reactor._handles import queues as _queues
 from reactor._handles import waiting as _waiting
+from reactor._handles.binding import binding_of, engine_of
 from reactor._handles.open import open as open_sync
 from reactor._handles.scope import Scope
 from reactor._handles.state import Events, State, Where
@@ -830,7 +831,7 @@ class AsyncQueue:
         seconds = _jobs.check_lease(lease)
         wait = _jobs.check_timeout(timeout)
         queue = await self._sync()
-        engine = _queues._writable(queue._state)
+        engine = _queues._writable(binding_of(await self._handle._sync()))
         start = perf_counter()
         try:
             job = await _queues.take_async(

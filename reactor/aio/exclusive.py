@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Final, TypeVar
 from reactor._base.keys import check_key
 from reactor._base.results import Change, Snapshot, Timer, UpdateResult
 from reactor._base.values import MISSING
-from reactor._engine.engine import engine_of
+from reactor._handles.binding import binding_of, engine_of
 from reactor._handles.locks import Lock
 from reactor._handles.transaction import Hold, MultiTransaction, Transaction, part_of, scope_names
 from reactor._handles.verbs import ScopeVerbs, check_ttl
@@ -174,7 +174,7 @@ class AsyncTransaction(AsyncReads):
         if self._tx is not None:
             raise ReentrancyError("a transaction is entered once")
         state, _ = await _engine_for(self._handle, (self.name,))
-        tx = self._tx = Transaction(state, self.name)
+        tx = self._tx = Transaction(binding_of(state), self.name)
         self._token = await _take(self._handle, tx._hold)
         return self
 
@@ -368,7 +368,7 @@ class AsyncMultiTransaction:
         if self._hold is not None:
             raise ReentrancyError("a transaction is entered once")
         state, _ = await _engine_for(self._handle, self.names)
-        sync = MultiTransaction(state, self.names)
+        sync = MultiTransaction(binding_of(state), self.names)
         self._hold = sync._hold
         for name, part in self._parts.items():
             part._tx = sync[name]
@@ -467,7 +467,7 @@ class AsyncLock:
         if self._lock is None:
             state = await self._handle._sync()
             self._key = (id(engine_of(state)), self.name)
-            self._lock = Lock(state, self.name, self.ttl, self.timeout)
+            self._lock = Lock(binding_of(state), self.name, self.ttl, self.timeout)
         return self._lock
 
     @property

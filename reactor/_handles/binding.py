@@ -1,0 +1,97 @@
+"""``Binding``: what ties a handle to its engine.
+
+A ``State`` is bound to its engine until it is closed; every handle taken from it
+(scope, transaction, queue, lock) shares that binding, so closing the state closes
+them all. The modules that are handed a ``State`` by a user (``reactor.aio``, the
+import, the dashboard) find its binding with ``binding_of``: no module reads another's
+private attributes to reach the engine.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from typing import TYPE_CHECKING
+
+from reactor.errors import ClosedError
+
+if TYPE_CHECKING:
+    from reactor._engine.engine import Engine
+
+__all__ = ["Binding", "bind", "binding_of", "engine_of"]
+
+
+class Binding:
+    """A handle's engine while the handle is open."""
+
+    __slots__ = ("__weakref__", "_engine", "_lock")
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine: Engine | None = engine
+        self._lock = threading.Lock()
+
+    @property
+    def engine(self) -> Engine:
+        """The engine.
+
+        Raises:
+            ClosedError: the handle, or its engine, is closed.
+        """
+        engine = self._engine
+        if engine is None or engine.closed:
+            raise ClosedError("this reactor handle is closed")
+        return engine
+
+    def check(self) -> None:
+        """Raises:
+        ClosedError: the handle, or its engine, is closed.
+        """
+        if self.closed:
+            raise ClosedError("this reactor handle is closed")
+
+    @property
+    def closed(self) -> bool:
+        engine = self._engine
+        return engine is None or engine.closed
+
+    @property
+    def released(self) -> bool:
+        """Whether the handle let go of its engine (``release``), closed or not."""
+        return self._engine is None
+
+    def release(self) -> Engine | None:
+        """Let go of the engine (once): it, or None if already let go."""
+        with self._lock:
+            engine, self._engine = self._engine, None
+        return engine
+
+
+_bindings: weakref.WeakKeyDictionary[object, Binding] = weakref.WeakKeyDictionary()
+
+
+def bind(handle: object, engine: Engine) -> Binding:
+    """Bind ``handle`` (a ``State``) to ``engine``; its binding."""
+    binding = _bindings[handle] = Binding(engine)
+    return binding
+
+
+def binding_of(handle: object) -> Binding:
+    """The binding of a ``State``.
+
+    Raises:
+        TypeError: ``handle`` is not one.
+    """
+    try:
+        return _bindings[handle]
+    except (KeyError, TypeError):
+        raise TypeError(f"expected a reactor.State, not {type(handle).__name__}") from None
+
+
+def engine_of(handle: object) -> Engine:
+    """The engine of a ``State``.
+
+    Raises:
+        ClosedError: the handle, or its engine, is closed.
+        TypeError: ``handle`` is not a ``State``.
+    """
+    return binding_of(handle).engine
