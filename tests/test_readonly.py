@@ -16,6 +16,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -321,7 +322,9 @@ def test_a_read_only_engine_neither_sweeps_nor_compacts(db_path: Any, clock: Fak
         state.subscribe(lambda event: expired.append(event.key), events="expired")
         assert state.scope("s").keys() == ["long"]  # past its deadline: not shown
         assert state.scope("s").get("short") is None
-        assert not engine_of(state).sweeper._thread.is_alive()
+        engine = engine_of(state)
+        assert engine.sweeper is None  # no background upkeep at all
+        assert f"reactor-sweeper[{engine.key}]" not in {t.name for t in threading.enumerate()}
         time.sleep(0.6)  # two sweeps' time
         assert expired == []
         assert len(state.changes()) == 2

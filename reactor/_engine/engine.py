@@ -16,14 +16,12 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final, TypeVar
+from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar
 
 from reactor._base.values import encode
 from reactor._storage.records import ChangeRecord
 from reactor._storage.sqlite import SQLiteStore
-from reactor._storage.store import Store
-from reactor._work.sweeper import Sweeper
-from reactor._work.writes import Work
+from reactor._storage.store import Store, Work
 from reactor.errors import ClosedError, InvalidArgumentError, OperationTimeout
 
 from .dispatch import Dispatcher
@@ -37,7 +35,7 @@ if TYPE_CHECKING:  # imported when used: SQLAlchemy for PostgreSQL, asyncio by r
     import sqlalchemy as sa
 
 
-__all__ = ["Engine", "operation_timeout"]
+__all__ = ["Engine", "Upkeep", "operation_timeout"]
 
 logger = logging.getLogger("reactor")
 T = TypeVar("T")
@@ -52,6 +50,14 @@ def operation_timeout(scope: str, seconds: float, future: Future[Any]) -> Operat
         f"scope {scope!r} did not answer within {seconds} s"
         + ("; the write was withdrawn" if withdrawn else "; it may still commit")
     )
+
+
+class Upkeep(Protocol):
+    """A background chore the engine stops first when it closes."""
+
+    def close(self, timeout: float) -> None:
+        """Stop (waiting up to ``timeout`` seconds)."""
+        ...
 
 
 class Engine:
@@ -84,9 +90,9 @@ class Engine:
             self.store.close()  # its connections are not left to the garbage collector
             raise
         self._feeds: set[Any] = set()  # subscriptions and watches, to finish at close
-        self.sweeper = Sweeper(self)
-        if not options.readonly:  # it expires keys and compacts the log: writes
-            self.sweeper.start()
+        # The background upkeep (``_work.sweeper``): started by whoever opens the engine
+        # (not when read-only: everything it does writes); stopped first at close.
+        self.sweeper: Upkeep | None = None
 
     # -- time and values -----------------------------------------------------------
     def now(self) -> float:
@@ -213,7 +219,8 @@ class Engine:
         self._on_close(self)
         with self.lock_released:
             self.lock_released.notify_all()  # waiters wake up to ClosedError
-        self.sweeper.close(self.options.timeout)
+        if self.sweeper is not None:
+            self.sweeper.close(self.options.timeout)
         for mailbox in self._mailboxes:
             if mailbox is not None:
                 mailbox.close(self.options.timeout)

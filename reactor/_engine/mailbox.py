@@ -41,8 +41,7 @@ import pykka
 
 from reactor._base.turn import Turn
 from reactor._storage.records import ChangeRecord, RefusedError
-from reactor._storage.store import Store, WriteTxn
-from reactor._work.writes import Work
+from reactor._storage.store import Store, Work, WriteTxn
 from reactor.errors import ClosedError, ReactorError, StorageError
 
 __all__ = ["Mailbox", "Request", "shard_index"]

@@ -1,16 +1,12 @@
-"""``state.stats()``: the counters and latency samples an engine keeps (``Stats``), and
-the report assembled from them and the store (``engine_stats``)."""
+"""The counters and latency samples an engine keeps (``Stats``), for ``state.stats()``."""
 
 from __future__ import annotations
 
 import threading
 from collections import Counter, deque
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
-if TYPE_CHECKING:
-    from .engine import Engine
-
-__all__ = ["Stats", "engine_stats"]
+__all__ = ["EVENT_COUNTERS", "Stats"]
 
 _SAMPLES: Final = 2048  # latencies kept per verb: the most recent ones
 EVENT_COUNTERS: Final = ("published", "delivered", "failed", "dropped")
@@ -68,43 +64,6 @@ class Stats:
             for verb, values in sorted(samples.items())
         }
         return {"operations": dict(operations), "counters": counters, "latency_ms": latency}
-
-
-def engine_stats(engine: Engine) -> dict[str, Any]:
-    """What ``state.stats()`` returns: keys per scope, operations and latency by verb,
-    events, expiry, locks, actors, durable subscribers' lag, size and revision."""
-    store = engine.store
-    counts = store.counts(engine.now())
-    revision = store.revision()
-    recorded = engine.stats.snapshot()
-    counters = recorded["counters"]
-    return {
-        "database": store.location,
-        "database_bytes": store.size_bytes(),
-        "scopes": counts,
-        "keys": sum(counts.values()),
-        "operations": recorded["operations"],
-        "events": {name: counters.get(f"events_{name}", 0) for name in EVENT_COUNTERS},
-        "keys_expired": counters.get("keys_expired", 0),
-        "locks_held": store.locks_held(engine.now()),
-        "timers": {
-            "pending": store.timers_pending(),
-            "fired": counters.get("timers_fired", 0),
-            "failed": counters.get("timers_failed", 0),
-        },
-        "actors": engine.actors(),
-        "latency_ms": recorded["latency_ms"],
-        "durable_subscribers": {
-            name: {
-                "position": position,
-                "lag": max(0, revision - position),
-                "delivered": delivered,
-                "failed": failed,
-            }
-            for name, (position, delivered, failed) in store.subscribers().items()
-        },
-        "revision": revision,
-    }
 
 
 def _percentile(ordered: list[float], fraction: float) -> float:

@@ -24,6 +24,7 @@ from reactor._engine.engine import Engine
 from reactor._engine.options import Options
 from reactor._storage.locate import default_folder, locate
 from reactor._storage.sqlite import SQLiteStore
+from reactor._work.sweeper import Sweeper
 from reactor.errors import BusyError, InvalidArgumentError, StorageError
 
 if TYPE_CHECKING:  # SQLAlchemy is imported when used: only for PostgreSQL
@@ -165,6 +166,10 @@ def _start(key: str, location: Path | sa.URL | None, options: Options) -> Engine
         except OSError as exc:
             raise StorageError(f"cannot create the folder of {location}: {exc}") from exc
     engine = Engine(key, location, options, on_close=_forget)
+    if not options.readonly:  # it expires keys and compacts the log: writes
+        sweeper = Sweeper(engine)
+        engine.sweeper = sweeper
+        sweeper.start()
     _live_engines.add(engine)
     return engine
 

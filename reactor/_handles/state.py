@@ -10,7 +10,7 @@ from reactor._base.keys import compile_pattern
 from reactor._base.results import Timer
 from reactor._engine.engine import Engine
 from reactor._engine.events import ChangeEvent, EventType
-from reactor._engine.stats import engine_stats
+from reactor._engine.report import engine_stats
 from reactor._work.timers import check_timer_id, drop_timer, timer_of
 from reactor.errors import InvalidArgumentError, ReentrancyError, RevisionCompactedError
 
