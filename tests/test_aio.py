@@ -411,7 +411,7 @@ async def test_a_write_the_actor_cannot_start_times_out_and_is_withdrawn(
                 assert "may still commit" in str(raised.value)
 
         # As if a batch were running: the writes queue for actors that cannot start.
-        with held_elsewhere(fast_engine.mailbox("s")._running, slow_engine.mailbox("t")._running):  # type: ignore[attr-defined]
+        with held_elsewhere(fast_engine._mailbox("s")._running, slow_engine._mailbox("t")._running):  # type: ignore[attr-defined]
             await asyncio.gather(
                 write(slow, "t", "b"), write(fast, "s", "a"), write(fast, "s", "c")
             )

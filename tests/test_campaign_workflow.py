@@ -622,7 +622,7 @@ def test_history_is_never_silently_gapped_by_a_compaction_between_pages(
     def key_history(*args: Any) -> Any:
         found = original(*args)
         if next(pages) == 0:  # compact what a retention of the last 1000 events drops
-            engine.store.write(lambda txn: txn.statements.compact(first + 1499, None), 0.0)
+            engine.commit(lambda txn: txn.statements.compact(first + 1499, None))
         return found
 
     monkeypatch.setattr(store, "key_history", key_history)

@@ -142,7 +142,7 @@ def test_operation_timeout_withdraws_a_queued_write(open_state: Opener, db_path:
     state = open_state(timeout=1.0)  # a loaded machine may stall a write 0.2 s
     engine = engine_of(state)
     scope = state.scope("slow")
-    running = engine.mailbox("slow")._running  # type: ignore[attr-defined]
+    running = engine._mailbox("slow")._running  # type: ignore[attr-defined]
     # As if a batch were running: the write queues for the actor, which cannot start.
     with held_elsewhere(running), pytest.raises(reactor.OperationTimeout, match=r"withdrawn"):
         scope.set("b", 2)

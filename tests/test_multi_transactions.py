@@ -32,14 +32,14 @@ def _log(db: Any) -> list[tuple[int, str, str, str | None]]:
 
 def _deferred(state: reactor.State, scope: str) -> bool:
     """Whether a request for ``scope`` waits in its actor's mailbox for a holder."""
-    mailbox = engine_of(state).mailbox(scope)
+    mailbox = engine_of(state)._mailbox(scope)
     return any(request.scope == scope for request in list(mailbox._deferred))
 
 
 def _held(state: reactor.State, *scopes: str) -> bool:
     """Whether a transaction holds any of ``scopes``."""
     engine = engine_of(state)
-    return any(scope in engine.mailbox(scope)._owners for scope in scopes)
+    return any(scope in engine._mailbox(scope)._owners for scope in scopes)
 
 
 def _in_other_process(db: Any, code: str) -> None:

@@ -96,7 +96,7 @@ def test_a_refused_request_fails_alone_in_its_actors_batch(db_path: Path) -> Non
         scope = state.scope("s")
         scope.set("warm", 1)
         refuse_poison(db_path)
-        mailbox = engine_of(state).mailbox("s")
+        mailbox = engine_of(state)._mailbox("s")
         outcomes: dict[str, Any] = {}
 
         def writer(key: str) -> None:

@@ -549,7 +549,7 @@ def test_a_timer_whose_write_the_database_refuses_is_dropped_alone(
     recurring = scope.schedule("refused", ops=[ops.increment("")], every=10)
     elsewhere = state.scope("t").schedule("k", "elsewhere", after=1)
     engine = engine_of(state)
-    mailbox = engine.mailbox("s")
+    mailbox = engine._mailbox("s")
     with held_elsewhere(
         mailbox._running
     ):  # the actor waits: what is queued meanwhile comes in one batch

@@ -323,7 +323,7 @@ def write(
     # keys and timers, and its queues; SQLite locks the whole file anyway), as for any
     # write; the engine publishes the changes once committed.
     scopes = {*keys, *(scope for scope, _ in timers), *map(_jobs.lock_name, queues)}
-    tally.jobs, _ = engine.store.write(work, engine.now(), engine.publish, scopes=scopes)
+    tally.jobs = engine.commit(work, scopes=scopes)
     tally.skipped = len(found.jobs) - tally.jobs
     return tally
 

@@ -12,7 +12,7 @@ import logging
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar
 from reactor._base.values import encode
 from reactor._storage.records import ChangeRecord
 from reactor._storage.sqlite import SQLiteStore
-from reactor._storage.store import Store, Work
+from reactor._storage.store import Store, Work, WriteTxn
 from reactor.errors import ClosedError, InvalidArgumentError, OperationTimeout
 
 from .dispatch import Dispatcher
@@ -103,8 +103,65 @@ class Engine:
             value, max_depth=self.options.max_depth, max_bytes=self.options.max_value_bytes
         )
 
-    # -- writes --------------------------------------------------------------------
-    def mailbox(self, scope: str) -> Mailbox:
+    # -- writes: the one door --------------------------------------------------------
+    # Nothing else calls the store's write or a mailbox: every commit goes through
+    # here, and every commit's records are published (``publish``).
+    def write(self, scope: str, work: Work[T]) -> T:
+        """Run ``work`` on the actor that owns ``scope``; wait for its commit.
+
+        Raises:
+            OperationTimeout: no answer within the engine's timeout.
+        """
+        return self._mailbox(scope).call(work, scope, lambda future: self.wait(scope, future))
+
+    def submit(
+        self,
+        scope: str,
+        work: Work[T],
+        *,
+        owner: object = None,
+        scopes: tuple[str, ...] | None = None,
+        alone: bool = False,
+    ) -> Future[T]:
+        """Queue ``work`` on the actor that owns ``scope``: its future holds the result
+        after the commit (see ``Mailbox.submit`` for ``owner``, ``scopes``, ``alone``).
+
+        Raises:
+            ClosedError: the engine is closed.
+        """
+        return self._mailbox(scope).submit(work, scope, owner, scopes, alone=alone)
+
+    def hold(self, scope: str, owner: object) -> Future[None]:
+        """Ask ``scope``'s actor to hold the scope for transaction ``owner``: the future
+        is done once it does; ``release`` ends the hold.
+
+        Raises:
+            ClosedError: the engine is closed.
+        """
+        return self._mailbox(scope).submit(None, scope, owner=owner)
+
+    def release(self, scope: str, owner: object) -> None:
+        """End ``owner``'s hold on ``scope`` (if it has it); what it deferred runs next."""
+        self._mailbox(scope).release(scope, owner)
+
+    def moved(self, scope: str) -> float | None:
+        """When a transaction last took ``scope`` or gave it back (``Mailbox.moved``)."""
+        mailbox = self._mailboxes[shard_index(scope, len(self._mailboxes))]
+        return None if mailbox is None else mailbox.moved(scope)
+
+    def commit(self, work: Callable[[WriteTxn], T], *, scopes: Collection[str] | None = None) -> T:
+        """Run ``work`` in a transaction of its own, in this thread, outside the scopes'
+        actors (locks, queues, durable positions, upkeep, the import); publish what it
+        changed. ``scopes``: the only scopes ``work`` reads or writes (None: any).
+
+        Raises:
+            BusyError: the database (or this process's writer) stayed busy too long.
+            StorageError: the database failed; nothing was committed.
+        """
+        result, _ = self.store.write(work, self.now(), self.publish, scopes=scopes)
+        return result
+
+    def _mailbox(self, scope: str) -> Mailbox:
         """The mailbox of the actor that owns ``scope``, started if need be.
 
         Raises:
@@ -126,14 +183,6 @@ class Engine:
         """How many scope actors have started."""
         return sum(1 for mailbox in self._mailboxes if mailbox is not None)
 
-    def write(self, scope: str, work: Work[T]) -> T:
-        """Run ``work`` on the actor that owns ``scope``; wait for its commit.
-
-        Raises:
-            OperationTimeout: no answer within the engine's timeout.
-        """
-        return self.mailbox(scope).call(work, scope, lambda future: self.wait(scope, future))
-
     def wait(self, scope: str, future: Future[T]) -> T:
         """The result of a request to ``scope``'s actor, within the engine's timeout
         counted from the request, or from the scope's last hand-over if later: a
@@ -152,8 +201,7 @@ class Engine:
             try:
                 return future.result(max(0.0, deadline - time.monotonic()))
             except FutureTimeout:
-                mailbox = self._mailboxes[shard_index(scope, len(self._mailboxes))]
-                moved = None if mailbox is None else mailbox.moved(scope)
+                moved = self.moved(scope)
                 if moved is None or moved + timeout <= deadline:
                     raise operation_timeout(scope, timeout, future) from None
                 deadline = moved + timeout

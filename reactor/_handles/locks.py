@@ -80,7 +80,7 @@ class Lock:
             return token
 
         engine = self._engine
-        token, _ = engine.store.write(work, engine.now())
+        token = engine.commit(work)
         return token
 
     def acquire(self, blocking: bool = True, timeout: float | None = None) -> bool:
@@ -139,7 +139,7 @@ class Lock:
 
         engine = self._engine
         try:
-            engine.store.write(work, engine.now())
+            engine.commit(work)
         except LockNotOwnedError:
             self._held, self.token = False, None
             raise
@@ -160,7 +160,7 @@ class Lock:
             txn.statements.save_lock(self.name, LockRow(row.owner, row.token, txn.now + seconds))
 
         engine = self._engine
-        engine.store.write(work, engine.now())
+        engine.commit(work)
 
     def held(self) -> bool:
         """Whether this holder holds the lease now."""

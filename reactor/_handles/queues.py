@@ -103,8 +103,7 @@ class Queue:
         engine = self._binding.engine
         start = perf_counter()
         try:
-            result, _ = engine.store.write(work, engine.now(), engine.publish, scopes=(self._lock,))
-            return result
+            return engine.commit(work, scopes=(self._lock,))
         finally:
             if verb is not None:
                 engine.stats.record(verb, perf_counter() - start)
@@ -239,9 +238,7 @@ class Queue:
             while left > 0:
                 batch = min(left, _jobs.RETRY_BATCH)
                 work = functools.partial(_jobs.retry_dead, queue=self.name, limit=batch)
-                count, _ = engine.store.write(
-                    work, engine.now(), engine.publish, scopes=(self._lock,)
-                )
+                count = engine.commit(work, scopes=(self._lock,))
                 revived += count
                 left -= batch
                 if count < batch:

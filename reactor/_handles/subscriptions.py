@@ -286,7 +286,7 @@ class Subscription(_Feed):
             if stored is None:
                 start = engine.dispatcher.published if since is None else since
                 self._position = self._saved = start
-                engine.store.write(self._first_save_work(start), engine.now())
+                engine.commit(self._first_save_work(start))
             else:
                 # The counts go on from where the name left them: they span its life.
                 self._position, self._delivered, self._failed = stored
@@ -426,7 +426,7 @@ class Subscription(_Feed):
             txn.statements.record_failure(name, revision, error, txn.now)
 
         try:
-            self._engine.store.write(work, self._engine.now())
+            self._engine.commit(work)
         except ClosedError:
             raise
         except StorageError as exc:  # the failure is still logged and counted
@@ -462,7 +462,7 @@ class Subscription(_Feed):
         if self._position == self._saved:
             return
         try:
-            self._engine.store.write(self._save_work(self._position), self._engine.now())
+            self._engine.commit(self._save_work(self._position))
         except ClosedError:
             raise
         except StorageError as exc:

@@ -253,7 +253,7 @@ class Hold:
         caller then notes it with ``took``)."""
         engine = self.engine
         assert engine is not None
-        return engine.mailbox(name).submit(None, name, owner=self)
+        return engine.hold(name, self)
 
     def took(self, name: str) -> None:
         self.taken.append(name)
@@ -265,8 +265,7 @@ class Hold:
         engine = self.engine
         assert engine is not None
         if future is not None and not future.cancel():
-            mailbox = engine.mailbox(name)
-            future.add_done_callback(lambda _: mailbox.release(name, self))
+            future.add_done_callback(lambda _: engine.release(name, self))
         self.hand_back("withdrawn")
 
     def open(self) -> None:
@@ -289,9 +288,7 @@ class Hold:
         self.status = "committing"
         first = self.names[0]
         scopes = (*self.names, *sorted(self.locks - set(self.names)))
-        return engine.mailbox(first).submit(
-            _commit(self.names, txn, self.base), first, owner=self, scopes=scopes
-        )
+        return engine.submit(first, _commit(self.names, txn, self.base), owner=self, scopes=scopes)
 
     def hand_back(self, status: str) -> None:
         """End the transaction as ``status`` and give every scope taken back to its
@@ -303,7 +300,7 @@ class Hold:
         # Every name, not only those noted as taken: a Ctrl-C may have come between the
         # hand-over and the note. ``release`` ignores a scope this hold does not have.
         for name in reversed(self.names):
-            engine.mailbox(name).release(name, self)
+            engine.release(name, self)
 
     def cancel_timer(self, timer_id: object) -> bool:
         """Cancel a timer with the commit (see ``Transaction.cancel_timer``)."""

@@ -451,10 +451,7 @@ def turn_back_leases(engine: Engine) -> tuple[int, bool]:
     if not queues:
         return 0, False
     some = queues[:LEASE_QUEUES]
-    (count, more), _ = engine.store.write(
-        lambda txn: expire(txn, some),
-        engine.now(),
-        engine.publish,
-        scopes=[lock_name(queue) for queue in some],
+    count, more = engine.commit(
+        lambda txn: expire(txn, some), scopes=[lock_name(queue) for queue in some]
     )
     return count, more or len(queues) > LEASE_QUEUES

@@ -132,7 +132,7 @@ class Sweeper:
                 upto = None
             return txn.statements.compact(upto, before) if upto or before else 0
 
-        removed, _ = engine.store.write(work, engine.now())
+        removed = engine.commit(work)
         if removed:
             logger.debug("compacted %d change-log records of %s", removed, engine.key)
         return removed
@@ -154,7 +154,7 @@ class Sweeper:
         for scope, key in due:
             by_scope.setdefault(scope, []).append(key)
         for scope, keys in by_scope.items():
-            future = engine.mailbox(scope).submit(expire_keys(scope, keys), scope)
+            future = engine.submit(scope, expire_keys(scope, keys))
             with self._lock:
                 self._sweeping[scope] = future
             future.add_done_callback(functools.partial(self._swept, scope, more=more))
@@ -205,7 +205,7 @@ class Sweeper:
         else:
             work = drop_failed(scope, timers[0][0], why)
         try:
-            future = engine.mailbox(scope).submit(work, scope, alone=True)
+            future = engine.submit(scope, work, alone=True)
         except ClosedError as exc:
             done.error = exc
             firing.set_result(done)

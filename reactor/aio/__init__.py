@@ -50,7 +50,6 @@ from reactor._base.results import Change, Snapshot, Timer, UpdateResult
 from reactor._base.values import MISSING
 from reactor._engine.engine import Engine, operation_timeout
 from reactor._engine.events import ChangeEvent
-from reactor._engine.mailbox import Mailbox
 from reactor._engine.options import Durability
 from reactor._handles import queues as _queues
 from reactor._handles import waiting as _waiting
@@ -132,7 +131,7 @@ class _LoopBridge:
     the requests out with one timer for all (not one ``asyncio.timeout`` each).
 
     A request waiting for a scope that transactions take in turn is timed out only
-    once the scope has not moved on for the engine's timeout (``Mailbox.moved``).
+    once the scope has not moved on for the engine's timeout (``Engine.moved``).
     """
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -155,11 +154,11 @@ class _LoopBridge:
         source: Future[T],
         scope: str,
         timeout: float | None,
-        mailbox: Mailbox | None = None,
+        engine: Engine | None = None,
     ) -> asyncio.Future[T]:
         """An asyncio future, on this loop, that settles as ``source`` does, or fails
         with ``OperationTimeout`` after ``timeout`` seconds (counted from the scope's
-        last hand-over in ``mailbox``, if later)."""
+        last hand-over in ``engine``, if later)."""
         target: asyncio.Future[T] = self._loop.create_future()
         source.add_done_callback(
             lambda done: self.call_soon(functools.partial(_settle, done, target))
@@ -169,7 +168,7 @@ class _LoopBridge:
             queue = self._waiting.get(timeout)
             if queue is None:
                 queue = self._waiting[timeout] = collections.deque()
-            queue.append(_Waiting(deadline, target, source, scope, timeout, mailbox))
+            queue.append(_Waiting(deadline, target, source, scope, timeout, engine))
             if self._timer is None or deadline < self._timer.when():
                 self._arm(deadline)
         return target
@@ -240,12 +239,12 @@ class _Waiting:
     source: Future[Any]
     scope: str
     timeout: float
-    mailbox: Mailbox | None
+    engine: Engine | None
 
     def later(self, now: float) -> float | None:
         """A deadline after ``now`` if the scope was handed over since ``timeout``
         before it (the loop's clock may differ from ``time.monotonic``'s)."""
-        moved = None if self.mailbox is None else self.mailbox.moved(self.scope)
+        moved = None if self.engine is None else self.engine.moved(self.scope)
         if moved is None:
             return None
         deadline = moved + self.timeout + (now - time.monotonic())
@@ -325,7 +324,7 @@ class AsyncState:
         """The answer of ``scope``'s actor to a request, awaited on the loop with no
         thread waiting: ``OperationTimeout`` once the scope has not moved on for the
         engine's timeout (see ``Engine.wait``)."""
-        return _bridge().track(future, scope, engine.options.timeout, engine.mailbox(scope))
+        return _bridge().track(future, scope, engine.options.timeout, engine)
 
     async def __aenter__(self) -> AsyncState:
         await self._sync()
@@ -434,7 +433,7 @@ class AsyncState:
         if row is None:
             return False
         check_not_held(id(engine), row.scope)  # its own transaction would hold it up
-        future = engine.mailbox(row.scope).submit(drop_timer(timer_id), row.scope)
+        future = engine.submit(row.scope, drop_timer(timer_id))
         cancelled: bool = await self._answer(engine, row.scope, future)
         return cancelled
 
@@ -596,7 +595,7 @@ class AsyncScope(AsyncReads):
         timed for ``stats()`` from the request to the answer."""
         start = perf_counter()
         try:
-            future = engine.mailbox(self.name).submit(work, self.name)
+            future = engine.submit(self.name, work)
             return await self._handle._answer(engine, self.name, future)
         finally:
             engine.stats.record(verb, perf_counter() - start)
