@@ -239,16 +239,15 @@ async def test_a_watch_never_iterated_holds_nothing(db_path: Path) -> None:
     async with reactor.aio.open(db_path) as state:
         await state.scope("s").set("warm", 1)
         engine = engine_of(await state._sync())
-        receivers = len(engine.dispatcher.signal.receivers)
+        listeners = len(engine.hub.listeners())
         watches = [state.watch(scope="s") for _ in range(100)]
         await state.scope("s").set_many({f"k{i}": i for i in range(100)})
-        assert not engine._feeds
-        assert len(engine.dispatcher.signal.receivers) == receivers
+        assert len(engine.hub.listeners()) == listeners == 0
         async with watches[0] as watch:  # the first iteration still finds them all
             keys = [(await asyncio.wait_for(watch.__anext__(), 10)).key for _ in range(100)]
             assert keys == [f"k{i}" for i in range(100)]
-            assert len(engine._feeds) == 1
-        assert not engine._feeds
+            assert len(engine.hub.listeners()) == 1
+        assert not engine.hub.listeners()
     assert engine.closed
 
 

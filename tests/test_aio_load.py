@@ -25,6 +25,7 @@ import pytest
 
 import reactor
 import reactor.aio
+from reactor._handles import binding
 from reactor._handles import locks as _locks
 from reactor._handles import registry as _registry
 
@@ -104,8 +105,8 @@ async def until(predicate: Callable[[], bool], timeout: float = 10.0) -> None:
         await asyncio.sleep(0.01)
 
 
-async def engine_of(state: reactor.aio.AsyncState) -> Any:
-    return engine_of(await state._sync())
+async def engine_behind(state: reactor.aio.AsyncState) -> Any:
+    return binding.engine_of(await state._sync())
 
 
 # -- idle watchers -------------------------------------------------------------------
@@ -113,7 +114,7 @@ async def test_200_idle_watchers_leave_every_other_call_running(db_path: Any) ->
     async with opened(db_path) as state, LoopLag() as lag:
         scope = state.scope("s")
         await scope.set("warm", 1)
-        engine = await engine_of(state)
+        engine = await engine_behind(state)
         seen = [0] * 200
 
         async def watcher(i: int) -> None:
@@ -121,7 +122,7 @@ async def test_200_idle_watchers_leave_every_other_call_running(db_path: Any) ->
                 seen[i] += 1
 
         watchers = [asyncio.create_task(watcher(i)) for i in range(200)]
-        await until(lambda: len(engine._feeds) >= 200)
+        await until(lambda: len(engine.hub.listeners()) >= 200)
         await asyncio.sleep(0.2)  # every watcher is waiting for its next event now
         assert not any(task.done() for task in watchers)
 
@@ -360,7 +361,7 @@ async def test_100_lock_waiters_each_get_the_lock_once_holding_no_thread(
 async def test_close_ends_lock_waiters_and_watchers(db_path: Any) -> None:
     state = reactor.aio.open(db_path)
     await state.__aenter__()
-    engine = await engine_of(state)
+    engine = await engine_behind(state)
     held = state.lock("held", ttl=30)
     assert await held.acquire()
 
@@ -374,7 +375,7 @@ async def test_close_ends_lock_waiters_and_watchers(db_path: Any) -> None:
 
     tasks = [asyncio.create_task(lock_waiter()) for _ in range(200)]
     tasks += [asyncio.create_task(watcher()) for _ in range(200)]
-    await until(lambda: len(engine._feeds) >= 200)
+    await until(lambda: len(engine.hub.listeners()) >= 200)
     await asyncio.sleep(0.2)
     started = time.monotonic()
     try:
@@ -395,7 +396,7 @@ async def test_loop_lag_with_watchers_lock_waiters_and_queued_transactions(
 ) -> None:
     async with opened(db_path, timeout=1.0) as state, LoopLag() as lag:
         baseline = threading.active_count()
-        engine = await engine_of(state)
+        engine = await engine_behind(state)
         scope = state.scope("queue")
         await scope.set("n", 0)
         watched = [0] * 200
@@ -420,7 +421,7 @@ async def test_loop_lag_with_watchers_lock_waiters_and_queued_transactions(
                 await counters.increment("hits")
 
         watchers = [asyncio.create_task(watcher(i)) for i in range(200)]
-        await until(lambda: len(engine._feeds) >= 200)
+        await until(lambda: len(engine.hub.listeners()) >= 200)
         started = time.monotonic()
         work = asyncio.gather(
             *(transaction() for _ in range(50)),

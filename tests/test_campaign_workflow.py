@@ -705,7 +705,7 @@ def test_a_write_then_close_racing_a_waiter_always_returns_the_value(
     thread = threading.Thread(target=waiter)
     thread.start()
     try:
-        poll(lambda: engine_of(state)._feeds)  # the waiter listens
+        poll(engine_of(state).hub.listeners)  # the waiter listens
         slow.set()
         scope.set("k", "not yet")  # wakes the waiter: it looks, finds nothing, is preempted
         assert looked.wait(PATIENCE)
@@ -836,7 +836,7 @@ def test_bad_wait_arguments_are_refused(state: reactor.State) -> None:
     for call, error in BAD_WAITS:
         with pytest.raises(error):
             call(state.scope("w"))
-        assert engine_of(state)._feeds == set()  # nothing left listening
+        assert engine_of(state).hub.listeners() == []  # nothing left listening
 
 
 async def test_async_waits_cancelled_in_a_storm_leave_nothing_behind(db_path: Any) -> None:
@@ -863,7 +863,7 @@ async def test_async_waits_cancelled_in_a_storm_leave_nothing_behind(db_path: An
         ]
         sync = state._state
         assert sync is not None
-        poll(lambda: engine_of(sync)._feeds == set())
+        poll(lambda: engine_of(sync).hub.listeners() == [])
 
 
 # == timers ===========================================================================

@@ -43,23 +43,22 @@ COUNTING = threading.Lock()  # for counters that takers' threads add to
 # -- helpers ---------------------------------------------------------------------------
 def waiting(engine: Engine, name: str = "q") -> int:
     """How many takes wait in the line of queue ``name``."""
-    lines = _queues._lines.get(engine)
-    if lines is None:
-        return 0
-    with lines._lock:
-        return len(lines._lines.get(_jobs.lock_name(name), ()))
+    scope = _jobs.lock_name(name)
+    return sum(
+        len(line)
+        for line in engine.hub.listeners()
+        if isinstance(line, _queues._Line) and line.scope == scope
+    )
 
 
 def receivers(engine: Engine) -> set[Any]:
-    return set(engine.dispatcher.signal.receivers)
+    return set(engine.hub.listeners())
 
 
 def assert_clean(engine: Engine, before: set[Any]) -> None:
-    """No take left waiting: every line is empty and disconnected, none is tracked."""
-    lines = _queues._lines.get(engine)
-    assert lines is None or not lines._lines
+    """No take left waiting: every line is empty and out of the hub."""
     assert receivers(engine) == before
-    assert not any(isinstance(feed, _queues._Waiter) for feed in engine._feeds)
+    assert not any(isinstance(line, _queues._Line) for line in engine.hub.listeners())
 
 
 def queue_events(state: reactor.State, name: str = "q") -> list[tuple[str, str, Any]]:
@@ -72,8 +71,7 @@ def queue_events(state: reactor.State, name: str = "q") -> list[tuple[str, str, 
 
 def waiting_for(engine: Engine) -> int:
     """How many ``wait_for`` calls wait on the engine's changes."""
-    hub = _waiting._hubs.get(engine)
-    return 0 if hub is None else sum(len(found) for found in hub._waiters.values())
+    return sum(isinstance(found, _waiting.Waiter) for found in engine.hub.listeners())
 
 
 def cpu_seconds() -> float:

@@ -24,8 +24,6 @@ import threading
 from collections.abc import Callable
 from typing import Any, Final
 
-import blinker
-
 from reactor import signals
 from reactor._storage.records import ChangeRecord
 from reactor._storage.store import Store
@@ -43,13 +41,16 @@ FOLLOW_RETRY: Final = 0.05  # seconds before reading the log again after a failu
 _PAGE: Final = 1000
 
 Receiver = Callable[..., Any]
+Listener = Callable[[ChangeRecord, ChangeEvent], None]
 
 
 class Dispatcher:
     """Publishes the committed changes of one engine's database."""
 
     def __init__(self, name: str, store: Store, stats: Stats, *, follow: bool) -> None:
-        self.signal = blinker.Signal()  # the engine's own subscriptions connect here
+        # The engine's own listeners (``Hub``), while any listen: a function of each
+        # change, called before the receivers of ``reactor.signals.changed``.
+        self._listener: Listener | None = None
         self._name = name
         self._store = store
         self._stats = stats
@@ -74,19 +75,25 @@ class Dispatcher:
         """The last revision handed on."""
         return self._published
 
-    def connect(self, receiver: Receiver, start: Callable[[int], None]) -> None:
-        """Connect ``receiver`` (held strongly). ``start`` is told first the last
-        revision handed on before the connection: the receiver is offered the events
-        after it, and may also be offered some before it, still queued, to ignore."""
+    def connect(self, listener: Listener, start: Callable[[int], None]) -> None:
+        """Hand every change to ``listener`` (the engine's hub: one at a time; the same
+        again changes nothing). ``start`` is told first the last revision handed on
+        before the connection: the listener is offered the events after it, and may
+        also be offered some before it, still queued, to ignore."""
         with self._lock:
             start(self._published)
-            self.signal.connect(receiver, weak=False)
+            self._listener = listener
 
-    def disconnect(self, receiver: Receiver) -> None:
-        self.signal.disconnect(receiver)
+    def disconnect(self) -> None:
+        self._listener = None
+
+    def delivering(self) -> bool:
+        """Whether this is the thread that delivers the changes (where a wait for a
+        change would wait for itself)."""
+        return threading.current_thread() is self._thread
 
     def _wanted(self) -> bool:
-        return bool(self.signal.receivers) or bool(signals.changed.receivers)
+        return self._listener is not None or bool(signals.changed.receivers)
 
     # -- intake --------------------------------------------------------------------
     def committed(self, records: list[ChangeRecord]) -> None:
@@ -197,8 +204,13 @@ class Dispatcher:
     def _send(self, record: ChangeRecord) -> None:
         event = ChangeEvent(record)
         self._stats.count("events_published")
-        for receiver in self.signal.receivers_for(record.scope):
-            self._call(receiver, record.scope, event)
+        listener = self._listener
+        if listener is not None:
+            try:
+                listener(record, event)
+            except Exception:  # a listener's bug must not stop the others' changes
+                self._stats.count("events_failed")
+                logger.exception("reactor's own listeners failed on %r", event)
         for receiver in signals.changed.receivers_for(record.scope):
             self._call(receiver, record.scope, event)
 

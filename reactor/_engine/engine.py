@@ -22,9 +22,10 @@ from reactor._base.values import encode
 from reactor._storage.records import ChangeRecord
 from reactor._storage.sqlite import SQLiteStore
 from reactor._storage.store import Store, Work, WriteTxn
-from reactor.errors import ClosedError, InvalidArgumentError, OperationTimeout
+from reactor.errors import ClosedError, OperationTimeout
 
 from .dispatch import Dispatcher
+from .hub import Hub
 from .mailbox import Mailbox, shard_index
 from .options import Options
 from .stats import Stats
@@ -89,7 +90,7 @@ class Engine:
         except BaseException:
             self.store.close()  # its connections are not left to the garbage collector
             raise
-        self._feeds: set[Any] = set()  # subscriptions and watches, to finish at close
+        self.hub = Hub(self.dispatcher)  # every listener of changes joins it
         # The background upkeep (``_work.sweeper``): started by whoever opens the engine
         # (not when read-only: everything it does writes); stopped first at close.
         self.sweeper: Upkeep | None = None
@@ -213,34 +214,6 @@ class Engine:
             self.stats.count("keys_expired", expired)
         self.dispatcher.committed(records)
 
-    # -- subscriptions -------------------------------------------------------------
-    def track(self, feed: Any) -> None:
-        """Take on a subscription or watch (finished at close).
-
-        Raises:
-            ClosedError: the engine is closed.
-            InvalidArgumentError: a durable name already subscribed in this process.
-        """
-        with self._lock:
-            if self.closed:
-                raise ClosedError("the engine is closed")
-            durable = getattr(feed, "durable", None)
-            if durable is not None and any(
-                getattr(other, "durable", None) == durable for other in self._feeds
-            ):
-                raise InvalidArgumentError(
-                    f"durable subscriber {durable!r} is already subscribed in this process"
-                )
-            self._feeds.add(feed)
-
-    def durable_in_use(self, name: str) -> bool:
-        with self._lock:
-            return any(getattr(feed, "durable", None) == name for feed in self._feeds)
-
-    def forget(self, feed: Any) -> None:
-        with self._lock:
-            self._feeds.discard(feed)
-
     # -- lifetime ------------------------------------------------------------------
     def attach(self) -> bool:
         """Count one more handle; False if the engine is closed or closing. Called
@@ -273,17 +246,11 @@ class Engine:
             if mailbox is not None:
                 mailbox.close(self.options.timeout)
         # What is pending is delivered within one bounded wait, however many subscribers
-        # are stuck: the dispatcher hands on what it holds, every feed is told to finish,
-        # then each is waited for until the one deadline.
+        # are stuck: the dispatcher hands on what it holds, every listener is told to
+        # finish, then each is waited for until the one deadline.
         deadline = time.monotonic() + FINISH_TIMEOUT
         self.dispatcher.close(FINISH_TIMEOUT)
-        with self._lock:
-            feeds, self._feeds = list(self._feeds), set()
-        loop = _running_loop()
-        for feed in feeds:
-            feed.finish(loop)
-        for feed in feeds:
-            feed.join(max(0.0, deadline - time.monotonic()))
+        self.hub.close(_running_loop(), max(0.0, deadline - time.monotonic()))
         self.store.close()
         logger.debug("closed engine %s", self.key)
 

@@ -31,14 +31,13 @@ import logging
 import threading
 import time
 import uuid
-import weakref
 from collections import deque
 from collections.abc import Awaitable, Callable
 from time import perf_counter
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from reactor._base.values import decode
-from reactor._storage.records import JobRow
+from reactor._storage.records import ChangeRecord, JobRow
 from reactor._storage.store import WriteTxn
 from reactor._work import jobs as _jobs
 from reactor.errors import (
@@ -50,7 +49,6 @@ from reactor.errors import (
 )
 
 if TYPE_CHECKING:
-    from reactor._engine.dispatch import Dispatcher
     from reactor._engine.engine import Engine
     from reactor._engine.events import ChangeEvent
     from reactor._storage.sql_jobs import SQLJobs
@@ -151,7 +149,7 @@ class Queue:
         try:
             if wait == 0:
                 return self._look(engine, seconds)[0]
-            if threading.current_thread() is engine.dispatcher._thread:
+            if engine.dispatcher.delivering():
                 raise ReentrancyError(
                     "a take cannot wait on the thread that delivers changes (in a receiver "
                     "of reactor.signals.changed): use timeout=0, or take in another thread"
@@ -399,110 +397,119 @@ class _Waiter:
         """Nothing to wait for: the waiting thread is the taker's."""
 
 
-class _Lines:
-    """The lines of one engine's waiting takes, by queue (scope), behind one receiver
-    of its dispatcher (connected while anyone waits)."""
+class _Line:
+    """The takes waiting on one queue, first come first served: a listener of the
+    queue's scope in the engine's hub while anyone waits. A job made ready wakes the
+    head only (the others would only find it gone); a head that leaves wakes the next."""
 
-    def __init__(self, dispatcher: Dispatcher) -> None:
-        self._dispatcher = dispatcher
-        self._lock = threading.Lock()  # the lines; short, taken by the dispatcher thread
-        self._joining = threading.Lock()  # connecting and disconnecting, in turn
-        self._lines: dict[str, deque[_Waiter]] = {}
-        self._receiver = self._receive  # one object, to connect and disconnect
+    def __init__(self, engine: Engine, scope: str) -> None:
+        self._engine = engine
+        self.scope = scope
+        self._lock = threading.Lock()
+        self._waiters: deque[_Waiter] = deque()
+        self._over = False  # emptied and left the hub: a new take starts a new line
 
-    def add(self, waiter: _Waiter) -> None:
-        with self._joining:
-            with self._lock:
-                self._lines.setdefault(waiter.scope, deque()).append(waiter)
-            # Under the dispatcher's lock: every change published from now on finds it.
-            self._dispatcher.connect(self._receiver, _ignore)
+    def __repr__(self) -> str:
+        return f"<reactor line of takes on {self.scope!r}>"
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._waiters)
+
+    def add(self, waiter: _Waiter) -> bool:
+        """Put ``waiter`` at the end; False if this line is over (use a new one).
+
+        Raises:
+            ClosedError: the engine is closed.
+        """
+        with self._lock:
+            if self._over:
+                return False
+            self._waiters.append(waiter)
+            if len(self._waiters) == 1:
+                # Under the line's lock: a take that empties it waits for this to end.
+                try:
+                    self._engine.hub.add(self, self.scope)
+                except BaseException:
+                    self._waiters.pop()
+                    self._close()
+                    raise
+            return True
 
     def remove(self, waiter: _Waiter) -> None:
-        """Take ``waiter`` out of its line; idempotent. A head hands the turn on."""
+        """Take ``waiter`` out; idempotent. A head hands the turn on."""
         following: _Waiter | None = None
-        with self._joining:
-            with self._lock:
-                line = self._lines.get(waiter.scope)
-                if line is None or waiter not in line:
-                    return
-                if line[0] is waiter:
-                    line.popleft()
-                    following = line[0] if line else None
-                else:
-                    line.remove(waiter)
-                if not line:
-                    del self._lines[waiter.scope]
-                empty = not self._lines
-            if empty:
-                self._dispatcher.disconnect(self._receiver)
+        with self._lock:
+            if waiter not in self._waiters:
+                return
+            if self._waiters[0] is waiter:
+                self._waiters.popleft()
+                following = self._waiters[0] if self._waiters else None
+            else:
+                self._waiters.remove(waiter)
+            if not self._waiters:
+                self._close()
         if following is not None:
             following.kick()
 
-    def first(self, waiter: _Waiter) -> bool:
-        """Whether ``waiter`` is the head of its line."""
-        with self._lock:
-            line = self._lines.get(waiter.scope)
-            return bool(line) and line[0] is waiter  # type: ignore[index]
+    def _close(self) -> None:
+        self._over = True
+        self._engine.hub.forget_shared(_line_key(self.scope), self)
+        self._engine.hub.remove(self)
 
-    def _receive(self, _sender: str, *, event: ChangeEvent) -> None:
-        record = event._record
+    def first(self, waiter: _Waiter) -> bool:
+        """Whether ``waiter`` is the head of the line."""
+        with self._lock:
+            return bool(self._waiters) and self._waiters[0] is waiter
+
+    # -- the hub's side (``Listener``) -----------------------------------------------
+    def start(self, published: int) -> None:
+        """A line needs no revision to start from: its takes look at the table."""
+
+    def offer(self, record: ChangeRecord, event: ChangeEvent) -> None:  # noqa: ARG002 - a Listener's call
         text = record.new_value
         if text is None or not text.startswith(_jobs.READY):
-            return  # no job became ready (or not a queue's event at all)
+            return  # no job became ready
         with self._lock:
-            line = self._lines.get(record.scope)
-            head = line[0] if line else None
+            head = self._waiters[0] if self._waiters else None
         if head is not None:
             head.kick()
 
+    def finish(self, from_loop: asyncio.AbstractEventLoop | None) -> None:
+        """The engine is closing: every take in line ends with ``ClosedError``."""
+        with self._lock:
+            waiting = list(self._waiters)
+        for waiter in waiting:
+            waiter.finish(from_loop)
 
-def _ignore(_published: int) -> None:
-    """A line needs no revision to start from: it looks at the table itself."""
-
-
-_lines: weakref.WeakKeyDictionary[Engine, _Lines] = weakref.WeakKeyDictionary()
-_lines_lock = threading.Lock()
-
-
-def _lines_of(engine: Engine) -> _Lines:
-    with _lines_lock:
-        lines = _lines.get(engine)
-        if lines is None:
-            lines = _lines[engine] = _Lines(engine.dispatcher)
-        return lines
+    def join(self, timeout: float) -> None:
+        """Nothing to wait for: the waiting threads are the takers'."""
 
 
-def _join(engine: Engine, waiter: _Waiter) -> None:
-    """Put ``waiter`` in its line (and have ``close()`` end it).
+def _line_key(scope: str) -> tuple[str, str]:
+    return ("queue line", scope)
+
+
+def _join(engine: Engine, waiter: _Waiter) -> _Line:
+    """Put ``waiter`` in its queue's line: the line.
 
     Raises:
         ClosedError: the engine is closed.
     """
-    engine.track(waiter)
-    try:
-        _lines_of(engine).add(waiter)
-    except BaseException:
-        _leave(engine, waiter)
-        raise
-
-
-def _leave(engine: Engine, waiter: _Waiter) -> None:
-    """Take ``waiter`` out of everything it joined; idempotent."""
-    with _lines_lock:
-        lines = _lines.get(engine)
-    if lines is not None:
-        lines.remove(waiter)
-    engine.forget(waiter)
+    while True:
+        line = engine.hub.shared(_line_key(waiter.scope), lambda: _Line(engine, waiter.scope))
+        if line.add(waiter):
+            return line
 
 
 def _pause(
-    engine: Engine, waiter: _Waiter, next_at: float | None, left: float | None
+    engine: Engine, line: _Line, waiter: _Waiter, next_at: float | None, left: float | None
 ) -> float | None:
     """How long to sleep before looking again, unless woken (None: until woken). The
     head sleeps until a job may be next (``next_at``, on the engine's clock); the
     others until woken, or out of time (``left``)."""
     pause = left
-    if next_at is not None and _lines_of(engine).first(waiter):
+    if next_at is not None and line.first(waiter):
         until = min(max(next_at - engine.now(), _SOON), _LOOK_AGAIN)
         pause = until if pause is None else min(pause, until)
     return pause
@@ -517,7 +524,7 @@ def _wait(queue: Queue, engine: Engine, lease: float, timeout: float | None) -> 
     deadline = None if timeout is None else time.monotonic() + timeout
     ready = threading.Event()
     waiter = _Waiter(queue._lock, ready.set)
-    _join(engine, waiter)
+    line = _join(engine, waiter)
     try:
         while True:
             ready.clear()  # before looking: a wake from now on sets it again
@@ -529,10 +536,10 @@ def _wait(queue: Queue, engine: Engine, lease: float, timeout: float | None) -> 
             left = None if deadline is None else deadline - time.monotonic()
             if left is not None and left <= 0:
                 return None
-            pause = _pause(engine, waiter, next_at, left)
+            pause = _pause(engine, line, waiter, next_at, left)
             ready.wait(None if pause is None else min(pause, threading.TIMEOUT_MAX))
     finally:
-        _leave(engine, waiter)
+        line.remove(waiter)
 
 
 async def take_async(
@@ -557,11 +564,11 @@ async def take_async(
     deadline = None if timeout is None else loop.time() + timeout
     arrived = asyncio.Event()
     waiter = _Waiter(queue._lock, functools.partial(call_soon, arrived.set))
-    joining = asyncio.ensure_future(run(_join, engine, waiter))
+    joining: asyncio.Future[_Line] = asyncio.ensure_future(run(_join, engine, waiter))
     try:
-        await asyncio.shield(joining)
+        line = await asyncio.shield(joining)
     except asyncio.CancelledError:
-        joining.add_done_callback(lambda _: _leave(engine, waiter))
+        joining.add_done_callback(functools.partial(_leave_joined, waiter))
         raise
     try:
         while True:
@@ -574,7 +581,7 @@ async def take_async(
             left = None if deadline is None else deadline - loop.time()
             if left is not None and left <= 0:
                 return None
-            pause = _pause(engine, waiter, next_at, left)
+            pause = _pause(engine, line, waiter, next_at, left)
             if pause is None:
                 await arrived.wait()
                 continue
@@ -582,7 +589,13 @@ async def take_async(
                 async with asyncio.timeout(pause):
                     await arrived.wait()
     finally:
-        _leave(engine, waiter)
+        line.remove(waiter)
+
+
+def _leave_joined(waiter: _Waiter, joining: asyncio.Future[_Line]) -> None:
+    """Take ``waiter`` out of the line it joined, if the join went through."""
+    if not joining.cancelled() and joining.exception() is None:
+        joining.result().remove(waiter)
 
 
 async def _look_async(

@@ -150,7 +150,7 @@ class State:
         """
         engine = self._binding.engine
         match = Filter(scope, key, events, where)
-        if durable is not None and engine.durable_in_use(durable):
+        if durable is not None and engine.hub.durable_in_use(durable):
             raise InvalidArgumentError(
                 f"durable subscriber {durable!r} is already subscribed in this process"
             )
@@ -166,11 +166,11 @@ class State:
             buffer_size=buffer_size,
         )
         try:
-            engine.track(subscription)  # checks the durable name atomically, too
+            subscription.listen(subscription.durable)  # checks the durable name atomically, too
         except BaseException:
             subscription.close()
             raise
-        subscription.start()
+        subscription.deliver()
         return subscription
 
     def on(
@@ -244,7 +244,7 @@ class State:
             engine, Filter(scope, key, None, None), check_since(engine, since), buffer_size
         )
         try:
-            engine.track(watch)
+            watch.listen()
         except BaseException:
             watch.close()
             raise

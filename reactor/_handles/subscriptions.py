@@ -137,16 +137,28 @@ class _Feed:
         # Called (under the lock) when an event is buffered or the feed stops: how an
         # asyncio watch (reactor.aio) learns of it without a thread waiting here.
         self._on_ready: Callable[[], None] | None = None
-        engine.dispatcher.connect(self._offer, self._start)
 
-    def _start(self, published: int) -> None:
+    def listen(self, durable: str | None = None) -> None:
+        """Join the engine's hub: from now on, the changes it admits are offered.
+
+        Raises:
+            ClosedError: the engine is closed.
+            InvalidArgumentError: ``durable`` names a subscriber listening already.
+        """
+        scope, key = self._filter.scope, self._filter.key
+        exact_scope = scope.prefix if scope is not None and scope.exact else None
+        exact_key = key.prefix if key is not None and key.exact else None
+        self._engine.hub.add(self, exact_scope, exact_key, durable=durable)
+
+    # -- the hub's side (``Listener``) -----------------------------------------------
+    def start(self, published: int) -> None:
         # A reader can see a commit (in a snapshot, say) a moment before the dispatcher
         # publishes it: events up to ``since`` are the caller's already, whatever the
         # dispatcher has published.
         self._live_from = max(published, self._since or 0)
 
-    def _offer(self, _sender: str, *, event: ChangeEvent) -> None:
-        if event.revision <= self._live_from or not self._filter.admits(event._record):
+    def offer(self, record: ChangeRecord, event: ChangeEvent) -> None:
+        if record.revision <= self._live_from or not self._filter.admits(record):
             return  # before the feed began (the replay, if any, covers it), or unwanted
         with self._ready:
             if self._wake_only:
@@ -229,8 +241,16 @@ class _Feed:
             )
         return records
 
+    def finish(self, from_loop: asyncio.AbstractEventLoop | None) -> None:
+        """The engine is closing (``Subscription``, ``Watch``)."""
+        raise NotImplementedError
+
+    def join(self, timeout: float) -> None:
+        """Wait for delivery to end (``Subscription``, ``Watch``)."""
+        raise NotImplementedError
+
     def _stop_feed(self, drain: bool) -> None:
-        self._engine.dispatcher.disconnect(self._offer)
+        self._engine.hub.remove(self)
         with self._ready:
             if drain:
                 self._draining = True
@@ -300,8 +320,8 @@ class Subscription(_Feed):
         name = f"reactor-subscriber[{self.durable or getattr(callback, '__name__', 'callback')}]"
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
 
-    def start(self) -> None:
-        """Begin delivering (once the engine has taken the subscription on)."""
+    def deliver(self) -> None:
+        """Begin delivering (once it listens: ``listen``)."""
         self._thread.start()
 
     def __repr__(self) -> str:
@@ -329,12 +349,10 @@ class Subscription(_Feed):
             self._engine.stats.count("events_failed")
             logger.error("%r stopped: %s", self, exc)  # noqa: TRY400 - no traceback to show
             self._stop_feed(drain=False)
-            self._engine.forget(self)
         except Exception as exc:
             self.error = exc
             logger.exception("%r stopped after an unexpected error", self)
             self._stop_feed(drain=False)
-            self._engine.forget(self)
 
     def _call(self, event: ChangeEvent) -> None:
         """Run the callback to completion (on its event loop if it is async)."""
@@ -476,7 +494,6 @@ class Subscription(_Feed):
         """Stop delivering (what is buffered is dropped); wait up to ``timeout`` for a
         callback in progress. Idempotent."""
         self._stop_feed(drain=False)
-        self._engine.forget(self)
         self._join(timeout)
 
     def finish(self, from_loop: asyncio.AbstractEventLoop | None) -> None:
@@ -522,7 +539,6 @@ class Watch(_Feed):
     def close(self) -> None:
         """Stop the watch; iteration ends. Idempotent."""
         self._stop_feed(drain=False)
-        self._engine.forget(self)
 
     def finish(self, from_loop: asyncio.AbstractEventLoop | None) -> None:  # noqa: ARG002 - same call as Subscription.finish
         """The engine is closing: iteration ends once the buffer is empty."""

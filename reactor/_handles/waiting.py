@@ -1,10 +1,10 @@
 """Waiting for a key to take a value: ``scope.wait_for`` and its asyncio twin (SPEC §13).
 
-A waiter wakes on change events, never by reading the value again. Each engine has one
-``_Hub``, connected to its dispatcher while anyone waits: it hands each change to the
-waiters of that scope and key, found by a dict lookup, so a thousand waiters cost the
-dispatcher one call per event, not a thousand (it also keeps the dispatcher reading other
-processes' changes, which it does only while someone listens).
+A waiter wakes on change events, never by reading the value again. It listens to its
+one key in the engine's hub (``_engine.hub``), which finds the waiters of a change by a
+dict lookup, so a thousand waiters cost the dispatcher one call per event, not a
+thousand (and keeps the dispatcher reading other processes' changes, which it does only
+while someone listens).
 
 No race between reading the current value and the first change: the waiter joins the
 hub, and the dispatcher tells it the last revision it published, *before* the row is
@@ -14,7 +14,7 @@ waiter joined) are older than what was read, and ignored.
 
 Only the raw change record crosses threads: the predicate runs in the waiter's own
 thread (``wait``) or on its event loop (``wait_async``), so a slow predicate holds up no
-other subscriber. A waiter is tracked by the engine like a subscription: ``close()``
+other subscriber. The hub ends a waiter as it does a subscription: ``close()``
 first delivers what is pending, then finishes it, and the wait ends with
 ``ClosedError`` unless what was delivered satisfied it.
 """
@@ -26,7 +26,6 @@ import functools
 import math
 import threading
 import time
-import weakref
 from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Final, TypeVar
@@ -36,7 +35,6 @@ from reactor._base.values import decode
 from reactor.errors import ClosedError, InvalidArgumentError, OperationTimeout, ReentrancyError
 
 if TYPE_CHECKING:
-    from reactor._engine.dispatch import Dispatcher
     from reactor._engine.engine import Engine
     from reactor._engine.events import ChangeEvent
     from reactor._storage.records import ChangeRecord
@@ -98,16 +96,16 @@ class Waiter:
 
     # -- from the dispatcher -------------------------------------------------------
     def start(self, published: int) -> None:
-        """Told by ``Dispatcher.connect``: every change after ``published`` is offered."""
+        """Told by the hub as it joins: every change after ``published`` is offered."""
         self.floor = published
 
-    def offer(self, record: ChangeRecord) -> None:
+    def offer(self, record: ChangeRecord, event: ChangeEvent) -> None:  # noqa: ARG002 - a Listener's call
         self._pending.append(record)
         if not self._signalled:  # appended first: a look that resets the flag sees it
             self._signalled = True
             self._wake()
 
-    # -- from Engine.close, as for a subscription ------------------------------------
+    # -- from the hub, as the engine closes ------------------------------------------
     def finish(self, from_loop: asyncio.AbstractEventLoop | None) -> None:  # noqa: ARG002 - same call as Subscription.finish
         """The engine is closing; what it had to deliver has been offered."""
         self.closing = True
@@ -137,64 +135,6 @@ class Waiter:
         return None
 
 
-class _Hub:
-    """The waiters of one engine, by scope and key, behind one dispatcher receiver."""
-
-    def __init__(self, dispatcher: Dispatcher) -> None:
-        self._dispatcher = dispatcher
-        self._lock = threading.Lock()  # the table; short, taken by the dispatcher thread
-        self._joining = threading.Lock()  # connecting and disconnecting, in turn
-        self._waiters: dict[tuple[str, str], set[Waiter]] = {}
-        self._receiver = self._receive  # one object, to connect and disconnect
-
-    def add(self, waiter: Waiter) -> None:
-        """From now on ``waiter`` is offered every change of its key after the revision
-        its ``start`` is told."""
-        with self._joining:
-            with self._lock:
-                self._waiters.setdefault((waiter.scope, waiter.key), set()).add(waiter)
-            # Connecting a connected receiver again changes nothing in the signal, but
-            # tells ``start``, under the dispatcher's lock, the last revision published:
-            # every later change is sent after this, and finds the waiter in the table.
-            self._dispatcher.connect(self._receiver, waiter.start)
-
-    def remove(self, waiter: Waiter) -> None:
-        """Forget ``waiter``; idempotent. The last one out disconnects the hub."""
-        with self._joining:
-            with self._lock:
-                waiters = self._waiters.get((waiter.scope, waiter.key))
-                if waiters is None or waiter not in waiters:
-                    return
-                waiters.discard(waiter)
-                if not waiters:
-                    del self._waiters[waiter.scope, waiter.key]
-                empty = not self._waiters
-            if empty:
-                self._dispatcher.disconnect(self._receiver)
-
-    def _receive(self, _sender: str, *, event: ChangeEvent) -> None:
-        record = event._record
-        with self._lock:
-            waiters = self._waiters.get((record.scope, record.key))
-            if not waiters:
-                return
-            found = tuple(waiters)
-        for waiter in found:
-            waiter.offer(record)
-
-
-_hubs: weakref.WeakKeyDictionary[Engine, _Hub] = weakref.WeakKeyDictionary()
-_hubs_lock = threading.Lock()
-
-
-def _hub(engine: Engine) -> _Hub:
-    with _hubs_lock:
-        hub = _hubs.get(engine)
-        if hub is None:
-            hub = _hubs[engine] = _Hub(engine.dispatcher)
-        return hub
-
-
 def begin(engine: Engine, waiter: Waiter) -> str | None:
     """Start ``waiter``, then read the key: its JSON text if it is live, else None.
 
@@ -204,14 +144,15 @@ def begin(engine: Engine, waiter: Waiter) -> str | None:
             receiver), which would have to deliver the change it waits for.
         StorageError: the read failed (the waiter is ended then).
     """
-    if threading.current_thread() is engine.dispatcher._thread:
+    if engine.dispatcher.delivering():
         raise ReentrancyError(
             "wait_for cannot wait on the thread that delivers changes (in a receiver of "
             "reactor.signals.changed): subscribe, or wait in another thread"
         )
-    engine.track(waiter)  # from now on, close() finishes it
     try:
-        _hub(engine).add(waiter)  # before the read: no change can fall in between
+        # Before the read: no change can fall in between; from now on, close()
+        # finishes it.
+        engine.hub.add(waiter, waiter.scope, waiter.key)
         row = engine.store.reader().fetch_row(waiter.scope, waiter.key)
     except BaseException:
         end(engine, waiter)
@@ -223,12 +164,8 @@ def begin(engine: Engine, waiter: Waiter) -> str | None:
 
 
 def end(engine: Engine, waiter: Waiter) -> None:
-    """Disconnect ``waiter`` from everything it joined; idempotent."""
-    with _hubs_lock:
-        hub = _hubs.get(engine)
-    if hub is not None:
-        hub.remove(waiter)
-    engine.forget(waiter)
+    """Take ``waiter`` out of the hub; idempotent."""
+    engine.hub.remove(waiter)
 
 
 def _closed(waiter: Waiter) -> ClosedError:
