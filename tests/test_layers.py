@@ -45,3 +45,35 @@ def test_the_check_finds_the_calls_it_forbids() -> None:
         "handle.write(data)\n"
     )
     assert sorted(line for line, _ in _door_calls(source)) == [1, 2, 3]
+
+
+def _imported_names(path: Path) -> set[tuple[str, str]]:
+    """(module, name) of every ``from module import name`` in ``path`` (type-only
+    imports included), the module made absolute."""
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    package = list(parts if path.name == "__init__.py" else parts[:-1])
+    if path.name == "__init__.py":
+        package = package[:-1]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            base = package[: len(package) - node.level + 1] if node.level else []
+            module = ".".join([*base, *([node.module] if node.module else [])])
+            found.update((module, alias.name) for alias in node.names)
+    return found
+
+
+def test_features_use_the_engine_s_port_not_its_class() -> None:
+    """Only what builds engines and binds handles to them knows the concrete class;
+    everything else is written against ``EnginePort``."""
+    builders = {"registry.py", "binding.py", "state.py"}
+    knowing = sorted(
+        str(path.relative_to(PACKAGE.parent))
+        for path in PACKAGE.rglob("*.py")
+        if path.parent.name != "_engine" and path.name not in builders
+        if ("reactor._engine.engine", "Engine") in _imported_names(path)
+    )
+    assert knowing == []
+    assert ("reactor._engine.engine", "Engine") in _imported_names(
+        PACKAGE / "_handles" / "registry.py"
+    )  # the check sees the one that does

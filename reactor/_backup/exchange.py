@@ -59,7 +59,7 @@ from .lines import Backup, Entry, JobEntry, QueueEntry, TimerEntry, entry_of, pa
 
 if TYPE_CHECKING:
     from reactor._base.results import Timer
-    from reactor._engine.engine import Engine
+    from reactor._engine.port import EnginePort
     from reactor._handles.state import State
     from reactor._storage.store import Work, WriteTxn
 
@@ -329,7 +329,7 @@ def write(
 
 
 def _keys_to_set(
-    engine: Engine, found: Iterable[Entry]
+    engine: EnginePort, found: Iterable[Entry]
 ) -> dict[str, list[tuple[str, str, float | None]]]:
     """The keys to set, by scope: (key, JSON text, TTL), the last entry of each.
 
@@ -364,7 +364,7 @@ def _set_keys(
 
 
 def _timers_to_restore(
-    engine: Engine, found: Iterable[TimerEntry]
+    engine: EnginePort, found: Iterable[TimerEntry]
 ) -> list[tuple[str, Work[Timer]]]:
     """The work that puts back each timer (the last entry of each id), with its scope.
 
@@ -382,7 +382,7 @@ def _timers_to_restore(
     return restored
 
 
-def _jobs_to_add(engine: Engine, found: Iterable[JobEntry]) -> dict[str, list[_jobs.Restored]]:
+def _jobs_to_add(engine: EnginePort, found: Iterable[JobEntry]) -> dict[str, list[_jobs.Restored]]:
     """The jobs to add, by queue, in order.
 
     Raises:

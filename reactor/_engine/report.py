@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from .engine import Engine
+from .port import EnginePort
 from .stats import EVENT_COUNTERS
 
 __all__ = ["engine_stats"]
 
 
-def engine_stats(engine: Engine) -> dict[str, Any]:
+def engine_stats(engine: EnginePort) -> dict[str, Any]:
     """What ``state.stats()`` returns: keys per scope, operations and latency by verb,
     events, expiry, locks, actors, durable subscribers' lag, size and revision."""
     store = engine.store

@@ -17,6 +17,7 @@ from reactor.errors import ClosedError
 
 if TYPE_CHECKING:
     from reactor._engine.engine import Engine
+    from reactor._engine.port import EnginePort
 
 __all__ = ["Binding", "bind", "binding_of", "engine_of"]
 
@@ -31,7 +32,7 @@ class Binding:
         self._lock = threading.Lock()
 
     @property
-    def engine(self) -> Engine:
+    def engine(self) -> EnginePort:
         """The engine.
 
         Raises:
@@ -87,7 +88,7 @@ def binding_of(handle: object) -> Binding:
         raise TypeError(f"expected a reactor.State, not {type(handle).__name__}") from None
 
 
-def engine_of(handle: object) -> Engine:
+def engine_of(handle: object) -> EnginePort:
     """The engine of a ``State``.
 
     Raises:

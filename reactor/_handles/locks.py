@@ -24,7 +24,7 @@ from reactor.errors import InvalidArgumentError, LockNotOwnedError, LockTimeout,
 from .verbs import check_ttl
 
 if TYPE_CHECKING:
-    from reactor._engine.engine import Engine
+    from reactor._engine.port import EnginePort
 
     from .binding import Binding
 
@@ -65,7 +65,7 @@ class Lock:
         return f"<reactor.Lock {self.name!r} token={self.token}>"
 
     @property
-    def _engine(self) -> Engine:
+    def _engine(self) -> EnginePort:
         return self._binding.engine
 
     def _try(self) -> int | None:

@@ -49,8 +49,8 @@ from reactor.errors import (
 )
 
 if TYPE_CHECKING:
-    from reactor._engine.engine import Engine
     from reactor._engine.events import ChangeEvent
+    from reactor._engine.port import EnginePort
     from reactor._storage.sql_jobs import SQLJobs
 
     from .binding import Binding
@@ -158,7 +158,7 @@ class Queue:
         finally:
             engine.stats.record("queue.take", perf_counter() - start)
 
-    def _look(self, engine: Engine, lease: float) -> tuple[Job | None, float | None]:
+    def _look(self, engine: EnginePort, lease: float) -> tuple[Job | None, float | None]:
         """Take a job if one is ready: the job, or None and when one may be next (None:
         no job waits).
 
@@ -246,7 +246,7 @@ class Queue:
             engine.stats.record("queue.retry_dead", perf_counter() - start)
 
 
-def _counts(engine: Engine, name: str) -> dict[str, int]:
+def _counts(engine: EnginePort, name: str) -> dict[str, int]:
     """``Queue.stats``: jobs by state, as of now."""
     return counts(engine.store.reader().jobs(), name, engine.now())[1]
 
@@ -260,7 +260,7 @@ def counts(jobs: SQLJobs, name: str, now: float) -> tuple[int, dict[str, int]]:
     return max_attempts, jobs.counts(name, now, max_attempts)
 
 
-def _writable(binding: Binding) -> Engine:
+def _writable(binding: Binding) -> EnginePort:
     """The engine, if it may write.
 
     Raises:
@@ -388,7 +388,7 @@ class _Waiter:
     def kick(self) -> None:
         self._wake()
 
-    # -- from Engine.close, as for a subscription ------------------------------------
+    # -- from EnginePort.close, as for a subscription ------------------------------------
     def finish(self, from_loop: asyncio.AbstractEventLoop | None) -> None:  # noqa: ARG002 - same call as Subscription.finish
         self.closing = True
         self._wake()
@@ -402,7 +402,7 @@ class _Line:
     queue's scope in the engine's hub while anyone waits. A job made ready wakes the
     head only (the others would only find it gone); a head that leaves wakes the next."""
 
-    def __init__(self, engine: Engine, scope: str) -> None:
+    def __init__(self, engine: EnginePort, scope: str) -> None:
         self._engine = engine
         self.scope = scope
         self._lock = threading.Lock()
@@ -490,7 +490,7 @@ def _line_key(scope: str) -> tuple[str, str]:
     return ("queue line", scope)
 
 
-def _join(engine: Engine, waiter: _Waiter) -> _Line:
+def _join(engine: EnginePort, waiter: _Waiter) -> _Line:
     """Put ``waiter`` in its queue's line: the line.
 
     Raises:
@@ -503,7 +503,7 @@ def _join(engine: Engine, waiter: _Waiter) -> _Line:
 
 
 def _pause(
-    engine: Engine, line: _Line, waiter: _Waiter, next_at: float | None, left: float | None
+    engine: EnginePort, line: _Line, waiter: _Waiter, next_at: float | None, left: float | None
 ) -> float | None:
     """How long to sleep before looking again, unless woken (None: until woken). The
     head sleeps until a job may be next (``next_at``, on the engine's clock); the
@@ -519,7 +519,7 @@ def _closed(queue: Queue) -> ClosedError:
     return ClosedError(f"the engine closed while taking from queue {queue.name!r}")
 
 
-def _wait(queue: Queue, engine: Engine, lease: float, timeout: float | None) -> Job | None:
+def _wait(queue: Queue, engine: EnginePort, lease: float, timeout: float | None) -> Job | None:
     """``take`` that may wait: in the calling thread, on an event."""
     deadline = None if timeout is None else time.monotonic() + timeout
     ready = threading.Event()
@@ -544,7 +544,7 @@ def _wait(queue: Queue, engine: Engine, lease: float, timeout: float | None) -> 
 
 async def take_async(
     queue: Queue,
-    engine: Engine,
+    engine: EnginePort,
     lease: float,
     timeout: float | None,
     *,
@@ -599,7 +599,7 @@ def _leave_joined(waiter: _Waiter, joining: asyncio.Future[_Line]) -> None:
 
 
 async def _look_async(
-    queue: Queue, engine: Engine, lease: float, run: Callable[..., Awaitable[Any]]
+    queue: Queue, engine: EnginePort, lease: float, run: Callable[..., Awaitable[Any]]
 ) -> tuple[Job | None, float | None]:
     looking = asyncio.ensure_future(run(queue._look, engine, lease))
     try:

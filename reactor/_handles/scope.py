@@ -21,7 +21,7 @@ from .transaction import Transaction, in_transaction
 from .verbs import ScopeVerbs, verb
 
 if TYPE_CHECKING:
-    from reactor._engine.engine import Engine
+    from reactor._engine.port import EnginePort
 
     from .binding import Binding
 
@@ -50,11 +50,11 @@ class Scope(ScopeVerbs):
     def __repr__(self) -> str:
         return f"<reactor.Scope {self.name!r}>"
 
-    def _writable(self) -> Engine:
+    def _writable(self) -> EnginePort:
         check_writable(self.name)
         return self._usable()
 
-    def _usable(self) -> Engine:
+    def _usable(self) -> EnginePort:
         engine = self._binding.engine
         if in_transaction(engine, self.name):
             raise ReentrancyError(
@@ -64,7 +64,7 @@ class Scope(ScopeVerbs):
         return engine
 
     @property
-    def _engine(self) -> Engine:
+    def _engine(self) -> EnginePort:
         # The verb decorator has checked _usable() already; here only closing matters.
         engine = self._binding.engine
         if engine is None:

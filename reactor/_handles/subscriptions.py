@@ -42,7 +42,7 @@ from reactor.errors import (
 )
 
 if TYPE_CHECKING:
-    from reactor._engine.engine import Engine
+    from reactor._engine.port import EnginePort
 
 __all__ = ["Filter", "Subscription", "Watch"]
 
@@ -96,7 +96,7 @@ class Filter:
         )
 
 
-def check_since(engine: Engine, since: object) -> int | None:
+def check_since(engine: EnginePort, since: object) -> int | None:
     """``since`` as a revision, if the change log still holds what follows it.
 
     Raises:
@@ -120,7 +120,9 @@ def check_since(engine: Engine, since: object) -> int | None:
 class _Feed:
     """A filtered, bounded buffer of events, optionally led by a replay of the log."""
 
-    def __init__(self, engine: Engine, match: Filter, since: int | None, buffer_size: int) -> None:
+    def __init__(
+        self, engine: EnginePort, match: Filter, since: int | None, buffer_size: int
+    ) -> None:
         if type(buffer_size) is not int or buffer_size <= 0:
             raise InvalidArgumentError(f"buffer_size must be an int > 0, not {buffer_size!r}")
         self._engine = engine
@@ -266,7 +268,7 @@ class Subscription(_Feed):
 
     def __init__(
         self,
-        engine: Engine,
+        engine: EnginePort,
         callback: Callback,
         match: Filter,
         *,
@@ -526,7 +528,9 @@ class Watch(_Feed):
     closed. Use it in a ``with`` block, or call ``close()``.
     """
 
-    def __init__(self, engine: Engine, match: Filter, since: int | None, buffer_size: int) -> None:
+    def __init__(
+        self, engine: EnginePort, match: Filter, since: int | None, buffer_size: int
+    ) -> None:
         super().__init__(engine, match, since, buffer_size)
         self._iterator = self._events()
 

@@ -41,7 +41,7 @@ from reactor.errors import ClosedError, ConflictError, InvalidArgumentError, Ree
 from .verbs import ScopeVerbs, verb
 
 if TYPE_CHECKING:
-    from reactor._engine.engine import Engine
+    from reactor._engine.port import EnginePort
 
     from .binding import Binding
 
@@ -59,7 +59,7 @@ def _thread_holds() -> dict[tuple[int, str], Hold]:
     return holds
 
 
-def in_transaction(engine: Engine, scope: str) -> bool:
+def in_transaction(engine: EnginePort, scope: str) -> bool:
     """Whether this thread is inside a transaction body on ``scope``. A hold that
     ended without saying so (a Ctrl-C in its ``exit``) no longer counts."""
     holds: dict[tuple[int, str], Hold] | None = getattr(_held, "holds", None)
@@ -130,7 +130,7 @@ class Hold:
     def __init__(self, binding: Binding, names: tuple[str, ...]) -> None:
         self._binding = binding
         self.names = names  # sorted: the one order scopes are taken in
-        self.engine: Engine | None = None
+        self.engine: EnginePort | None = None
         self.taken: list[str] = []
         self.thread: int | None = None  # the thread of a synchronous body
         self.txn: WriteTxn | None = None
@@ -236,7 +236,7 @@ class Hold:
                 raise
 
     # -- the steps -------------------------------------------------------------------
-    def start(self) -> Engine:
+    def start(self) -> EnginePort:
         """Begin taking the scopes: the engine to take them from.
 
         Raises:
@@ -316,7 +316,7 @@ class Hold:
         txn.defer(DropTimer(checked))  # gone already if it fired meanwhile: nothing
         return True
 
-    def usable(self) -> Engine:
+    def usable(self) -> EnginePort:
         engine = self.engine
         if self.status != "open" or engine is None:
             raise ClosedError(f"this transaction is {self.status}, not open")
@@ -384,7 +384,7 @@ class Transaction(ScopeVerbs):
             )
 
     # The steps of begin and finish, for reactor.aio (and its tests).
-    def _ask(self) -> tuple[Engine, Future[None]]:
+    def _ask(self) -> tuple[EnginePort, Future[None]]:
         """Ask the scope's actor for the scope: the future is done once it is held."""
         engine = self._hold.start()
         return engine, self._hold.ask(self.name)
@@ -405,7 +405,7 @@ class Transaction(ScopeVerbs):
         return self._hold.cancel_timer(timer_id)
 
     # -- how verbs run: in the pending transaction ----------------------------------
-    def _usable(self) -> Engine:
+    def _usable(self) -> EnginePort:
         return self._hold.usable()
 
     def _run(self, work: Callable[[WriteTxn], T]) -> T:

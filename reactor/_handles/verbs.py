@@ -30,7 +30,7 @@ from reactor._work.writes import Work, check_revision, check_ttl
 from reactor.errors import InvalidArgumentError, RevisionCompactedError, TypeMismatchError
 
 if TYPE_CHECKING:
-    from reactor._engine.engine import Engine
+    from reactor._engine.port import EnginePort
 
 __all__ = ["ScopeVerbs", "check_ttl", "verb"]
 
@@ -73,16 +73,16 @@ class ScopeVerbs:
     name: str
     """The scope's name."""
 
-    def _usable(self) -> Engine:
+    def _usable(self) -> EnginePort:
         """The engine, once this handle is known to be usable (else raise)."""
         raise NotImplementedError
 
-    def _writable(self) -> Engine:
+    def _writable(self) -> EnginePort:
         """The engine, once this handle is known to be usable for writes (else raise)."""
         return self._usable()
 
     @property
-    def _engine(self) -> Engine:
+    def _engine(self) -> EnginePort:
         return self._usable()
 
     def _run(self, work: Work[T]) -> T:

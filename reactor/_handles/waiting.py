@@ -35,8 +35,8 @@ from reactor._base.values import decode
 from reactor.errors import ClosedError, InvalidArgumentError, OperationTimeout, ReentrancyError
 
 if TYPE_CHECKING:
-    from reactor._engine.engine import Engine
     from reactor._engine.events import ChangeEvent
+    from reactor._engine.port import EnginePort
     from reactor._storage.records import ChangeRecord
 
 __all__ = ["Predicate", "Waiter", "check_wait", "wait", "wait_async"]
@@ -135,7 +135,7 @@ class Waiter:
         return None
 
 
-def begin(engine: Engine, waiter: Waiter) -> str | None:
+def begin(engine: EnginePort, waiter: Waiter) -> str | None:
     """Start ``waiter``, then read the key: its JSON text if it is live, else None.
 
     Raises:
@@ -163,7 +163,7 @@ def begin(engine: Engine, waiter: Waiter) -> str | None:
     return row.value if row.live(engine.now()) else None
 
 
-def end(engine: Engine, waiter: Waiter) -> None:
+def end(engine: EnginePort, waiter: Waiter) -> None:
     """Take ``waiter`` out of the hub; idempotent."""
     engine.hub.remove(waiter)
 
@@ -179,7 +179,7 @@ def _timed_out(waiter: Waiter, timeout: float) -> OperationTimeout:
 
 
 def wait(
-    engine: Engine, scope: str, key: str, predicate: Predicate | None, timeout: float | None
+    engine: EnginePort, scope: str, key: str, predicate: Predicate | None, timeout: float | None
 ) -> Any:
     """Block until ``key`` holds a value that satisfies ``predicate``; return a copy.
 
@@ -220,7 +220,7 @@ def wait(
 
 
 async def wait_async(
-    engine: Engine,
+    engine: EnginePort,
     scope: str,
     key: str,
     predicate: Predicate | None,
@@ -275,7 +275,7 @@ async def wait_async(
         end(engine, waiter)
 
 
-def _end_started(engine: Engine, waiter: Waiter, starting: asyncio.Future[Any]) -> None:
+def _end_started(engine: EnginePort, waiter: Waiter, starting: asyncio.Future[Any]) -> None:
     if not starting.cancelled():
         starting.exception()  # retrieved: a failed start already ended the waiter
     end(engine, waiter)

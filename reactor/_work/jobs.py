@@ -30,8 +30,8 @@ from reactor._storage.store import WriteTxn
 from reactor.errors import InvalidArgumentError, InvalidKeyError, LockNotOwnedError
 
 if TYPE_CHECKING:
-    from reactor._engine.engine import Engine
     from reactor._engine.options import Options
+    from reactor._engine.port import EnginePort
     from reactor._storage.sql_jobs import SQLJobs
 
 __all__ = [
@@ -420,7 +420,7 @@ class Outbox:
             enqueue(txn, current, run)
 
 
-def expire_leases(engine: Engine) -> int:
+def expire_leases(engine: EnginePort) -> int:
     """Turn back the jobs whose lease ran out, in every queue, a transaction of many
     queues at a time (``turn_back_leases``) until none is left. How many.
 
@@ -436,7 +436,7 @@ def expire_leases(engine: Engine) -> int:
             return turned
 
 
-def turn_back_leases(engine: Engine) -> tuple[int, bool]:
+def turn_back_leases(engine: EnginePort) -> tuple[int, bool]:
     """Turn back jobs whose lease ran out, in one transaction: of up to
     ``LEASE_QUEUES`` queues, up to ``EXPIRE_BATCH`` jobs in all. How many, and whether
     more may be left: the sweeper does one such transaction per round, between its

@@ -25,7 +25,7 @@ from .timers import Fired, drop_failed, fire
 from .writes import expire_keys
 
 if TYPE_CHECKING:
-    from reactor._engine.engine import Engine
+    from reactor._engine.port import EnginePort
 
 __all__ = ["Sweeper"]
 
@@ -50,7 +50,7 @@ class Sweeper:
     everything it does writes) and closes it.
     """
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: EnginePort) -> None:
         self._engine = engine
         self._lock = threading.Lock()
         self._sweeping: dict[str, Future[Any]] = {}  # scope -> its expiry request

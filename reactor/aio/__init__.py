@@ -48,9 +48,10 @@ from reactor._base.clock import Clock
 from reactor._base.keys import check_key, check_writable
 from reactor._base.results import Change, Snapshot, Timer, UpdateResult
 from reactor._base.values import MISSING
-from reactor._engine.engine import Engine, operation_timeout
+from reactor._engine.engine import operation_timeout
 from reactor._engine.events import ChangeEvent
 from reactor._engine.options import Durability
+from reactor._engine.port import EnginePort
 from reactor._handles import queues as _queues
 from reactor._handles import waiting as _waiting
 from reactor._handles.binding import binding_of, engine_of
@@ -154,7 +155,7 @@ class _LoopBridge:
         source: Future[T],
         scope: str,
         timeout: float | None,
-        engine: Engine | None = None,
+        engine: EnginePort | None = None,
     ) -> asyncio.Future[T]:
         """An asyncio future, on this loop, that settles as ``source`` does, or fails
         with ``OperationTimeout`` after ``timeout`` seconds (counted from the scope's
@@ -239,7 +240,7 @@ class _Waiting:
     source: Future[Any]
     scope: str
     timeout: float
-    engine: Engine | None
+    engine: EnginePort | None
 
     def later(self, now: float) -> float | None:
         """A deadline after ``now`` if the scope was handed over since ``timeout``
@@ -320,7 +321,7 @@ class AsyncState:
             raise ClosedError("this reactor handle is closed") from None
         return await asyncio.wrap_future(future)
 
-    def _answer(self, engine: Engine, scope: str, future: Future[T]) -> asyncio.Future[T]:
+    def _answer(self, engine: EnginePort, scope: str, future: Future[T]) -> asyncio.Future[T]:
         """The answer of ``scope``'s actor to a request, awaited on the loop with no
         thread waiting: ``OperationTimeout`` once the scope has not moved on for the
         engine's timeout (see ``Engine.wait``)."""
@@ -568,7 +569,7 @@ class AsyncScope(AsyncReads):
             self._scope = (await self._handle._sync()).scope(self.name)
         return self._scope
 
-    async def _engine(self) -> Engine:
+    async def _engine(self) -> EnginePort:
         """The engine, once this task may wait on the scope.
 
         Raises:
@@ -579,7 +580,7 @@ class AsyncScope(AsyncReads):
         check_not_held(id(engine), self.name)
         return engine
 
-    async def _writer(self) -> Engine:
+    async def _writer(self) -> EnginePort:
         """The engine, once this task may write to the scope.
 
         Raises:
@@ -590,7 +591,7 @@ class AsyncScope(AsyncReads):
         check_writable(self.name)
         return await self._engine()
 
-    async def _submit(self, verb: str, engine: Engine, work: Work[T]) -> T:
+    async def _submit(self, verb: str, engine: EnginePort, work: Work[T]) -> T:
         """Queue ``work`` for the scope's actor and await its result (no thread waits);
         timed for ``stats()`` from the request to the answer."""
         start = perf_counter()

@@ -47,7 +47,7 @@ from .reads import AsyncReads
 if TYPE_CHECKING:
     from concurrent.futures import Future
 
-    from reactor._engine.engine import Engine
+    from reactor._engine.port import EnginePort
     from reactor._handles.state import State
     from reactor.aio import AsyncState
 
@@ -135,7 +135,7 @@ async def _finish(
     hold.hand_back("rolled back" if future is None else "committed")
 
 
-async def _engine_for(handle: AsyncState, names: tuple[str, ...]) -> tuple[State, Engine]:
+async def _engine_for(handle: AsyncState, names: tuple[str, ...]) -> tuple[State, EnginePort]:
     """The synchronous handle and its engine, once this task may take ``names``.
 
     Raises:

@@ -1,0 +1,94 @@
+"""``EnginePort``: what the layers above may use of an engine.
+
+Features — the work layer's chores, the handles, ``reactor.aio``, the backup — are
+written against this protocol, not the concrete ``Engine``: reading it tells a newcomer
+everything a feature may touch. Writes go through its door (``write``, ``submit``,
+``hold``/``release``, ``commit``), which publishes every commit; changes are heard
+through its ``hub``; reads go to its ``store`` (never its ``write``: see
+``tests/test_layers.py``). Only the registry, which builds engines, knows the class.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Collection
+from concurrent.futures import Future
+from typing import Any, Protocol, TypeVar
+
+from reactor._storage.store import Store, Work, WriteTxn
+
+from .dispatch import Dispatcher
+from .hub import Hub
+from .options import Options
+from .stats import Stats
+
+__all__ = ["EnginePort"]
+
+T = TypeVar("T")
+
+
+class EnginePort(Protocol):
+    """The engine of one database in this process, as features see it."""
+
+    @property
+    def key(self) -> str:
+        """The database's identity in this process (its resolved path or URL)."""
+        ...
+
+    @property
+    def options(self) -> Options: ...
+
+    @property
+    def stats(self) -> Stats: ...
+
+    @property
+    def store(self) -> Store:
+        """For reads (``reader()``, ``get``, ``log_after``...): writes go by the door."""
+        ...
+
+    @property
+    def hub(self) -> Hub: ...
+
+    @property
+    def dispatcher(self) -> Dispatcher:
+        """For ``published`` and ``delivering()``; listeners join the ``hub``."""
+        ...
+
+    @property
+    def closed(self) -> bool: ...
+
+    @property
+    def lock_released(self) -> threading.Condition:
+        """Notified when a lock of this process is released (its waiters look again)."""
+        ...
+
+    def now(self) -> float: ...
+
+    def encode(self, value: Any) -> str: ...
+
+    # -- the door ------------------------------------------------------------------
+    def write(self, scope: str, work: Work[T]) -> T: ...
+
+    def submit(
+        self,
+        scope: str,
+        work: Work[T],
+        *,
+        owner: object = None,
+        scopes: tuple[str, ...] | None = None,
+        alone: bool = False,
+    ) -> Future[T]: ...
+
+    def hold(self, scope: str, owner: object) -> Future[None]: ...
+
+    def release(self, scope: str, owner: object) -> None: ...
+
+    def moved(self, scope: str) -> float | None: ...
+
+    def commit(
+        self, work: Callable[[WriteTxn], T], *, scopes: Collection[str] | None = None
+    ) -> T: ...
+
+    def wait(self, scope: str, future: Future[T]) -> T: ...
+
+    def actors(self) -> int: ...
