@@ -462,6 +462,29 @@ def test_an_import_is_one_commit_with_its_events(
     assert state.scope("s1").ttl("k1") == -1
 
 
+def test_an_import_writes_a_scope_only_once_its_owner_hands_it_over(
+    state: reactor.State,
+) -> None:
+    """The import goes through the scopes' owners, as a transaction does: a transaction
+    holding a scope finishes first (it used to be overwritten under it, and then fail
+    with ConflictError), and the import's value comes after it."""
+    lines = [json.dumps({"scope": "s", "key": "k", "value": "imported"})]
+    outcome: list[Any] = []
+    importer = threading.Thread(target=lambda: outcome.append(_exchange.load(state, lines)))
+    with state.scope("s").transaction() as tx:
+        tx.set("k", "from the transaction")
+        importer.start()
+        importer.join(0.5)
+        assert importer.is_alive()  # waiting for the scope
+        assert tx.get("k") == "from the transaction"
+    importer.join(10)
+    assert outcome == [Tally(keys=1)]
+    assert [event.new_value for event in state.changes(scope="s")] == [
+        "from the transaction",
+        "imported",
+    ]
+
+
 def test_a_key_given_twice_takes_its_last_entry(state: reactor.State) -> None:
     lines = [
         json.dumps({"scope": "s", "key": "k", "value": 1, "ttl": 5}),

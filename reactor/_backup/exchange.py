@@ -49,7 +49,8 @@ from typing import IO, TYPE_CHECKING, Any, Final, Protocol
 import orjson
 
 from reactor._base.keys import compile_pattern
-from reactor._handles.binding import engine_of
+from reactor._handles.binding import binding_of, engine_of
+from reactor._handles.transaction import Hold
 from reactor._work import jobs as _jobs
 from reactor._work import timers as _timers
 from reactor.errors import InvalidArgumentError, InvalidValueError, ReactorError
@@ -319,11 +320,28 @@ def write(
             staged()
         return added
 
-    # What it writes is locked for it from the start (on PostgreSQL: the scopes of its
-    # keys and timers, and its queues; SQLite locks the whole file anyway), as for any
-    # write; the engine publishes the changes once committed.
-    scopes = {*keys, *(scope for scope, _ in timers), *map(_jobs.lock_name, queues)}
-    tally.jobs = engine.commit(work, scopes=scopes)
+    # Through the scopes' owners: their actors hand the scopes of its keys and timers
+    # over first (as to a transaction), so that no write of theirs, and no transaction
+    # body, runs on a scope while the import writes it. The commit is then this
+    # thread's own (a Ctrl-C before it undoes everything), locking for it what it
+    # writes (on PostgreSQL: those scopes and its queues; SQLite locks the whole file
+    # anyway); the engine publishes the changes once committed.
+    owned = tuple(sorted({*keys, *(scope for scope, _ in timers)}))
+    hold = Hold(binding_of(state), owned) if owned else None
+    if hold is not None:
+        hold.take()
+    status = "failed"
+    try:
+        tally.jobs = engine.commit(work, scopes={*owned, *map(_jobs.lock_name, queues)})
+        status = "committed"
+    finally:
+        if hold is not None:
+            # A Ctrl-C may land as the hand-back begins: it is tried once more then.
+            try:
+                hold.hand_back(status)
+            except BaseException:
+                hold.hand_back(status)
+                raise
     tally.skipped = len(found.jobs) - tally.jobs
     return tally
 
