@@ -452,6 +452,15 @@ def compare_and_swap(
     return _touching(work, scope, key)
 
 
+def _applied_ops(ops_text: str, op_list: list[Any], applied: list[int]) -> str:
+    """The JSON text of the ops that applied (by index), as the caller gave them."""
+    if len(applied) == len(op_list):
+        return ops_text
+    # Decoded again: those that applied may since have been changed, in the value.
+    given = decode(ops_text)
+    return encode_trusted([given[index] for index in applied], parts_size=len(ops_text))
+
+
 def update(
     options: Options, scope: str, key: str, ops: object, atomic: object, if_revision: object = None
 ) -> Work[UpdateResult]:
@@ -478,35 +487,38 @@ def update(
     def work(txn: WriteTxn) -> UpdateResult:
         old = txn.live_row(scope, key)
         _require(scope, key, old, expected)
+
+        def copy_of_old() -> Any:
+            # Each use its own copy (the ops change theirs in place; the result's old
+            # and new values are the caller's): decoding is the cheapest deep copy.
+            return None if old is None else decode(old.value)
+
         op_list = decode(ops_text)
-        doc = None if old is None else decode(old.value)
+        old_size = 0 if old is None else len(old.value)
         if patch:
-            size = 0 if old is None else len(old.value)
-            outcome = apply_patch(doc, old is not None, op_list, max_depth, max_bytes, size)
+            outcome = apply_patch(
+                copy_of_old(), old is not None, op_list, max_depth, max_bytes, old_size
+            )
         else:
-            outcome = apply_update_ops(doc, old is not None, op_list, max_depth, max_bytes)
-        old_value = None if old is None else decode(old.value)
+            outcome = apply_update_ops(
+                copy_of_old(), old is not None, op_list, max_depth, max_bytes
+            )
+        old_value = copy_of_old()
         if not outcome.applied or (outcome.errors and all_or_nothing):
-            return UpdateResult(
-                old_value, None if old is None else decode(old.value), outcome.errors
-            )
-        if len(outcome.applied) == len(op_list):
-            applied = ops_text
-        else:  # the ops as given: those applied may have been changed since, in the value
-            given = decode(ops_text)
-            applied = encode_trusted(
-                [given[index] for index in outcome.applied], parts_size=len(ops_text)
-            )
+            return UpdateResult(old_value, copy_of_old(), outcome.errors)
+        applied = _applied_ops(ops_text, op_list, outcome.applied)
         if not outcome.created:
             txn.write(scope, key, old, None, None, ops=applied)
             return UpdateResult(old_value, None, outcome.errors)
         # Update ops check what they add (depth, finiteness) as they go; a patch is
-        # checked whole.
+        # checked whole. No string of the result can be longer than the stored value
+        # and the ops together.
         if patch:
             text = encoded(outcome.doc)
-        else:  # no string can be longer than the stored value and the ops together
-            parts = len(ops_text) + (0 if old is None else len(old.value))
-            text = encode_built(outcome.doc, max_bytes=max_bytes, parts_size=parts)
+        else:
+            text = encode_built(
+                outcome.doc, max_bytes=max_bytes, parts_size=len(ops_text) + old_size
+            )
         txn.write(scope, key, old, text, None if old is None else old.expires_at, ops=applied)
         # The document is this request's own (decoded from the row and the ops): it can
         # go back to the caller as it is, without decoding the text again.
