@@ -19,6 +19,7 @@ module builds the group from them.
 
 from __future__ import annotations
 
+import logging
 import sys
 
 import click
@@ -71,9 +72,18 @@ del _command
 
 def main() -> None:
     """Entry point of the ``reactor`` console script (and ``python -m reactor``)."""
+    _show_warnings()
     try:
         # One variable for the console script and python -m reactor alike.
         cli.main(standalone_mode=True, complete_var="_REACTOR_COMPLETE")
     except ReactorError as exc:  # raised outside a command: closing the database, say
         click.echo(f"Error: {exc}", err=True)
         sys.exit(1)
+
+
+def _show_warnings() -> None:
+    """Print reactor's warnings and errors on stderr, as bare lines: the library only
+    adds a NullHandler, and a command line is an application that shows them."""
+    handler = logging.StreamHandler()  # stderr, formatted as logging's last resort does
+    handler.setLevel(logging.WARNING)
+    logging.getLogger("reactor").addHandler(handler)
