@@ -26,13 +26,9 @@ import click
 
 from reactor.errors import ReactorError
 
-from . import programs, values
-from .backup import export, import_lines
+from . import backup, programs, queues, timers, values, watch
 from .group import Group
 from .options import data_options
-from .queues import queue
-from .timers import timers
-from .watch import watch
 
 __all__ = ["cli", "main"]
 
@@ -65,9 +61,11 @@ def cli() -> None:
     """
 
 
-for _command in (*values.COMMANDS, timers, queue, watch, export, import_lines, *programs.COMMANDS):
-    cli.add_command(_command)
-del _command
+# A new command goes into its group's module, and into that module's COMMANDS.
+for _module in (values, timers, queues, watch, backup, programs):
+    for _command in _module.COMMANDS:
+        cli.add_command(_command)
+del _module, _command
 
 
 def main() -> None:

@@ -11,7 +11,7 @@ import os
 import signal
 import sys
 import threading
-from typing import Any
+from typing import Any, Final
 
 import click
 
@@ -21,7 +21,7 @@ from reactor._base.keys import compile_pattern
 from .group import Command
 from .options import command_output, command_state, data_options
 
-__all__ = ["export", "import_lines"]
+__all__ = ["COMMANDS"]
 
 
 @click.command(cls=Command)
@@ -169,3 +169,6 @@ def _skipped(count: int) -> str:
 
 def _plural(count: int, noun: str) -> str:
     return f"{count:,} {noun}{'' if count == 1 else 's'}"
+
+
+COMMANDS: Final = (export, import_lines)

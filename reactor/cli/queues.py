@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 import click
 
@@ -10,7 +10,7 @@ from .group import Group
 from .options import F, command_output, command_state, data_options, limit_option, parse_json
 from .output import job_id_view, job_view, jobs_view, queue_stats_view
 
-__all__ = ["queue"]
+__all__ = ["COMMANDS"]
 
 
 @click.group(cls=Group)
@@ -175,3 +175,6 @@ def _said(text: str) -> Any:
     from rich.text import Text
 
     return Text(text)
+
+
+COMMANDS: Final = (queue,)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Final
+
 import click
 
 from .group import Group
@@ -15,7 +17,7 @@ from .options import (
 )
 from .output import timers_view, value_view
 
-__all__ = ["timers"]
+__all__ = ["COMMANDS"]
 
 
 @click.group(cls=Group, invoke_without_command=True)
@@ -68,3 +70,6 @@ def cancel_timer(timer_id: str) -> None:
     if not command_state(create=True).cancel_timer(timer_id):
         raise click.ClickException(f"no pending timer {timer_id!r}")
     command_output().show({"cancelled": timer_id}, value_view)
+
+
+COMMANDS: Final = (timers,)

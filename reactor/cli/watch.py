@@ -11,7 +11,7 @@ import click
 from .group import Command
 from .options import command_output, command_state, data_options
 
-__all__ = ["watch"]
+__all__ = ["COMMANDS"]
 
 _WATCH_JOIN: Final = 5.0  # seconds for the printing thread to end once the watch closes
 
@@ -77,3 +77,6 @@ def watch(scope: str | None, key: str | None, since: int | None, count: int | No
             signal.signal(sent, handler)
     if failed:
         raise failed[0]
+
+
+COMMANDS: Final = (watch,)
