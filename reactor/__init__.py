@@ -11,6 +11,7 @@ with reactor.open("state.db") as state:
 """
 
 import importlib as _importlib
+import logging as _logging
 import types as _types
 from typing import TYPE_CHECKING as _TYPE_CHECKING
 from typing import Any as _Any
@@ -49,6 +50,11 @@ from .errors import (
     StorageError,
     TypeMismatchError,
 )
+
+# A library leaves logging to the application (docs/guides/logging.md): without a
+# handler of its own, its warnings would reach stderr through logging's last resort in
+# programs that configured no logging.
+_logging.getLogger(__name__).addHandler(_logging.NullHandler())
 
 # Where users find them, for repr(), help() and pickle: reactor.Scope, not
 # reactor._handles.scope.Scope (as httpx does). mypy and the API reference read the source and

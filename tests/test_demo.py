@@ -102,6 +102,7 @@ def test_which_database_the_demo_opens(
 ) -> None:
     from reactor import cli
     from reactor.cli import demo as _demo
+    from reactor.cli import programs
 
     found: list[Any] = []
 
@@ -110,7 +111,7 @@ def test_which_database_the_demo_opens(
         found.append(target)
         yield None
 
-    monkeypatch.setattr(cli, "open_state", fake_open)
+    monkeypatch.setattr(programs, "open_state", fake_open)
     monkeypatch.setattr(_demo, "run_demo", lambda *_, **options: found.append(options["again"]))
     monkeypatch.delenv("REACTOR_DB", raising=False)
     done = CliRunner().invoke(cli.cli, args, env=environment)

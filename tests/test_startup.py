@@ -156,10 +156,10 @@ def test_version_is_there_when_asked() -> None:
 
 
 def test_the_demo_database_default_is_the_demos() -> None:
-    from reactor import cli
     from reactor.cli import demo as _demo
+    from reactor.cli import programs
 
-    assert cli._DEMO_DATABASE == _demo.DEMO_DATABASE
+    assert programs._DEMO_DATABASE == _demo.DEMO_DATABASE
 
 
 @pytest.mark.sqlite_only("SQLite's schema check")

@@ -27,7 +27,6 @@ from .values import encoded_size, json_equal
 __all__ = ["Outcome", "apply_patch", "apply_update_ops", "op_style"]
 
 UPDATE_OPS: Final = frozenset({"set", "merge", "increment", "decrement", "append", "remove"})
-PATCH_OPS: Final = frozenset({"add", "remove", "replace", "move", "copy", "test"})
 # A copy is charged its JSON size plus this much for each object or list in it (about
 # what Python needs for an empty one), so that copies of many small containers cannot
 # build in memory far more than the size limit allows.

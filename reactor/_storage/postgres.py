@@ -181,10 +181,6 @@ PREPARED_ROWS: Final = 8
 SYNCHRONOUS_COMMIT: Final = {"normal": "on", "full": "on", "memory": "off"}
 
 
-def is_postgres_url(url: sa.URL) -> bool:
-    return url.get_backend_name() == "postgresql"
-
-
 def normalize_url(target: str) -> sa.URL:
     """A SQLAlchemy URL for ``target`` that uses psycopg 3.
 

@@ -23,7 +23,6 @@ A database that fails otherwise (a lost connection) drops nothing: the timers st
 
 from __future__ import annotations
 
-import logging
 import math
 from typing import TYPE_CHECKING, Any
 
@@ -57,8 +56,6 @@ __all__ = [
     "schedule",
     "timer_of",
 ]
-
-logger = logging.getLogger("reactor")
 
 
 def _seconds(value: object, name: str) -> float:

@@ -1,0 +1,90 @@
+"""The command classes of the ``reactor`` command line: how usage errors and reactor's
+errors reach the user.
+
+``Group.invoke`` is the one place where reactor's errors become click's: one line on
+stderr, ``Error: ...``, exit status 1, no traceback. A misspelled command or option
+gets a "did you mean" (exit status 2), also for the names redis-cli and etcdctl use.
+"""
+
+from __future__ import annotations
+
+import errno
+from typing import Any, Final
+
+import click
+
+from reactor.errors import ReactorError
+
+__all__ = ["Command", "Group"]
+
+# What users of redis-cli and etcdctl type, and reactor's name for it (difflib finds the
+# rest: lsit, sett, delte).
+_KNOWN_AS: Final = {
+    "put": "set",
+    "del": "delete",
+    "rm": "delete",
+    "ls": "list",
+    "scan": "keys",
+    "incrby": "incr",
+    "info": "stats",
+    "monitor": "watch",
+    "dump": "export",
+    "restore": "import",
+}
+
+
+class Command(click.Command):
+    """A command that says "did you mean" for a misspelled option also when it takes
+    unknown options as arguments (``ignore_unknown_options``, for values such as -1)."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        given = list(args)
+        try:
+            return super().parse_args(ctx, args)
+        except click.UsageError:
+            if not ctx.ignore_unknown_options:
+                raise
+            names = [
+                name
+                for param in self.get_params(ctx)
+                if isinstance(param, click.Option)
+                for name in (*param.opts, *param.secondary_opts)
+            ]
+            before = given[: given.index("--")] if "--" in given else given
+            for arg in before:  # an extra argument that looks like an option is one
+                name = arg.partition("=")[0]
+                if name.startswith("--") and name not in names:
+                    raise click.NoSuchOption(name, possibilities=names, ctx=ctx) from None
+            raise
+
+
+class Group(click.Group):
+    """A command group whose commands' reactor errors end as click's: one line on
+    stderr, ``Error: ...``, exit status 1; a misspelled command gets a "did you mean"."""
+
+    command_class = Command
+
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        # click 8.2 suggests too, but not 8.1, and not the names of other tools.
+        name = args[0] if args else ""
+        if ctx.resilient_parsing or name.startswith("-") or self.get_command(ctx, name):
+            return super().resolve_command(ctx, args)
+        import difflib  # only on a miss: start-up stays short
+
+        lower = name.lower()  # GET, as in Redis
+        known = _KNOWN_AS.get(lower, lower if self.get_command(ctx, lower) else None)
+        close = [known] if known else difflib.get_close_matches(name, self.list_commands(ctx))
+        hint = f" Did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+        raise click.UsageError(f"No such command {name!r}.{hint}", ctx)
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except ReactorError as exc:
+            raise click.ClickException(str(exc)) from None
+        except OSError as exc:
+            if exc.errno == errno.EPIPE:
+                raise  # the reader went away (| head): click exits quietly
+            raise click.ClickException(str(exc)) from None

@@ -1,0 +1,75 @@
+"""``reactor timers``: list the pending timers, add one, cancel one."""
+
+from __future__ import annotations
+
+from typing import Final
+
+import click
+
+from .group import Group
+from .options import (
+    command_output,
+    command_state,
+    data_options,
+    limit_option,
+    parse_json,
+    writable_scope,
+)
+from .output import timers_view, value_view
+
+__all__ = ["COMMANDS"]
+
+
+@click.group(cls=Group, invoke_without_command=True)
+@click.option("--scope", "pattern", default="*", metavar="GLOB", help="Only these scopes' timers.")
+@limit_option("At most N timers: the N due first.")
+@data_options()
+@click.pass_context
+def timers(ctx: click.Context, pattern: str, limit: int | None) -> None:
+    """List the pending timers, earliest first (add, cancel: see below)."""
+    if ctx.invoked_subcommand is None:
+        found = command_state().timers(pattern)
+        command_output().show([timer._asdict() for timer in found[:limit]], timers_view)
+
+
+@timers.command("add", context_settings={"ignore_unknown_options": True})
+@click.argument("scope", callback=writable_scope)
+@click.argument("key")
+@click.argument("value")
+@click.option("--after", type=float, metavar="SECONDS", help="Due this many seconds from now.")
+@click.option("--at", type=float, metavar="EPOCH", help="Due at this time (epoch seconds).")
+@click.option("--every", type=float, metavar="SECONDS", help="Again every SECONDS.")
+@click.option("--ops", is_flag=True, help="VALUE is a list of update ops (as update takes).")
+@data_options()
+def add_timer(
+    scope: str,
+    key: str,
+    value: str,
+    after: float | None,
+    at: float | None,
+    every: float | None,
+    ops: bool,
+) -> None:
+    """Schedule a write of VALUE (JSON) to KEY in SCOPE; print the timer."""
+    target = command_state(create=True).scope(scope)
+    if ops:
+        given = parse_json(value, "OPS")
+        timer = target.schedule(key, after=after, at=at, every=every, ops=given)
+    else:
+        timer = target.schedule(
+            key, parse_json(value, "VALUE", value=True), after=after, at=at, every=every
+        )
+    command_output().show(timer._asdict(), value_view)
+
+
+@timers.command("cancel")
+@click.argument("timer_id", metavar="ID")
+@data_options()
+def cancel_timer(timer_id: str) -> None:
+    """Cancel the pending timer ID."""
+    if not command_state(create=True).cancel_timer(timer_id):
+        raise click.ClickException(f"no pending timer {timer_id!r}")
+    command_output().show({"cancelled": timer_id}, value_view)
+
+
+COMMANDS: Final = (timers,)
