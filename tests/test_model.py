@@ -1024,6 +1024,7 @@ class ReactorMachine(RuleBasedStateMachine):
         self.staged: list[Callable[[], object]] | None = None
         self.tx_timers: list[str] = []
         self.tx_new_timers: list[ModelTimer] = []
+        self.tx_cancelled: set[str] = set()
         # the queue: its jobs, the next id, the jobs our takes returned
         self.queue_handle: reactor.Queue | None = None
         self.jobs: dict[int, ModelJob] = {}
@@ -1672,6 +1673,7 @@ class ReactorMachine(RuleBasedStateMachine):
             ]
 
         self.staged, self.tx_timers, self.tx_new_timers = [], [], []
+        self.tx_cancelled = set()
         try:
             if fail:
                 with pytest.raises(Boom), h.transaction() as tx:
@@ -1920,13 +1922,16 @@ class ReactorMachine(RuleBasedStateMachine):
         )
 
     def do_cancel_timer(self, h: Any, _m: ModelScope, pick: int) -> None:
-        """``tx.cancel_timer``: whether the timer is pending now (one this body
-        scheduled is not yet); it goes with the commit."""
+        """``tx.cancel_timer``: whether the timer is pending as the body sees it (one
+        it scheduled is; one it cancelled is not: SPEC §13); it goes with the commit."""
         candidates = [*sorted(self.timers), *self.tx_timers, "no-such-timer"]
         timer_id = candidates[pick % len(candidates)]
-        pending = timer_id in self.timers
+        pending = (timer_id in self.timers or timer_id in self.tx_timers) and (
+            timer_id not in self.tx_cancelled
+        )
         assert h.cancel_timer(timer_id) is pending
         if pending:
+            self.tx_cancelled.add(timer_id)
             self.after_commit(functools.partial(self.forget_timer, timer_id))
 
     def forget_timer(self, timer_id: str) -> None:

@@ -41,7 +41,7 @@ import contextlib
 import os
 import stat
 import tempfile
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Final, Protocol
@@ -271,6 +271,31 @@ def read(lines: Iterable[str | bytes], progress: Progress | None = None) -> Back
     return found
 
 
+@contextlib.contextmanager
+def _handed_over(state: State, scopes: tuple[str, ...]) -> Iterator[None]:
+    """Hold ``scopes`` (sorted), taken from their actors, for the body.
+
+    Raises:
+        OperationTimeout: a scope was not handed over in time (none is held then).
+    """
+    if not scopes:
+        yield
+        return
+    hold = Hold(binding_of(state), scopes)
+    hold.take()
+    status = "failed"
+    try:
+        yield
+        status = "committed"
+    finally:
+        # A Ctrl-C may land as the hand-back begins: it is tried once more then.
+        try:
+            hold.hand_back(status)
+        except BaseException:
+            hold.hand_back(status)
+            raise
+
+
 def write(
     state: State,
     found: Backup,
@@ -327,21 +352,8 @@ def write(
     # writes (on PostgreSQL: those scopes and its queues; SQLite locks the whole file
     # anyway); the engine publishes the changes once committed.
     owned = tuple(sorted({*keys, *(scope for scope, _ in timers)}))
-    hold = Hold(binding_of(state), owned) if owned else None
-    if hold is not None:
-        hold.take()
-    status = "failed"
-    try:
+    with _handed_over(state, owned):
         tally.jobs = engine.commit(work, scopes={*owned, *map(_jobs.lock_name, queues)})
-        status = "committed"
-    finally:
-        if hold is not None:
-            # A Ctrl-C may land as the hand-back begins: it is tried once more then.
-            try:
-                hold.hand_back(status)
-            except BaseException:
-                hold.hand_back(status)
-                raise
     tally.skipped = len(found.jobs) - tally.jobs
     return tally
 

@@ -141,10 +141,14 @@ class _CommitShield:
         return self
 
     def __exit__(self, *_: object) -> None:
-        # Once the commit may have happened, the handler stays to the process's end:
-        # a Ctrl-C between here and the exit would still turn success into "Aborted!".
-        if self._previous is not None and not self.shielded:
-            signal.signal(signal.SIGINT, self._previous)
+        if self._previous is not None:
+            if not self.shielded:
+                signal.signal(signal.SIGINT, self._previous)
+            else:
+                # Once the commit may have happened, Ctrl-C is ignored to the process's
+                # end: a handler of Python's own is reset as the interpreter shuts down,
+                # and a Ctrl-C then killed a successful import (exit -2).
+                signal.signal(signal.SIGINT, signal.SIG_IGN)
         if self.interrupted:
             click.echo("Ctrl-C came after the commit: everything was imported.", err=True)
 
