@@ -25,6 +25,7 @@ import pytest
 
 import reactor
 import reactor.aio
+from reactor._handles import binding as _binding
 from reactor._handles import locks as _locks
 from reactor._handles import registry as _registry
 
@@ -105,7 +106,7 @@ async def until(predicate: Callable[[], bool], timeout: float = 10.0) -> None:
 
 
 async def engine_of(state: reactor.aio.AsyncState) -> Any:
-    return engine_of(await state._sync())
+    return _binding.engine_of(await state._sync())
 
 
 # -- idle watchers -------------------------------------------------------------------
