@@ -27,9 +27,8 @@ from reactor._engine.events import ChangeEvent
 from reactor._engine.options import Durability
 from reactor._handles.binding import engine_of
 from reactor._handles.open import open as open_sync
-from reactor._handles.state import Events, State, Where
+from reactor._handles.state import Events, State, Where, cancelling
 from reactor._handles.subscriptions import DEFAULT_BUFFER, Subscription
-from reactor._work.timers import check_timer_id, drop_timer
 from reactor.errors import ClosedError
 
 from .bridge import bridge, in_thread
@@ -234,16 +233,13 @@ class AsyncState:
 
     async def cancel_timer(self, timer_id: str) -> bool:
         """``State.cancel_timer``: cancel a pending timer; whether it was pending."""
-        state = await self._sync()
-        check_timer_id(timer_id)
-        engine = engine_of(state)
-        row = await self._run(engine.store.timer, timer_id)
-        if row is None:
+        engine = engine_of(await self._sync())
+        found = await self._run(cancelling, engine, timer_id)
+        if found is None:
             return False
-        check_not_held(id(engine), row.scope)  # its own transaction would hold it up
-        future = engine.submit(row.scope, drop_timer(timer_id))
-        cancelled: bool = await self._answer(engine, row.scope, future)
-        return cancelled
+        scope, work = found
+        check_not_held(id(engine), scope)  # its own transaction would hold it up
+        return await self._answer(engine, scope, engine.submit(scope, work))
 
     async def changes(
         self,
