@@ -232,7 +232,13 @@ class AsyncState:
         return await self._run(state.timers, scope)
 
     async def cancel_timer(self, timer_id: str) -> bool:
-        """``State.cancel_timer``: cancel a pending timer; whether it was pending."""
+        """``State.cancel_timer``: cancel a pending timer; whether it was pending.
+
+        Raises:
+            InvalidArgumentError: ``timer_id`` is not a str.
+            ReentrancyError: this task holds a transaction on the timer's scope (use
+                the transaction's ``cancel_timer``).
+        """
         engine = engine_of(await self._sync())
         found = await self._run(cancelling, engine, timer_id)
         if found is None:
