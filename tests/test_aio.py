@@ -298,6 +298,47 @@ async def test_an_async_transaction_commits_together_or_not_at_all(db_path: Path
         assert [(e.key, e.new_value) for e in events][-2:] == [("a", 70), ("b", 30)]
 
 
+async def test_write_verbs_are_one_definition_on_scopes_and_transactions(db_path: Path) -> None:
+    """The same checks and results through either hook: the actor's, or a body's."""
+
+    async def check(verbs: reactor.aio.AsyncScope | reactor.aio.AsyncTransaction) -> None:
+        assert await verbs.set_many({}) == {}  # nothing to write: nobody is asked
+        with pytest.raises(reactor.InvalidArgumentError):
+            await verbs.set_many([("a", 1)])  # type: ignore[arg-type]
+        await verbs.set("a", 1)
+        with pytest.raises(reactor.TypeMismatchError):
+            await verbs.push("a", 2)  # fails alone: in a body, its other writes stay
+        assert await verbs.decrement("n", 2) == -2
+
+    async with reactor.aio.open(db_path) as state:
+        await check(state.scope("s"))
+        async with state.scope("t").transaction() as tx:
+            await check(tx)
+        async with state.transaction("u", "v") as both:
+            await check(both["v"])
+        for name in ("s", "t", "v"):
+            assert await state.scope(name).get_many(["a", "n"]) == {"a": 1, "n": -2}
+        with pytest.raises(reactor.ClosedError):
+            await tx.set("a", 2)  # the body is over
+        with pytest.raises(reactor.ClosedError):
+            await both["v"].set("a", 2)
+        assert (await state.stats())["operations"]["decrement"] == 3
+
+
+async def test_cancel_timer_refuses_what_the_sync_one_refuses(db_path: Path) -> None:
+    async with reactor.aio.open(db_path) as state:
+        scope = state.scope("s")
+        timer = await scope.schedule("k", 1, after=100)
+        with pytest.raises(reactor.InvalidArgumentError):
+            await state.cancel_timer(5)  # type: ignore[arg-type]
+        assert await state.cancel_timer("no-such-timer") is False
+        async with scope.transaction():
+            with pytest.raises(reactor.ReentrancyError):
+                await state.cancel_timer(timer.id)  # would wait for this very transaction
+        assert await state.cancel_timer(timer.id) is True
+        assert await state.timers() == []
+
+
 async def test_other_tasks_wait_for_a_transaction_and_its_own_task_may_not(
     db_path: Path,
 ) -> None:

@@ -730,7 +730,8 @@ async def test_1000_async_waiters_hold_no_thread(db_path: Any) -> None:
         before = receivers(engine)
         assert state._workers is not None
         # The handle's few workers (for the reads that start each wait) may still grow.
-        threads = threading.active_count() + reactor.aio._WORKERS - len(state._workers._threads)
+        workers = reactor.aio.state._WORKERS
+        threads = threading.active_count() + workers - len(state._workers._threads)
         keys = [f"k-{i}" for i in range(1000)]
         tasks = [
             asyncio.ensure_future(scope.wait_for(key, lambda v: v >= 0, timeout=60)) for key in keys

@@ -10,8 +10,10 @@ from reactor._base.keys import compile_pattern
 from reactor._base.results import Timer
 from reactor._engine.engine import Engine
 from reactor._engine.events import ChangeEvent, EventType
+from reactor._engine.port import EnginePort
 from reactor._engine.report import engine_stats
 from reactor._work.timers import check_timer_id, drop_timer, timer_of
+from reactor._work.writes import Work
 from reactor.errors import InvalidArgumentError, ReentrancyError, RevisionCompactedError
 
 from .binding import bind
@@ -22,7 +24,7 @@ from .scope import Scope
 from .subscriptions import DEFAULT_BUFFER, Filter, Subscription, Watch, check_since
 from .transaction import MultiTransaction, in_transaction
 
-__all__ = ["State"]
+__all__ = ["State", "cancelling"]
 
 F = TypeVar("F", bound=Callable[[ChangeEvent], Any])  # a callback of one event
 Where = Callable[[ChangeEvent], bool]
@@ -271,17 +273,16 @@ class State:
                 the transaction's ``cancel_timer``).
         """
         engine = self._binding.engine
-        check_timer_id(timer_id)
-        row = engine.store.timer(timer_id)
-        if row is None:
+        found = cancelling(engine, timer_id)
+        if found is None:
             return False
-        if in_transaction(engine, row.scope):
+        scope, work = found
+        if in_transaction(engine, scope):
             raise ReentrancyError(
-                f"this thread holds a transaction on scope {row.scope!r}, the timer's: "
+                f"this thread holds a transaction on scope {scope!r}, the timer's: "
                 "cancel it with tx.cancel_timer, inside the body"
             )
-        # On the scope's actor, under its lock: ordered with the timer's firing.
-        return engine.write(row.scope, drop_timer(timer_id))
+        return engine.write(scope, work)
 
     def stats(self) -> dict[str, Any]:
         """Keys per scope, operations and latency by verb, events, expiry, size."""
@@ -305,3 +306,16 @@ class State:
         traceback: TracebackType | None,
     ) -> None:
         self.close()
+
+
+def cancelling(engine: EnginePort, timer_id: object) -> tuple[str, Work[bool]] | None:
+    """How to cancel timer ``timer_id`` (``State.cancel_timer``, and its asyncio twin):
+    the timer's scope, and the work its actor runs there, under the scope's lock, so
+    ordered with the timer's firing; None if the timer is not pending (a short read).
+
+    Raises:
+        InvalidArgumentError: ``timer_id`` is not a str.
+    """
+    checked = check_timer_id(timer_id)
+    row = engine.store.timer(checked)
+    return None if row is None else (row.scope, drop_timer(checked))

@@ -2,13 +2,13 @@
 
 Each write verb is defined once, in ``_writes``: its checks (run here, in the caller's
 thread) and its work. A handle only says how work runs (``_run``): ``Scope`` on the
-actor that owns the scope, ``Transaction`` in its own pending transaction;
-``reactor.aio.AsyncScope`` awaits the same work.
+actor that owns the scope, ``Transaction`` in its own pending transaction. Their
+asyncio twins are ``reactor.aio.verbs.AsyncVerbs``, over the same work and one hook.
 
 Each read verb is defined once, here: a handle only says where it reads its rows
 (``_text``, ``_entry``, ``_texts``, ``_items``, ``_keys``): ``Scope`` the last commit,
 straight on the database; ``Transaction`` its pending transaction, as its body has
-changed it. ``AsyncScope`` runs ``Scope``'s.
+changed it. ``AsyncScope`` and ``AsyncTransaction`` run these in a worker thread.
 """
 
 from __future__ import annotations

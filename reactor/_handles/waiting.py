@@ -168,6 +168,26 @@ def end(engine: EnginePort, waiter: Waiter) -> None:
     engine.hub.remove(waiter)
 
 
+def _look(waiter: Waiter, predicate: Predicate | None, clear: Callable[[], None]) -> str | None:
+    """One look at what arrived for ``waiter``: the loop body ``wait`` and ``wait_async``
+    share. The JSON text of the first change that satisfies ``predicate``, or None: wait
+    for the next wake-up. ``clear`` resets the wake-up flag first, so that an offer made
+    during the look wakes the waiter again.
+
+    Raises:
+        ClosedError: the engine closed, and nothing it delivered satisfies.
+        Exception: what the predicate raised.
+    """
+    clear()
+    # Read before looking: a close noted after the look may follow an offer the look
+    # missed, which the next look sees.
+    closing = waiter.closing
+    text = waiter.match(predicate)
+    if text is None and closing:
+        raise _closed(waiter)
+    return text
+
+
 def _closed(waiter: Waiter) -> ClosedError:
     return ClosedError(f"the engine closed while waiting for {waiter.key!r}")
 
@@ -197,16 +217,7 @@ def wait(
     try:
         if text is not None and _satisfies(text, predicate):
             return decode(text)
-        while True:
-            ready.clear()  # before looking: an offer from now on sets it again
-            # Read before looking: a close noted after the look may follow an offer the
-            # look missed, which the next look sees.
-            closing = waiter.closing
-            text = waiter.match(predicate)
-            if text is not None:
-                return decode(text)
-            if closing:
-                raise _closed(waiter)
+        while (text := _look(waiter, predicate, ready.clear)) is None:
             if deadline is None:
                 ready.wait()
                 continue
@@ -215,6 +226,7 @@ def wait(
                 assert timeout is not None
                 raise _timed_out(waiter, timeout)
             ready.wait(min(left, threading.TIMEOUT_MAX))
+        return decode(text)
     finally:
         end(engine, waiter)
 
@@ -257,18 +269,12 @@ async def wait_async(
     try:
         if text is not None and _satisfies(text, predicate):
             return decode(text)
-        while True:
-            arrived.clear()  # before looking: an offer from now on sets it again
-            closing = waiter.closing  # read before looking, as in wait()
-            text = waiter.match(predicate)
-            if text is not None:
-                return decode(text)
-            if closing:
-                raise _closed(waiter)
+        while (text := _look(waiter, predicate, arrived.clear)) is None:
             if expired:
                 assert timeout is not None
                 raise _timed_out(waiter, timeout)
             await arrived.wait()
+        return decode(text)
     finally:
         if timer is not None:
             timer.cancel()

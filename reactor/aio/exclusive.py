@@ -2,7 +2,7 @@
 
 Waiting holds no thread. A transaction's turn at each of its scopes (taken in order,
 as the synchronous ones are), and its commit, are the actors' futures awaited through
-the loop's bridge (``reactor.aio``), timed out only once the scope has not moved on for
+the loop's bridge (``bridge.py``), timed out only once the scope has not moved on for
 the engine's timeout: any number of transactions queued on one scope run in turn.
 Tasks of one loop waiting for the same lock stand in one line: the first tries the
 lease, backing off from 2 ms to 50 ms (at once when a holder on this loop releases it),
@@ -17,19 +17,17 @@ synchronous ``Transaction``; other tasks wait for the commit.
 from __future__ import annotations
 
 import asyncio
-import builtins
 import collections
 import contextvars
 import functools
 import logging
 import weakref
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
+from time import perf_counter
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from reactor._base.keys import check_key
-from reactor._base.results import Change, Snapshot, Timer, UpdateResult
-from reactor._base.values import MISSING
 from reactor._handles.binding import binding_of, engine_of
 from reactor._handles.locks import Lock
 from reactor._handles.transaction import Hold, MultiTransaction, Transaction, part_of, scope_names
@@ -42,14 +40,18 @@ from reactor.errors import (
     ReentrancyError,
 )
 
-from .reads import AsyncReads
+from .verbs import AsyncVerbs
 
 if TYPE_CHECKING:
     from concurrent.futures import Future
 
+    from reactor._base.results import Snapshot
+    from reactor._engine.options import Options
     from reactor._engine.port import EnginePort
     from reactor._handles.state import State
-    from reactor.aio import AsyncState
+    from reactor._work.writes import Work
+
+    from .port import Handle
 
 __all__ = [
     "AsyncLock",
@@ -86,7 +88,7 @@ def check_not_held(engine_id: int, scope: str) -> None:
         )
 
 
-async def _take(handle: AsyncState, hold: Hold) -> contextvars.Token[_Held]:
+async def _take(handle: Handle, hold: Hold) -> contextvars.Token[_Held]:
     """Take the scopes of ``hold`` in order, each awaited on the loop with no thread
     waiting, and open its pending transaction; on any failure (a timeout, a closing
     engine, a cancelled task) none stays held. The token to give to ``_finish``."""
@@ -114,7 +116,7 @@ async def _take(handle: AsyncState, hold: Hold) -> contextvars.Token[_Held]:
 
 
 async def _finish(
-    handle: AsyncState, hold: Hold, token: contextvars.Token[_Held] | None, commit: bool
+    handle: Handle, hold: Hold, token: contextvars.Token[_Held] | None, commit: bool
 ) -> None:
     """Commit what the body staged (``commit``), or drop it; hand the scopes back."""
     if token is not None:
@@ -135,7 +137,7 @@ async def _finish(
     hold.hand_back("rolled back" if future is None else "committed")
 
 
-async def _engine_for(handle: AsyncState, names: tuple[str, ...]) -> tuple[State, EnginePort]:
+async def _engine_for(handle: Handle, names: tuple[str, ...]) -> tuple[State, EnginePort]:
     """The synchronous handle and its engine, once this task may take ``names``.
 
     Raises:
@@ -148,14 +150,14 @@ async def _engine_for(handle: AsyncState, names: tuple[str, ...]) -> tuple[State
     return state, engine
 
 
-class AsyncTransaction(AsyncReads):
+class AsyncTransaction(AsyncVerbs):
     """``async with scope.transaction() as tx:``: ``tx`` has every verb of a scope, as
     coroutines, staged in the transaction and committed together when the block ends
     (nothing if it raises). See ``Scope.transaction``. In a transaction over several
     scopes, ``tx[name]`` of an ``AsyncMultiTransaction``: the same verbs, on that
     scope."""
 
-    def __init__(self, handle: AsyncState, name: str, *, part: bool = False) -> None:
+    def __init__(self, handle: Handle, name: str, *, part: bool = False) -> None:
         self._handle = handle
         self.name = name
         self._part = part  # a part of an AsyncMultiTransaction, which sets _tx
@@ -188,130 +190,43 @@ class AsyncTransaction(AsyncReads):
         if self._tx is not None and not self._part:
             await _finish(self._handle, self._tx._hold, token, commit=exc_type is None)
 
-    async def _call(self, verb: Callable[[Transaction], T]) -> T:
-        """Run ``verb`` on the pending transaction, in a worker (it may read)."""
+    def _begun(self) -> Transaction:
         tx = self._tx
         if tx is None:
             raise ClosedError("this transaction has not begun: use async with")
-        return await self._handle._run(verb, tx)
+        return tx
+
+    async def _call(self, verb: Callable[[Transaction], T]) -> T:
+        """Run ``verb`` on the pending transaction, in a worker (it may read)."""
+        return await self._handle._run(verb, self._begun())
 
     async def _read(self, read: Callable[[ScopeVerbs], T]) -> T:
         return await self._call(read)
 
-    # -- the verbs of Scope, as coroutines: the reads are AsyncReads' ----------------
+    async def _submit(self, verb: str, make: Callable[[Options], Work[T]]) -> T:
+        """Stage the work in the pending transaction, in a worker (it may read); a verb
+        that fails leaves the body's other writes be (``Transaction._run``).
+
+        Raises:
+            ClosedError: the transaction has not begun, or is over.
+        """
+        tx = self._begun()
+        engine = tx._writable()
+        work = make(engine.options)
+        start = perf_counter()
+        try:
+            return await self._handle._run(tx._run, work)
+        finally:
+            engine.stats.record(verb, perf_counter() - start)
+
+    # -- the verbs of Scope, as coroutines: AsyncVerbs' (reads: AsyncReads') ---------
     async def snapshot(self) -> Snapshot:
         """The scope as this transaction sees it, with the revision it began at."""
         return await self._call(lambda tx: tx.snapshot())
 
-    async def set(
-        self,
-        key: str,
-        value: Any,
-        ttl: float | None = None,
-        keep_ttl: bool = False,
-        *,
-        if_revision: int | None = None,
-    ) -> Change:
-        """Stage ``value`` at ``key``; the old and new value."""
-        return await self._call(
-            lambda tx: tx.set(key, value, ttl, keep_ttl, if_revision=if_revision)
-        )
-
-    async def set_many(
-        self,
-        mapping: Mapping[str, Any],
-        ttl: float | None = None,
-        *,
-        if_revision: int | None = None,
-    ) -> dict[str, Change]:
-        """Stage every key-value of ``mapping``."""
-        return await self._call(lambda tx: tx.set_many(mapping, ttl, if_revision=if_revision))
-
-    async def delete(self, key: str, *, if_revision: int | None = None) -> Any:
-        """Stage the removal of ``key``; its value, or None if it was absent."""
-        return await self._call(lambda tx: tx.delete(key, if_revision=if_revision))
-
-    async def clear(self, pattern: str = "*", *, if_revision: int | None = None) -> int:
-        """Stage the removal of the keys matching ``pattern``; how many."""
-        return await self._call(lambda tx: tx.clear(pattern, if_revision=if_revision))
-
-    async def expire(
-        self, key: str, seconds: float | None, *, if_revision: int | None = None
-    ) -> bool:
-        """Give ``key`` a time to live (None: none); whether it exists."""
-        return await self._call(lambda tx: tx.expire(key, seconds, if_revision=if_revision))
-
-    async def increment(
-        self,
-        key: str,
-        by: int | float = 1,
-        default: int | float = 0,
-        *,
-        if_revision: int | None = None,
-    ) -> int | float:
-        """Add ``by`` to the number at ``key``; the new number."""
-        return await self._call(lambda tx: tx.increment(key, by, default, if_revision=if_revision))
-
-    async def decrement(
-        self,
-        key: str,
-        by: int | float = 1,
-        default: int | float = 0,
-        *,
-        if_revision: int | None = None,
-    ) -> int | float:
-        """Subtract ``by`` from the number at ``key``; the new number."""
-        return await self._call(lambda tx: tx.decrement(key, by, default, if_revision=if_revision))
-
-    async def append(self, key: str, text: str, *, if_revision: int | None = None) -> int:
-        """Append ``text`` to the string at ``key``; its new length."""
-        return await self._call(lambda tx: tx.append(key, text, if_revision=if_revision))
-
-    async def compare_and_swap(
-        self, key: str, expected: Any, new: Any, *, if_revision: int | None = None
-    ) -> bool:
-        """Set ``key`` to ``new`` only if it holds ``expected``; whether it did."""
-        return await self._call(
-            lambda tx: tx.compare_and_swap(key, expected, new, if_revision=if_revision)
-        )
-
-    async def push(self, key: str, *items: Any, if_revision: int | None = None) -> int:
-        """Append ``items`` to the list at ``key``; its new length."""
-        return await self._call(lambda tx: tx.push(key, *items, if_revision=if_revision))
-
-    async def pop(self, key: str, front: bool = False, *, if_revision: int | None = None) -> Any:
-        """Remove and return the last (or first) item of the list at ``key``."""
-        return await self._call(lambda tx: tx.pop(key, front, if_revision=if_revision))
-
     async def cancel_timer(self, timer_id: str) -> bool:
         """Cancel a pending timer with the commit (``Transaction.cancel_timer``)."""
         return await self._call(lambda tx: tx.cancel_timer(timer_id))
-
-    async def schedule(
-        self,
-        key: str,
-        value: Any = MISSING,
-        *,
-        after: float | None = None,
-        at: float | None = None,
-        every: float | None = None,
-        ops: builtins.list[dict[str, Any]] | None = None,
-    ) -> Timer:
-        """Schedule a write to ``key``, created with the commit (``Scope.schedule``)."""
-        return await self._call(
-            lambda tx: tx.schedule(key, value, after=after, at=at, every=every, ops=ops)
-        )
-
-    async def update(
-        self,
-        key: str,
-        ops: builtins.list[dict[str, Any]],
-        atomic: bool | None = None,
-        *,
-        if_revision: int | None = None,
-    ) -> UpdateResult:
-        """Apply update ops or a JSON Patch to the value at ``key`` (SPEC §4)."""
-        return await self._call(lambda tx: tx.update(key, ops, atomic, if_revision=if_revision))
 
     async def enqueue(
         self, queue: str, item: Any, delay: float | None = None, key: str | None = None
@@ -328,7 +243,7 @@ class AsyncMultiTransaction:
     the scopes, commit together, or not at all if it raises. See ``State.transaction``.
     """
 
-    def __init__(self, handle: AsyncState, names: Iterable[str]) -> None:
+    def __init__(self, handle: Handle, names: Iterable[str]) -> None:
         self._handle = handle
         self.names: tuple[str, ...] = scope_names(names)
         """The scopes it holds, sorted by name: the order it takes them in."""
@@ -448,7 +363,7 @@ class AsyncLock:
     from 2 ms to 50 ms between tries, and trying at once when a holder on the same loop
     releases it."""
 
-    def __init__(self, handle: AsyncState, name: str, ttl: float, timeout: float | None) -> None:
+    def __init__(self, handle: Handle, name: str, ttl: float, timeout: float | None) -> None:
         self._handle = handle
         self.name = check_key(name, "lock name")
         if check_ttl(ttl) is None:
@@ -564,7 +479,7 @@ class AsyncLock:
             logger.warning("lock %r had expired when its body raised", self.name)
 
 
-def _give_back(handle: AsyncState, lock: Lock, trying: asyncio.Future[bool]) -> None:
+def _give_back(handle: Handle, lock: Lock, trying: asyncio.Future[bool]) -> None:
     if trying.cancelled() or trying.exception() is not None or not trying.result():
         return
     releasing = asyncio.ensure_future(handle._run(lock.release))

@@ -1,0 +1,143 @@
+"""``AsyncQueue`` and ``AsyncJob``: a durable work queue's verbs as coroutines.
+
+A take that waits holds no thread: puts and leases running out wake the task through
+the loop's bridge (``_queues.take_async``). The other verbs are short blocking calls,
+run in the handle's worker threads.
+"""
+
+from __future__ import annotations
+
+from time import perf_counter
+from typing import TYPE_CHECKING, Any
+
+from reactor._handles import queues as _queues
+from reactor._handles.binding import binding_of
+from reactor._work import jobs as _jobs
+
+from .bridge import bridge
+
+if TYPE_CHECKING:
+    from .port import Handle
+
+__all__ = ["AsyncJob", "AsyncQueue"]
+
+
+class AsyncQueue:
+    """A durable work queue's verbs as coroutines (see ``reactor.Queue``). A take that
+    waits holds no thread: puts and leases running out wake the task through the loop."""
+
+    __slots__ = ("_handle", "_max_attempts", "_queue", "name")
+
+    def __init__(self, handle: Handle, name: str, max_attempts: int | None) -> None:
+        self._handle = handle
+        self.name: str = _jobs.check_queue(name)
+        """The queue's name; its events have scope ``queue:NAME``."""
+        self._max_attempts = _jobs.check_max_attempts(max_attempts)
+        self._queue: _queues.Queue | None = None
+
+    def __repr__(self) -> str:
+        return f"<reactor.aio.AsyncQueue {self.name!r}>"
+
+    async def _sync(self) -> _queues.Queue:
+        if self._queue is None:
+            self._queue = (await self._handle._sync()).queue(self.name, self._max_attempts)
+        return self._queue
+
+    async def put(self, item: Any, delay: float | None = None, key: str | None = None) -> int:
+        """``Queue.put``: add a job (after ``delay`` seconds); its id. ``key``: a put
+        with the key of a job the queue holds adds nothing, and returns that job's id."""
+        queue = await self._sync()
+        return await self._handle._run(queue.put, item, delay, key)
+
+    async def take(
+        self, timeout: float | None = None, lease: float = _jobs.DEFAULT_LEASE
+    ) -> AsyncJob | None:
+        """``Queue.take``: the next ready job, for ``lease`` seconds, or None if none
+        came within ``timeout`` seconds (None: wait until one comes; 0: look once).
+
+        No thread waits. Cancelling the task ends the wait; a job taken meanwhile is
+        given back as it was (its attempts unchanged).
+
+        Raises:
+            ClosedError: the engine closed while it waited.
+            InvalidArgumentError: a bad ``timeout`` or ``lease``.
+            ReadOnlyError: the engine is read-only.
+        """
+        seconds = _jobs.check_lease(lease)
+        wait = _jobs.check_timeout(timeout)
+        queue = await self._sync()
+        engine = _queues._writable(binding_of(await self._handle._sync()))
+        start = perf_counter()
+        try:
+            job = await _queues.take_async(
+                queue,
+                engine,
+                seconds,
+                wait,
+                call_soon=bridge().call_soon,
+                run=self._handle._run,
+            )
+        finally:
+            engine.stats.record("queue.take", perf_counter() - start)
+        return None if job is None else AsyncJob(self._handle, job)
+
+    async def stats(self) -> dict[str, int]:
+        """``Queue.stats``: how many jobs are ready, delayed, taken and dead."""
+        return await self._handle._run((await self._sync()).stats)
+
+    async def dead(self, limit: int | None = None) -> list[AsyncJob]:
+        """``Queue.dead``: the dead jobs, in the order they died."""
+        jobs = await self._handle._run((await self._sync()).dead, limit)
+        return [AsyncJob(self._handle, job) for job in jobs]
+
+    async def retry_dead(self) -> int:
+        """``Queue.retry_dead``: make every dead job ready again; how many."""
+        return await self._handle._run((await self._sync()).retry_dead)
+
+
+class AsyncJob:
+    """A job taken from an ``AsyncQueue``, its ``ack``, ``nack`` and ``extend`` as
+    coroutines (see ``reactor.Job``)."""
+
+    __slots__ = ("_handle", "_job")
+
+    def __init__(self, handle: Handle, job: _queues.Job) -> None:
+        self._handle = handle
+        self._job = job
+
+    def __repr__(self) -> str:
+        job = self._job
+        return f"AsyncJob(id={job.id}, item={job.item!r}, attempts={job.attempts})"
+
+    @property
+    def id(self) -> int:
+        """The job's id in its queue."""
+        return self._job.id
+
+    @property
+    def item(self) -> Any:
+        """The job's item."""
+        return self._job.item
+
+    @property
+    def attempts(self) -> int:
+        """How many times it has been taken (1 at its first take)."""
+        return self._job.attempts
+
+    @property
+    def queue(self) -> str:
+        """The name of the job's queue."""
+        return self._job.queue
+
+    async def ack(self) -> None:
+        """``Job.ack``: done, removed. Raises ``LockNotOwnedError`` if the lease is lost."""
+        await self._handle._run(self._job.ack)
+
+    async def nack(self, delay: float | None = None) -> None:
+        """``Job.nack``: back to the queue (after ``delay``), or dead after its last
+        attempt."""
+        await self._handle._run(self._job.nack, delay)
+
+    async def extend(self, seconds: float | None = None) -> None:
+        """``Job.extend``: the lease now ends ``seconds`` from now."""
+        await self._handle._run(self._job.extend, seconds)

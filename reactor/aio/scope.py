@@ -1,0 +1,139 @@
+"""``AsyncScope``: a scope's verbs as coroutines.
+
+Writes are validated and encoded on the loop (CPU only), then queued for the scope's
+actor; the task awaits the commit with no thread waiting (the loop's bridge). Reads are
+short blocking calls, run in the handle's worker threads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from time import perf_counter
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from reactor._base.keys import check_writable
+from reactor._handles import waiting as _waiting
+from reactor._handles.binding import engine_of
+from reactor._handles.scope import Scope
+
+from .bridge import bridge
+from .exclusive import AsyncTransaction, check_not_held
+from .verbs import AsyncVerbs
+
+if TYPE_CHECKING:
+    from reactor._base.results import Snapshot
+    from reactor._engine.options import Options
+    from reactor._engine.port import EnginePort
+    from reactor._handles.verbs import ScopeVerbs
+    from reactor._work.writes import Work
+
+    from .port import Handle
+
+__all__ = ["AsyncScope"]
+
+T = TypeVar("T")
+
+
+class AsyncScope(AsyncVerbs):
+    """A scope's verbs as coroutines; the same results and errors as ``Scope``'s."""
+
+    __slots__ = ("_handle", "_scope", "name")
+
+    def __init__(self, handle: Handle, name: str) -> None:
+        self._handle = handle
+        self.name = name
+        self._scope: Scope | None = None
+
+    def __repr__(self) -> str:
+        return f"<reactor.aio.AsyncScope {self.name!r}>"
+
+    async def _reader(self) -> Scope:
+        if self._scope is None:
+            self._scope = (await self._handle._sync()).scope(self.name)
+        return self._scope
+
+    async def _engine(self) -> EnginePort:
+        """The engine, once this task may wait on the scope.
+
+        Raises:
+            ClosedError: the handle is closed.
+            ReentrancyError: this task holds a transaction on the scope.
+        """
+        engine = engine_of(await self._handle._sync())
+        check_not_held(id(engine), self.name)
+        return engine
+
+    async def _submit(self, verb: str, make: Callable[[Options], Work[T]]) -> T:
+        """Queue the work for the scope's actor and await its result (no thread waits);
+        timed for ``stats()`` from the request to the answer.
+
+        Raises:
+            InvalidKeyError: a scope of events (``queue:NAME``, ``run:NAME``).
+            ClosedError: the handle is closed.
+            ReentrancyError: this task holds a transaction on the scope.
+        """
+        check_writable(self.name)
+        engine = await self._engine()
+        work = make(engine.options)
+        start = perf_counter()
+        try:
+            future = engine.submit(self.name, work)
+            return await self._handle._answer(engine, self.name, future)
+        finally:
+            engine.stats.record(verb, perf_counter() - start)
+
+    def transaction(self) -> AsyncTransaction:
+        """``async with scope.transaction() as tx:``: the scope is this task's until the
+        block ends; ``tx``'s verbs (coroutines) commit together, or not at all.
+
+        Raises:
+            InvalidKeyError: a scope of events (``queue:NAME``, ``run:NAME``), which
+                no transaction writes.
+            ConflictError: (at the end of the block) another process changed the scope
+                meanwhile; nothing was applied.
+        """
+        return AsyncTransaction(self._handle, check_writable(self.name))
+
+    async def _read(self, read: Callable[[ScopeVerbs], T]) -> T:
+        scope = await self._reader()
+        return await self._handle._run(read, scope)
+
+    # -- reads: AsyncReads' --------------------------------------------------------
+    async def snapshot(self) -> Snapshot:
+        """``Scope.snapshot``: every live key-value and the revision they are current at."""
+        return await self._handle._run(Scope.snapshot, await self._reader())
+
+    # -- waiting -------------------------------------------------------------------
+    async def wait_for(
+        self,
+        key: str,
+        predicate: _waiting.Predicate | None = None,
+        timeout: float | None = None,
+    ) -> Any:
+        """``Scope.wait_for``: wait until ``key`` holds a value for which
+        ``predicate(value)`` is true (or, without one, exists); return that value.
+
+        No thread waits: changes wake the task through the loop, and the predicate runs
+        on the loop. Cancelling the task ends the wait.
+
+        Raises:
+            OperationTimeout: ``timeout`` seconds went by first (None: no limit).
+            ClosedError: the engine closed first.
+            InvalidArgumentError: ``predicate`` is not callable, or ``timeout`` is not
+                None or a number >= 0.
+        """
+        checked, seconds = _waiting.check_wait(key, predicate, timeout)
+        engine = await self._engine()
+        start = perf_counter()
+        try:
+            return await _waiting.wait_async(
+                engine,
+                self.name,
+                checked,
+                predicate,
+                seconds,
+                call_soon=bridge().call_soon,
+                run=self._handle._run,
+            )
+        finally:
+            engine.stats.record("wait_for", perf_counter() - start)
