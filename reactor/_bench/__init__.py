@@ -9,6 +9,7 @@ skipped with a note.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import tempfile
@@ -273,12 +274,8 @@ def _where(backend: Backend, name: str, directory: str, tag: str) -> AbstractCon
     return backend.location(directory, tag) if name == "reactor" else nullcontext(directory)
 
 
-def _compare(
-    options: Options, backend: Backend, names: list[str], root: str, notes: list[str]
-) -> dict[str, Any]:
-    rounds = options.rounds if options.rounds is not None else (1 if options.quick else 3)
-    counts = Counts(200, 200) if options.quick else Counts(2000, 20_000)
-    modes = _modes(options)
+def _plan(options: Options, modes: dict[str, str]) -> list[tuple[str, int, str]]:
+    """(kind, workers, mode) of every mode measured, each once."""
     plan = [
         ("threads", 1, modes["threads_1"]),
         ("threads", options.threads, modes["threads_n"]),
@@ -286,7 +283,48 @@ def _compare(
         ("processes", options.processes, modes["processes_n"]),
         ("asyncio", options.tasks, modes["asyncio"]),
     ]
-    plan = list({mode: (kind, n, mode) for kind, n, mode in plan}.values())
+    return list({mode: (kind, n, mode) for kind, n, mode in plan}.values())
+
+
+def _round(
+    options: Options,
+    backend: Backend,
+    names: list[str],
+    root: str,
+    number: int,
+    plan: list[tuple[str, int, str]],
+    counts: Counts,
+    errors: dict[str, dict[str, str]],
+) -> dict[str, dict[str, dict[str, Any]]]:
+    """One round: every peer in every mode (a failure is noted in ``errors``)."""
+    figures: dict[str, dict[str, dict[str, Any]]] = {}
+    for name in names:
+        for kind, workers, mode in plan:
+            if (kind == "processes" and PEERS[name].in_memory) or mode in errors.get(name, {}):
+                continue
+            _say(options, f"round {number + 1}/{options.rounds}: {name} {mode}")
+            location = os.path.join(root, f"r{number}-{name}-{mode}")
+            os.makedirs(location)
+            try:
+                with _where(backend, name, location, f"r{number}-{mode}") as where:
+                    figures.setdefault(name, {})[mode] = _measure(
+                        name, kind, workers, where, counts, options.tasks
+                    )
+            except Exception as exc:  # noqa: BLE001 - one failure must not end the run
+                errors.setdefault(name, {})[mode] = f"{type(exc).__name__}: {exc}"
+            finally:
+                shutil.rmtree(location, ignore_errors=True)
+    return figures
+
+
+def _compare(
+    options: Options, backend: Backend, names: list[str], root: str, notes: list[str]
+) -> dict[str, Any]:
+    rounds = options.rounds if options.rounds is not None else (1 if options.quick else 3)
+    options = dataclasses.replace(options, rounds=rounds)
+    counts = Counts(200, 200) if options.quick else Counts(2000, 20_000)
+    modes = _modes(options)
+    plan = _plan(options, modes)
     notes.append(
         f"{counts.writes:,} ops per worker for each write verb, {counts.reads:,} for get; "
         f"asyncio: {options.tasks} tasks share those counts"
@@ -295,26 +333,7 @@ def _compare(
     errors: dict[str, dict[str, str]] = {}
     events: dict[str, list[dict[str, Any]]] = {"in_process": [], "cross_process": []}
     for number in range(rounds):
-        figures: dict[str, dict[str, dict[str, Any]]] = {}
-        for name in names:
-            for kind, workers, mode in plan:
-                if kind == "processes" and PEERS[name].in_memory:
-                    continue
-                if mode in errors.get(name, {}):
-                    continue
-                _say(options, f"round {number + 1}/{rounds}: {name} {mode}")
-                location = os.path.join(root, f"r{number}-{name}-{mode}")
-                os.makedirs(location)
-                try:
-                    with _where(backend, name, location, f"r{number}-{mode}") as where:
-                        figures.setdefault(name, {})[mode] = _measure(
-                            name, kind, workers, where, counts, options.tasks
-                        )
-                except Exception as exc:  # noqa: BLE001 - one failure must not end the run
-                    errors.setdefault(name, {})[mode] = f"{type(exc).__name__}: {exc}"
-                finally:
-                    shutil.rmtree(location, ignore_errors=True)
-        per_round.append(figures)
+        per_round.append(_round(options, backend, names, root, number, plan, counts, errors))
         _say(options, f"round {number + 1}/{rounds}: event delivery")
         location = os.path.join(root, f"r{number}-events")
         try:

@@ -337,6 +337,19 @@ def run_pgbench(
 
 
 # -- the section -------------------------------------------------------------------------
+def _with_pgbench(backend: Backend, root: str, plan: Plan, section: dict[str, Any]) -> None:
+    """Add pgbench's figures for the same clients to ``section``, and ratios to them."""
+    directory = os.path.join(root, "pgbench")
+    os.makedirs(directory)
+    try:
+        section["pgbench"] = run_pgbench(
+            backend, directory, plan.clients(), plan.pgbench_seconds, plan.rounds
+        )
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+    beside_pgbench(section)
+
+
 def run_writers(
     backend: Backend,
     root: str,
@@ -385,15 +398,7 @@ def run_writers(
     }
     if backend.name == "postgresql" and error is None:
         say("writers: pgbench -N")
-        directory = os.path.join(root, "pgbench")
-        os.makedirs(directory)
-        try:
-            section["pgbench"] = run_pgbench(
-                backend, directory, plan.clients(), plan.pgbench_seconds, plan.rounds
-            )
-        finally:
-            shutil.rmtree(directory, ignore_errors=True)
-        beside_pgbench(section)
+        _with_pgbench(backend, root, plan, section)
     section["targets"] = writer_targets(section, backend.name)
     if error is not None:
         section["error"] = error

@@ -13,7 +13,6 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from types import TracebackType
 from typing import TYPE_CHECKING, Final
 
 from reactor._base.keys import check_key
@@ -173,12 +172,7 @@ class Lock:
             raise LockTimeout(f"lock {self.name!r} was not acquired within {self.timeout} s")
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, *_: object) -> None:
         try:
             self.release()
         except LockNotOwnedError:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Collection
-from types import TracebackType
 from typing import Any, TypeVar
 
 from reactor._base.keys import compile_pattern
@@ -299,12 +298,7 @@ class State:
         self._binding.check()
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, *_: object) -> None:
         self.close()
 
 

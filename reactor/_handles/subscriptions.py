@@ -26,7 +26,6 @@ import logging
 import threading
 from collections import deque
 from collections.abc import Callable, Collection, Iterator
-from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final
 
 from reactor._base.keys import Pattern, check_key, compile_pattern
@@ -554,10 +553,5 @@ class Watch(_Feed):
     def __enter__(self) -> Watch:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, *_: object) -> None:
         self.close()

@@ -25,7 +25,6 @@ import threading
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future
 from time import perf_counter
-from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from reactor._base.keys import Pattern, check_key, check_writable
@@ -346,12 +345,7 @@ class Transaction(ScopeVerbs):
         self._hold.enter()
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, *_: object) -> None:
         self._hold.exit(commit=exc_type is None)
 
     def begin(self) -> None:
@@ -523,12 +517,7 @@ class MultiTransaction:
         self._hold.enter()
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, *_: object) -> None:
         self._hold.exit(commit=exc_type is None)
 
 

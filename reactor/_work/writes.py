@@ -12,6 +12,7 @@ for the result, ``AsyncScope`` awaits it; both get the result type from the ``Wo
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -495,14 +496,8 @@ def update(
 
         op_list = decode(ops_text)
         old_size = 0 if old is None else len(old.value)
-        if patch:
-            outcome = apply_patch(
-                copy_of_old(), old is not None, op_list, max_depth, max_bytes, old_size
-            )
-        else:
-            outcome = apply_update_ops(
-                copy_of_old(), old is not None, op_list, max_depth, max_bytes
-            )
+        apply = functools.partial(apply_patch, size=old_size) if patch else apply_update_ops
+        outcome = apply(copy_of_old(), old is not None, op_list, max_depth, max_bytes)
         old_value = copy_of_old()
         if not outcome.applied or (outcome.errors and all_or_nothing):
             return UpdateResult(old_value, copy_of_old(), outcome.errors)

@@ -24,7 +24,6 @@ import logging
 import weakref
 from collections.abc import Callable, Iterable
 from time import perf_counter
-from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from reactor._base.keys import check_key
@@ -180,12 +179,7 @@ class AsyncTransaction(AsyncVerbs):
         self._token = await _take(self._handle, tx._hold)
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, exc_type: type[BaseException] | None, *_: object) -> None:
         token, self._token = self._token, None
         if self._tx is not None and not self._part:
             await _finish(self._handle, self._tx._hold, token, commit=exc_type is None)
@@ -290,12 +284,7 @@ class AsyncMultiTransaction:
         self._token = await _take(self._handle, self._hold)
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, exc_type: type[BaseException] | None, *_: object) -> None:
         token, self._token = self._token, None
         if self._hold is not None:
             await _finish(self._handle, self._hold, token, commit=exc_type is None)
@@ -465,12 +454,7 @@ class AsyncLock:
             raise LockTimeout(f"lock {self.name!r} was not acquired within {self.timeout} s")
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, exc_type: type[BaseException] | None, *_: object) -> None:
         try:
             await self.release()
         except LockNotOwnedError:

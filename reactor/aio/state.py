@@ -16,7 +16,6 @@ import os
 import weakref
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from types import TracebackType
 from typing import Any, Final, TypeVar
 
 from reactor._base.clock import Clock
@@ -137,12 +136,7 @@ class AsyncState:
         await self._sync()
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, exc_type: type[BaseException] | None, *_: object) -> None:
         await self.close()
 
     @property

@@ -6,7 +6,6 @@ import asyncio
 import collections
 import functools
 from collections.abc import AsyncIterator, Iterator
-from types import TracebackType
 from typing import TYPE_CHECKING
 
 from reactor._engine.events import ChangeEvent
@@ -98,12 +97,7 @@ class AsyncWatch:
     async def __aenter__(self) -> AsyncWatch:
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, exc_type: type[BaseException] | None, *_: object) -> None:
         await self.aclose()
 
 
