@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 import reactor
-from reactor._storage import sql as _sql
+from reactor._storage import sql_text as _sql
 from reactor._work import jobs as _jobs
 from tests.conftest import backend, raw_query
 from tests.conftest import wait_for as eventually

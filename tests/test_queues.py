@@ -30,6 +30,7 @@ import reactor
 import reactor.aio
 from reactor._engine.engine import Engine
 from reactor._handles import queues as _queues
+from reactor._handles import takers as _takers
 from reactor._handles import waiting as _waiting
 from reactor._handles.binding import engine_of
 from reactor._work import jobs as _jobs
@@ -47,7 +48,7 @@ def waiting(engine: Engine, name: str = "q") -> int:
     return sum(
         len(line)
         for line in engine.hub.listeners()
-        if isinstance(line, _queues._Line) and line.scope == scope
+        if isinstance(line, _takers.Line) and line.scope == scope
     )
 
 
@@ -58,7 +59,7 @@ def receivers(engine: Engine) -> set[Any]:
 def assert_clean(engine: Engine, before: set[Any]) -> None:
     """No take left waiting: every line is empty and out of the hub."""
     assert receivers(engine) == before
-    assert not any(isinstance(line, _queues._Line) for line in engine.hub.listeners())
+    assert not any(isinstance(line, _takers.Line) for line in engine.hub.listeners())
 
 
 def queue_events(state: reactor.State, name: str = "q") -> list[tuple[str, str, Any]]:
