@@ -487,7 +487,7 @@ def test_ten_thousand_timers_due_at_once_fire_within_a_second_exactly_once(
     last comes 0.5-0.9 s late here on a quiet machine. The median is held to the
     second; the last one gets room for a machine loaded by other work (it came 1.8 s
     late once, with six busy processes on two cores)."""
-    late = _burst(open_state(), 10_000, scopes, lead=8.0)  # scheduling took 3.5 s on a loaded machine
+    late = _burst(open_state(), 10_000, scopes, lead=8.0)  # scheduling: 3.5 s when loaded
     assert late[len(late) // 2] < 1.0
     assert late[-1] < 2.0
 
