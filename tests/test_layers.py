@@ -77,3 +77,107 @@ def test_features_use_the_engine_s_port_not_its_class() -> None:
     assert ("reactor._engine.engine", "Engine") in _imported_names(
         PACKAGE / "_handles" / "registry.py"
     )  # the check sees the one that does
+
+
+# -- layers and circles ----------------------------------------------------------------
+# A module imports from its own layer and those below it only. The public namespace
+# (``reactor``) sits on the layers; what is built on the public API sits above it.
+RANKS = {
+    "reactor.errors": 0,
+    "reactor.ops": 0,
+    "reactor.signals": 0,
+    "reactor._version": 0,
+    "reactor._base": 1,
+    "reactor._storage": 2,
+    "reactor._engine": 3,
+    "reactor._work": 4,
+    "reactor._handles": 5,
+    "reactor._backup": 6,
+    "reactor.aio": 6,
+    "reactor": 7,
+    "reactor.cli": 8,
+    "reactor._ui": 8,
+    "reactor._bench": 8,
+    "reactor.testing": 8,
+    "reactor.__main__": 9,
+}
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _rank(module: str) -> int:
+    """The layer of ``module``: that of the longest prefix named in ``RANKS``."""
+    while module not in RANKS:
+        module = module.rpartition(".")[0]
+    return RANKS[module]
+
+
+def _graph() -> dict[str, set[str]]:
+    """Module -> the reactor modules it imports (type-only imports included)."""
+    modules = {_module_name(path): path for path in PACKAGE.rglob("*.py")}
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        found = set()
+        for module, imported in _imported_names(path):
+            if f"{module}.{imported}" in modules:
+                found.add(f"{module}.{imported}")
+            elif module in modules:
+                found.add(module)
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                found.update(alias.name for alias in node.names if alias.name in modules)
+        graph[name] = found - {name}
+    return graph
+
+
+def _circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for other in graph.get(node, ()):
+            if other not in index:
+                visit(other)
+                low[node] = min(low[node], low[other])
+            elif other in stack:
+                low[node] = min(low[node], index[other])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                top = stack.pop()
+                component.append(top)
+                if top == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_no_import_circle() -> None:
+    assert _circles(_graph()) == []
+
+
+def test_the_circle_check_finds_a_circle() -> None:
+    assert _circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_each_module_imports_only_from_its_layer_and_below() -> None:
+    upward = sorted(
+        f"{module} -> {imported}"
+        for module, imports in _graph().items()
+        for imported in imports
+        if _rank(imported) > _rank(module)
+    )
+    assert upward == []
