@@ -25,10 +25,12 @@ __all__ = ["Binding", "bind", "binding_of", "engine_of"]
 class Binding:
     """A handle's engine while the handle is open."""
 
-    __slots__ = ("__weakref__", "_engine", "_lock")
+    __slots__ = ("__weakref__", "_lock", "current")
 
     def __init__(self, engine: Engine) -> None:
-        self._engine: Engine | None = engine
+        # The engine until the handle lets go of it (closed or not: see ``engine``);
+        # read as it is on the hottest paths, where a property's call would cost.
+        self.current: Engine | None = engine
         self._lock = threading.Lock()
 
     @property
@@ -38,7 +40,7 @@ class Binding:
         Raises:
             ClosedError: the handle, or its engine, is closed.
         """
-        engine = self._engine
+        engine = self.current
         if engine is None or engine.closed:
             raise ClosedError("this reactor handle is closed")
         return engine
@@ -52,18 +54,18 @@ class Binding:
 
     @property
     def closed(self) -> bool:
-        engine = self._engine
+        engine = self.current
         return engine is None or engine.closed
 
     @property
     def released(self) -> bool:
         """Whether the handle let go of its engine (``release``), closed or not."""
-        return self._engine is None
+        return self.current is None
 
     def release(self) -> Engine | None:
         """Let go of the engine (once): it, or None if already let go."""
         with self._lock:
-            engine, self._engine = self._engine, None
+            engine, self.current = self.current, None
         return engine
 
 

@@ -66,7 +66,7 @@ class Scope(ScopeVerbs):
     @property
     def _engine(self) -> EnginePort:
         # The verb decorator has checked _usable() already; here only closing matters.
-        engine = self._binding.engine
+        engine = self._binding.current
         if engine is None:
             raise ClosedError("this reactor handle is closed")
         return engine

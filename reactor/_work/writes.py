@@ -12,7 +12,6 @@ for the result, ``AsyncScope`` awaits it; both get the result type from the ``Wo
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -489,18 +488,20 @@ def update(
         old = txn.live_row(scope, key)
         _require(scope, key, old, expected)
 
-        def copy_of_old() -> Any:
-            # Each use its own copy (the ops change theirs in place; the result's old
-            # and new values are the caller's): decoding is the cheapest deep copy.
-            return None if old is None else decode(old.value)
-
+        # Each use gets its own copy of the old value (the ops change theirs in place;
+        # the result's old and new values are the caller's): decoding copies cheapest.
+        old_text = None if old is None else old.value
         op_list = decode(ops_text)
-        old_size = 0 if old is None else len(old.value)
-        apply = functools.partial(apply_patch, size=old_size) if patch else apply_update_ops
-        outcome = apply(copy_of_old(), old is not None, op_list, max_depth, max_bytes)
-        old_value = copy_of_old()
+        old_size = 0 if old_text is None else len(old_text)
+        doc = None if old_text is None else decode(old_text)
+        if patch:
+            outcome = apply_patch(doc, old is not None, op_list, max_depth, max_bytes, old_size)
+        else:
+            outcome = apply_update_ops(doc, old is not None, op_list, max_depth, max_bytes)
+        old_value = None if old_text is None else decode(old_text)
         if not outcome.applied or (outcome.errors and all_or_nothing):
-            return UpdateResult(old_value, copy_of_old(), outcome.errors)
+            unchanged = None if old_text is None else decode(old_text)
+            return UpdateResult(old_value, unchanged, outcome.errors)
         applied = _applied_ops(ops_text, op_list, outcome.applied)
         if not outcome.created:
             txn.write(scope, key, old, None, None, ops=applied)
