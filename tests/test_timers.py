@@ -43,6 +43,7 @@ def test_a_timer_writes_its_value_once_when_due(state: reactor.State, clock: Fak
     wait_for(lambda: scope.get("k") == {"a": 1})
     wait_for(lambda: state.timers() == [])
     assert _events(state) == [("k", "created", {"a": 1}, timer.id)]
+    wait_for(lambda: state.stats()["timers"]["fired"] == 1)  # counted just after the commit
     assert state.stats()["timers"] == {"pending": 0, "fired": 1, "failed": 0}
 
 
@@ -609,6 +610,8 @@ def test_due_timers_stay_due_while_the_database_is_down_and_fire_once_it_is_back
     down.clear()
     wait_for(lambda: state.timers() == [], timeout=10)
     assert [scope.get(timer.key) for timer in timers] == list(range(5))
+    # counted when the firing's future completes, a moment after its commit is visible
+    wait_for(lambda: state.stats()["timers"]["fired"] == 5, timeout=10)
     assert state.stats()["timers"] == {"pending": 0, "fired": 5, "failed": 0}
 
 
