@@ -84,7 +84,6 @@ class Engine:
         self._handles = 0
         self._lock = threading.Lock()
         self._mailboxes: list[Mailbox | None] = [None] * options.max_actors
-        self.lock_released = threading.Condition()  # wakes lock waiters of this process
         try:
             self.dispatcher = Dispatcher(key, self.store, self.stats, follow=location is not None)
         except BaseException:
@@ -238,8 +237,6 @@ class Engine:
                 return
             self.closed = True
         self._on_close(self)
-        with self.lock_released:
-            self.lock_released.notify_all()  # waiters wake up to ClosedError
         if self.sweeper is not None:
             self.sweeper.close(self.options.timeout)
         for mailbox in self._mailboxes:

@@ -1,12 +1,14 @@
 """``Hub``: the one place an engine's listeners join to hear of committed changes.
 
-Subscriptions and watches, ``wait_for``'s waiters and the lines of waiting queue takes
-all listen the same way (``Listener``): the hub tells each the last revision published
-as it joins (``start``), hands it the changes it listens to (``offer``, on the
-dispatcher's thread), and, when the engine closes, tells it to finish (``finish``) and
-waits for it (``join``). Listeners are indexed by what they listen to — one key of one
-scope, one scope, or everything — so a change costs one dict lookup per index, not one
-call per listener: a thousand ``wait_for`` calls on other keys cost a change nothing.
+Subscriptions and watches, ``wait_for``'s waiters, the lines of waiting queue takes and
+those of lock waiters all listen the same way (``Listener``): the hub tells each the
+last revision published as it joins (``start``), hands it the changes it listens to
+(``offer``, on the dispatcher's thread), and, when the engine closes, tells it to
+finish (``finish``) and waits for it (``join``). Listeners are indexed by what they
+listen to — one key of one scope, one scope, or everything — so a change costs one dict
+lookup per index, not one call per listener: a thousand ``wait_for`` calls on other
+keys cost a change nothing. A listener that hears of no change (a lock's line: a lease
+is no key) joins ``quiet``, only to be told to finish when the engine closes.
 
 The hub is connected to the dispatcher only while someone listens: the dispatcher reads
 other processes' changes only then.
@@ -67,6 +69,7 @@ class Hub:
         self._joining = threading.Lock()  # joins and leaves, with (dis)connecting, in turn
         self._index: dict[Where, set[Listener]] = {}
         self._where: dict[Listener, Where] = {}
+        self._quiet: set[Listener] = set()
         self._durable: dict[str, Listener] = {}
         self._shared: dict[object, Any] = {}
         self._closed = False
@@ -80,9 +83,11 @@ class Hub:
         key: str | None = None,
         *,
         durable: str | None = None,
+        quiet: bool = False,
     ) -> None:
         """From now on, offer ``listener`` the changes of ``key`` of ``scope`` (None:
-        of any key, of any scope) after the revision its ``start`` is told.
+        of any key, of any scope) after the revision its ``start`` is told; ``quiet``:
+        none at all (it only finishes with the engine, and is not ``start``ed).
 
         Raises:
             ClosedError: the engine is closed.
@@ -93,6 +98,9 @@ class Hub:
             with self._lock:
                 if self._closed:
                     raise ClosedError("the engine is closed")
+                if quiet:
+                    self._quiet.add(listener)
+                    return
                 if durable is not None:
                     if durable in self._durable:
                         raise InvalidArgumentError(
@@ -111,6 +119,9 @@ class Hub:
         disconnects the hub from the dispatcher."""
         with self._joining:
             with self._lock:
+                if listener in self._quiet:
+                    self._quiet.discard(listener)
+                    return
                 where = self._where.pop(listener, None)
                 if where is None:
                     return
@@ -126,9 +137,9 @@ class Hub:
                 self._dispatcher.disconnect()
 
     def listeners(self) -> list[Listener]:
-        """Every listener joined now."""
+        """Every listener joined now (quiet ones too)."""
         with self._lock:
-            return list(self._where)
+            return [*self._where, *self._quiet]
 
     def durable_in_use(self, name: str) -> bool:
         with self._lock:
@@ -142,6 +153,11 @@ class Hub:
             if found is None:
                 found = self._shared[key] = make()
             return found
+
+    def find_shared(self, key: object) -> Any:
+        """The object under ``key``, or None if there is none now."""
+        with self._lock:
+            return self._shared.get(key)
 
     def forget_shared(self, key: object, shared: object) -> None:
         """Drop ``shared`` from under ``key`` (if it is still the one there)."""
@@ -171,7 +187,7 @@ class Hub:
         deadline = time.monotonic() + timeout
         with self._lock:
             self._closed = True
-            listeners = list(self._where)
+            listeners = [*self._where, *self._quiet]
         for listener in listeners:
             listener.finish(loop)
         for listener in listeners:

@@ -10,7 +10,6 @@ through its ``hub``; reads go to its ``store`` (never its ``write``: see
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Collection
 from concurrent.futures import Future
 from typing import Any, Protocol, TypeVar
@@ -56,11 +55,6 @@ class EnginePort(Protocol):
 
     @property
     def closed(self) -> bool: ...
-
-    @property
-    def lock_released(self) -> threading.Condition:
-        """Notified when a lock of this process is released (its waiters look again)."""
-        ...
 
     def now(self) -> float: ...
 

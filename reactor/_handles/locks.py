@@ -3,9 +3,9 @@
 A lease lives in ``reactor_locks``: its holder, its deadline and a fencing token that
 grows by one at every acquisition of the name (a released lock keeps its row, so the
 count never restarts). Taking, renewing and giving back a lease are short write
-transactions. A waiter sleeps on a condition that releases in this process notify, and
-looks again at least every ``_POLL_MAX`` seconds for releases and expiries elsewhere:
-waiting never spins the CPU.
+transactions. A waiter stands in the engine's line for the name (``lock_lines``): woken
+at once by a release in this process, it looks again at least every 50 ms for releases
+and expiries elsewhere; waiting never spins the CPU.
 """
 
 from __future__ import annotations
@@ -13,13 +13,14 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING
 
 from reactor._base.keys import check_key
 from reactor._storage.records import LockRow
 from reactor._storage.store import WriteTxn
 from reactor.errors import InvalidArgumentError, LockNotOwnedError, LockTimeout, ReentrancyError
 
+from . import lock_lines
 from .verbs import check_ttl
 
 if TYPE_CHECKING:
@@ -30,9 +31,6 @@ if TYPE_CHECKING:
 __all__ = ["Lock"]
 
 logger = logging.getLogger("reactor")
-
-_POLL_MIN: Final = 0.002
-_POLL_MAX: Final = 0.05
 
 
 class Lock:
@@ -97,25 +95,40 @@ class Lock:
         if timeout is not None and (type(timeout) not in (int, float) or not timeout >= 0):
             raise InvalidArgumentError(f"timeout must be a number >= 0, not {timeout!r}")
         deadline = None if timeout is None else time.monotonic() + timeout
-        pause = _POLL_MIN
-        engine = self._engine
-        while True:
-            token = self._try()
-            if token is not None:
-                self.token, self._held = token, True
-                engine.stats.count("locks_acquired")
-                return True
-            if not blocking:
-                self.token = None
-                return False
-            left = None if deadline is None else deadline - time.monotonic()
-            if left is not None and left <= 0:
-                self.token = None
-                return False
-            with engine.lock_released:
-                engine.lock_released.wait(pause if left is None else min(pause, left))
-            pause = min(pause * 2, _POLL_MAX)
-            engine = self._engine  # raises ClosedError once the engine closed
+        token = self._try()
+        if token is None and blocking:
+            token = self._wait(deadline)
+        self.token, self._held = token, token is not None
+        if token is not None:
+            self._engine.stats.count("locks_acquired")
+        return token is not None
+
+    def _wait(self, deadline: float | None) -> int | None:
+        """Try again in this engine's line of waiters until taken (the token) or out of
+        time (None)."""
+        line = self.line()
+        try:
+            since, pause = line.wakes, lock_lines.POLL_MIN
+            while True:
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    return None
+                woken = line.wait(since, pause if left is None else min(pause, left))
+                pause = lock_lines.next_pause(pause, woken)
+                since = line.wakes
+                token = self._try()  # raises ClosedError once the engine closed
+                if token is not None:
+                    return token
+        finally:
+            line.leave()
+
+    def line(self) -> lock_lines.LockLine:
+        """Stand in this engine's line of waiters for the name (``leave`` it after).
+
+        Raises:
+            ClosedError: the engine is closed.
+        """
+        return lock_lines.join(self._engine.hub, self.name)
 
     def _own(self, txn: WriteTxn) -> LockRow:
         row = txn.statements.fetch_lock(self.name)
@@ -143,8 +156,7 @@ class Lock:
             self._held, self.token = False, None
             raise
         self._held, self.token = False, None
-        with engine.lock_released:
-            engine.lock_released.notify_all()
+        lock_lines.wake(engine.hub, self.name)
 
     def extend(self, ttl: float | None = None) -> None:
         """Renew the lease for ``ttl`` seconds from now (the lock's ``ttl`` by default).

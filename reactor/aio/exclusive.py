@@ -17,16 +17,15 @@ synchronous ``Transaction``; other tasks wait for the commit.
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextvars
 import functools
 import logging
-import weakref
 from collections.abc import Callable, Iterable
 from time import perf_counter
-from typing import TYPE_CHECKING, Any, Final, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from reactor._base.keys import check_key
+from reactor._handles import lock_lines
 from reactor._handles.binding import binding_of, engine_of
 from reactor._handles.locks import Lock
 from reactor._handles.transaction import Hold, MultiTransaction, Transaction, part_of, scope_names
@@ -57,14 +56,10 @@ __all__ = [
     "AsyncMultiTransaction",
     "AsyncTransaction",
     "check_not_held",
-    "wake_lock_lines",
 ]
 
 logger = logging.getLogger("reactor")
 T = TypeVar("T")
-
-_POLL_MIN: Final = 0.002
-_POLL_MAX: Final = 0.05
 
 # (engine, scope, task) for the transaction bodies the current task is inside. Tasks
 # started in a body inherit the context, hence the task: they may wait for the commit.
@@ -290,53 +285,6 @@ class AsyncMultiTransaction:
             await _finish(self._handle, self._hold, token, commit=exc_type is None)
 
 
-class LockLine:
-    """The tasks of one loop waiting for one lock of one engine, in order of arrival.
-
-    The first in line tries the lease; ``poke`` cuts its pause between tries short
-    (a holder on this loop released it). The others wait for their ``turn``.
-    """
-
-    __slots__ = ("poke", "turns")
-
-    def __init__(self) -> None:
-        self.turns: collections.deque[asyncio.Future[None]] = collections.deque()
-        self.poke: asyncio.Future[None] | None = None
-
-    def wake(self) -> None:
-        if self.poke is not None and not self.poke.done():
-            self.poke.set_result(None)
-
-    def leave(self, turn: asyncio.Future[None]) -> None:
-        """Step out of the line; the next in it gets its turn if this one had it."""
-        if self.turns and self.turns[0] is turn:
-            self.turns.popleft()
-            if self.turns and not self.turns[0].done():
-                self.turns[0].set_result(None)
-        else:
-            self.turns.remove(turn)
-
-
-_lines: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[tuple[int, str], LockLine]] = (
-    weakref.WeakKeyDictionary()
-)
-
-
-def _loop_lines() -> dict[tuple[int, str], LockLine]:
-    loop = asyncio.get_running_loop()
-    lines = _lines.get(loop)
-    if lines is None:
-        lines = _lines[loop] = {}
-    return lines
-
-
-def wake_lock_lines() -> None:
-    """Have every task of this loop waiting for a lock try again now (a handle closed:
-    its waiters find out)."""
-    for line in _loop_lines().values():
-        line.wake()
-
-
 async def _until(future: asyncio.Future[None], seconds: float | None) -> bool:
     """Wait for ``future`` at most ``seconds`` (None: no limit); whether it is done."""
     if seconds is not None and seconds <= 0:
@@ -362,7 +310,6 @@ class AsyncLock:
         self.ttl = ttl
         self.timeout = timeout
         self._lock: Lock | None = None
-        self._key: tuple[int, str] = (0, self.name)  # (engine, name): its line's key
 
     def __repr__(self) -> str:
         return f"<reactor.aio.AsyncLock {self.name!r} token={self.token}>"
@@ -370,7 +317,6 @@ class AsyncLock:
     async def _sync(self) -> Lock:
         if self._lock is None:
             state = await self._handle._sync()
-            self._key = (id(engine_of(state)), self.name)
             self._lock = Lock(binding_of(state), self.name, self.ttl, self.timeout)
         return self._lock
 
@@ -391,33 +337,25 @@ class AsyncLock:
             return await self._try(lock)
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
-        lines = _loop_lines()
-        line = lines.get(self._key)
-        if line is None:
-            line = lines[self._key] = LockLine()
-        turn: asyncio.Future[None] = loop.create_future()
-        if not line.turns:
-            turn.set_result(None)
-        line.turns.append(turn)
+        line = lock.line()
+        turn = line.queue(loop)
         try:
             left = None if deadline is None else deadline - loop.time()
             if not await _until(turn, left):
                 return await self._try(lock)  # out of time in line: one try, as a thread's
-            pause = _POLL_MIN
+            pause = lock_lines.POLL_MIN
             while True:
-                # Made before the try: a release while it runs counts.
-                poke = line.poke = loop.create_future()
+                poke = line.poke(loop)  # made before the try: a release while it runs counts
                 if await self._try(lock):
                     return True
                 left = None if deadline is None else deadline - loop.time()
                 if left is not None and left <= 0:
                     return False
                 poked = await _until(poke, pause if left is None else min(pause, left))
-                pause = _POLL_MIN if poked else min(pause * 2, _POLL_MAX)
+                pause = lock_lines.next_pause(pause, poked)
         finally:
-            line.leave(turn)
-            if not line.turns and lines.get(self._key) is line:
-                del lines[self._key]
+            line.step_out(loop, turn)
+            line.leave()
 
     async def _try(self, lock: Lock) -> bool:
         if self._handle.closed:
@@ -436,10 +374,7 @@ class AsyncLock:
         Raises:
             LockNotOwnedError: this holder does not hold it (never did, or it expired).
         """
-        await self._handle._run((await self._sync()).release)
-        line = _loop_lines().get(self._key)
-        if line is not None:
-            line.wake()  # the first waiting on this loop tries at once
+        await self._handle._run((await self._sync()).release)  # its waiters try at once
 
     async def extend(self, ttl: float | None = None) -> None:
         """Renew the lease for ``ttl`` seconds (the lock's own ttl by default)."""

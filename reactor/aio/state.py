@@ -24,14 +24,15 @@ from reactor._base.results import Timer
 from reactor._engine.events import ChangeEvent
 from reactor._engine.options import Durability
 from reactor._engine.port import EnginePort
-from reactor._handles.binding import engine_of
+from reactor._handles import lock_lines
+from reactor._handles.binding import binding_of, engine_of
 from reactor._handles.open import open as open_sync
 from reactor._handles.state import Events, State, Where, cancelling
 from reactor._handles.subscriptions import DEFAULT_BUFFER, Subscription
 from reactor.errors import ClosedError
 
 from .bridge import bridge, in_thread
-from .exclusive import AsyncLock, AsyncMultiTransaction, check_not_held, wake_lock_lines
+from .exclusive import AsyncLock, AsyncMultiTransaction, check_not_held
 from .queue import AsyncQueue
 from .scope import AsyncScope
 from .watch import AsyncWatch
@@ -313,7 +314,8 @@ class AsyncState:
         when the engine closes (with its last handle). Closing waits for the actors and
         subscribers to finish: it runs in a thread of its own, ended on return."""
         self._closed = True
-        wake_lock_lines()  # waiters look again, and find the handle closed
+        if self._state is not None and (engine := binding_of(self._state).current) is not None:
+            lock_lines.wake_all(engine.hub)  # its lock waiters try again: the handle closed
         opening, self._opening = self._opening, None
         state, self._state = self._state, None
         if state is None and opening is not None:
