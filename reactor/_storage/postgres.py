@@ -307,7 +307,7 @@ class PostgresStore(SQLStore):
         for the block: every statement sees the snapshot of the first."""
         conn = self._reading(_begin_snapshot, keep=False)
         try:
-            yield SQLSnapshot(PostgresReads(conn))
+            yield PostgresReads(conn)
             conn.execute("COMMIT")
         except BaseException as exc:
             if conn.closed:  # the server dropped it

@@ -13,7 +13,7 @@ from reactor.errors import BusyError, OutcomeUnknownError, ReactorError, ReadOnl
 from .postgres_text import ADD_JOBS, CHANGES, PREPARED_ROWS, ROWS_ONLY, pg
 from .records import ChangeRecord, Key, RefusedError, Row, Upsert
 from .sql_jobs import SQLJobs
-from .sql_statements import SQLStatements
+from .sql_statements import SQLSnapshot, SQLStatements
 from .sql_text import STREAMED_ROWS
 
 try:
@@ -291,9 +291,10 @@ def connection_lost(conn: psycopg.Connection[Any], exc: psycopg.Error) -> bool:
     return state.startswith("08") or state in ("57P01", "57P02", "57P03")
 
 
-class PostgresReads:
-    """``Reads`` on a reader connection, in the transaction it is in; ``each`` reads
-    through a server-side cursor (``DECLARE``), ``STREAMED_ROWS`` rows a fetch."""
+class PostgresReads(SQLSnapshot):
+    """An export's reads (``SQLSnapshot``) on a reader connection, in the transaction
+    it is in; ``each`` reads through a server-side cursor (``DECLARE``),
+    ``STREAMED_ROWS`` rows a fetch."""
 
     __slots__ = ("_conn",)
 

@@ -6,7 +6,7 @@ See ``sql`` for how statements are written."""
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterator
-from typing import Any, Protocol
+from typing import Any
 
 from reactor._base.keys import Pattern
 
@@ -47,7 +47,7 @@ from .sql_text import (
     ranged,
 )
 
-__all__ = ["Reads", "SQLReader", "SQLReads", "SQLSnapshot", "SQLStatements"]
+__all__ = ["SQLReader", "SQLReads", "SQLSnapshot", "SQLStatements"]
 
 
 class SQLReads:
@@ -321,40 +321,32 @@ class SQLReader(SQLReads):
         return found
 
 
-class Reads(Protocol):
-    """Statements (``?`` placeholders) run on one connection, in one read transaction."""
+class SQLSnapshot:
+    """What an export reads (``store.SnapshotReads``), every statement in the one read
+    transaction (one snapshot) of a connection; a backend supplies ``all`` (a query's
+    rows, all at once) and ``each`` (fetched a few at a time: however many there are,
+    only a few are held at once)."""
+
+    __slots__ = ()
 
     def all(self, sql: str, params: tuple[Any, ...]) -> list[Any]:
-        """The rows of ``sql``, all at once."""
-        ...
+        raise NotImplementedError
 
     def each(self, sql: str, params: tuple[Any, ...]) -> Iterator[Any]:
-        """The rows of ``sql``, fetched a few at a time: however many there are, only
-        a few are held at once."""
-        ...
-
-
-class SQLSnapshot:
-    """What an export reads (``store.SnapshotReads``), with ``reads``, all in the one
-    read transaction (one snapshot) they run in."""
-
-    __slots__ = ("_reads",)
-
-    def __init__(self, reads: Reads) -> None:
-        self._reads = reads
+        raise NotImplementedError
 
     def counts(self, now: float) -> dict[str, int]:
-        return {scope: int(count) for scope, count in self._reads.all(COUNTS, (now,))}
+        return {scope: int(count) for scope, count in self.all(COUNTS, (now,))}
 
     def live_rows(self, now: float) -> Iterator[tuple[str, str, str, float | None]]:
-        return self._reads.each(ALL_LIVE_ROWS, (now,))
+        return self.each(ALL_LIVE_ROWS, (now,))
 
     def timers(self) -> list[TimerRow]:
-        return [TimerRow(*row) for row in self._reads.all(TIMERS, ())]
+        return [TimerRow(*row) for row in self.all(TIMERS, ())]
 
     def jobs(self) -> SQLJobReads:
-        return SQLJobReads(self._reads.all)
+        return SQLJobReads(self.all)
 
     def queue_jobs(self, queue: str) -> Iterator[tuple[JobRow, str | None]]:
-        for *columns, key in self._reads.each(QUEUE_JOBS, (queue,)):
+        for *columns, key in self.each(QUEUE_JOBS, (queue,)):
             yield job_row(columns), key

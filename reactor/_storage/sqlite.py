@@ -425,7 +425,7 @@ class SQLiteStore(SQLStore):
             except sqlite3.Error as exc:
                 raise translate(exc) from exc
             try:
-                yield SQLSnapshot(SQLiteReads(conn))
+                yield SQLiteReads(conn)
             finally:
                 with contextlib.suppress(sqlite3.Error):
                     conn.execute("COMMIT")

@@ -12,7 +12,7 @@ from typing import Any, Final
 from reactor.errors import BusyError, ClosedError, ReactorError, ReadOnlyError, StorageError
 
 from .records import ChangeRecord, RefusedError
-from .sql_statements import SQLStatements
+from .sql_statements import SQLSnapshot, SQLStatements
 from .sql_text import REVISION, STREAMED_ROWS
 
 __all__ = ["SQLiteReads", "SQLiteStatements", "fetch_all", "translate"]
@@ -85,8 +85,9 @@ class SQLiteStatements(SQLStatements):
             self._conn.execute("ROLLBACK")
 
 
-class SQLiteReads:
-    """``Reads`` on a SQLite connection, in the read transaction it is in."""
+class SQLiteReads(SQLSnapshot):
+    """An export's reads (``SQLSnapshot``) on a SQLite connection, in the read
+    transaction it is in."""
 
     __slots__ = ("_conn",)
 
