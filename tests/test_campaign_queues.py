@@ -225,7 +225,7 @@ def _plans(config: pytest.Config, db: Any) -> list[str]:
     plans = []
     for sql, params in statements:
         if backend(config) == "postgresql":
-            from reactor._storage.postgres import _pg  # names as the indexes hold them
+            from reactor._storage.postgres_text import pg as _pg  # names as the indexes hold them
 
             rows = raw_query(db, "EXPLAIN " + _pg(sql), params)
             plans.append("\n".join(str(row[0]) for row in rows))

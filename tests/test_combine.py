@@ -19,7 +19,7 @@ import reactor
 from reactor._handles.binding import engine_of
 from reactor._storage.combine import Combiner
 from reactor._storage.sqlite import SQLiteStore
-from reactor._storage.store import WriteTxn
+from reactor._storage.txn import WriteTxn
 from reactor.errors import BusyError, StorageError, TypeMismatchError
 
 

@@ -35,7 +35,7 @@ from reactor._backup.export import ExportView
 from reactor._handles.binding import engine_of
 from reactor._storage.records import Row
 from reactor._storage.sql_text import STREAMED_ROWS
-from reactor._storage.store import WriteTxn
+from reactor._storage.txn import WriteTxn
 from reactor._work import jobs as _jobs
 from reactor.cli.progress import SHOW_FROM, Bar
 from reactor.errors import InvalidArgumentError, InvalidValueError

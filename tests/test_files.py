@@ -34,7 +34,7 @@ import pytest
 
 import reactor
 from reactor._storage import schema as _schema
-from reactor._storage.sqlite import use_wal
+from reactor._storage.sqlite_file import use_wal
 
 from .conftest import run_reactor
 
@@ -211,11 +211,11 @@ def test_a_version_check_that_another_connection_overtook_reads_again(
     """With no WAL there, the check reads the database file alone (no lock): when
     another connection opens the database meanwhile, what it read may be torn, so it
     reads again, through the WAL, rather than refuse a good database."""
-    from reactor._storage import sqlite as _sqlite
+    from reactor._storage import sqlite_file as _sqlite
 
     path = tmp_path / "state.db"
     _reactor_database(path)
-    read = _sqlite._read_version
+    read = _sqlite.read_version
     others: list[sqlite3.Connection] = []
 
     def overtaken(at: Path, conn: sqlite3.Connection) -> int | None:
@@ -226,9 +226,9 @@ def test_a_version_check_that_another_connection_overtook_reads_again(
             raise reactor.StorageError("the database failed: database disk image is malformed")
         return read(at, conn)
 
-    monkeypatch.setattr(_sqlite, "_read_version", overtaken)
+    monkeypatch.setattr(_sqlite, "read_version", overtaken)
     try:
-        assert _sqlite._probe(path, 5.0) == _schema.SCHEMA_VERSION
+        assert _sqlite.probe(path, 5.0) == _schema.SCHEMA_VERSION
     finally:
         for other in others:
             other.close()

@@ -22,7 +22,7 @@ from reactor._backup import exchange as _exchange
 from reactor._backup.export import ExportView
 from reactor._handles import registry as _registry
 from reactor._handles.binding import engine_of
-from reactor._storage import postgres as _postgres
+from reactor._storage import postgres_text as _postgres
 from reactor._storage import schema as _schema
 from reactor._storage import sql_text as _sql
 
@@ -521,13 +521,13 @@ def test_every_statement_that_looks_up_a_name_can_seek_an_index(
     with _connect(url) as conn:
         conn.execute("SET enable_seqscan = off")  # a plan that can seek an index does
         for sql, params in statements:
-            converted = sql if "%s" in sql else _postgres._pg(sql)
+            converted = sql if "%s" in sql else _postgres.pg(sql)
             plan = _plan(conn, converted, params)
             tables = set(scanned.findall(plan)) - {"reactor_meta", "reactor_queues"}
             assert not tables, f"{sql}\n{plan}"
             assert "Index" in plan, f"{sql}\n{plan}"
         for sql, params, index in upserts:
-            plan = _plan(conn, _postgres._pg(sql), params)
+            plan = _plan(conn, _postgres.pg(sql), params)
             assert f"Conflict Arbiter Indexes: {index}" in plan, plan
         # The flush of a commit: rows found through the index, records appended.
         flush = (

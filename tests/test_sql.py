@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from reactor._storage import postgres as _postgres
+from reactor._storage import postgres_text as _postgres
 from reactor._storage import sql_text as _sql
 from reactor._storage.schema import NAME_INDEXED
 
@@ -30,7 +30,7 @@ def test_every_name_a_statement_looks_up_is_in_brackets(name: str) -> None:
     assert not _BARE.search(sql), sql
     assert not _BARE_RIGHT.search(sql), sql
     assert not _BARE_CONFLICT.search(sql), sql
-    converted = _postgres._pg(sql)
+    converted = _postgres.pg(sql)
     assert not re.search(r"\[\w", converted), converted
 
 
@@ -41,15 +41,15 @@ def test_the_statements_of_postgresql_alone_compare_names_as_indexed() -> None:
 
 
 def test_names_compared_with_placeholders_take_their_indexed_form() -> None:
-    assert _postgres._pg("SELECT 1 FROM t WHERE [scope] = ? AND [key] IN (?, ?)") == (
+    assert _postgres.pg("SELECT 1 FROM t WHERE [scope] = ? AND [key] IN (?, ?)") == (
         "SELECT 1 FROM t WHERE reactor_name(scope) = reactor_name(%s) "
         "AND reactor_name(key) IN (reactor_name(%s), reactor_name(%s))"
     )
     # A bound is compared as it is: ranged() gives none longer than NAME_INDEXED.
-    assert _postgres._pg("WHERE [key] >= ? AND [key] < ?") == (
+    assert _postgres.pg("WHERE [key] >= ? AND [key] < ?") == (
         "WHERE reactor_name(key) >= %s AND reactor_name(key) < %s"
     )
-    assert _postgres._pg("WHERE j.[queue] = q.[name] ON CONFLICT ([name], revision)") == (
+    assert _postgres.pg("WHERE j.[queue] = q.[name] ON CONFLICT ([name], revision)") == (
         "WHERE reactor_name(j.queue) = reactor_name(q.name) "
         "ON CONFLICT (reactor_name(name), revision)"
     )

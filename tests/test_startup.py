@@ -18,7 +18,7 @@ import pytest
 
 import reactor
 from reactor._storage import schema as _schema
-from reactor._storage import sqlite as _sqlite
+from reactor._storage import sqlite_file as _sqlite_file
 from tests.conftest import CLI_ENV
 
 # Never needed to open a current SQLite file and run a verb on it.
@@ -169,7 +169,7 @@ def test_a_file_changed_after_the_probe_is_migrated(
     """The version the read-only probe saw is read again under the write lock: a file
     that was emptied in between (here: a probe that says "current" of a new file) gets
     its schema, with SQLAlchemy, as any new file does."""
-    monkeypatch.setattr(_sqlite, "_probe", lambda *_: _schema.SCHEMA_VERSION)
+    monkeypatch.setattr(_sqlite_file, "probe", lambda *_: _schema.SCHEMA_VERSION)
     with reactor.open(tmp_path / "state.db") as state:
         state.scope("s").set("k", 1)
         assert state.scope("s").get("k") == 1

@@ -636,8 +636,8 @@ def test_a_refused_write_is_told_from_a_failed_database(error: str, refused: boo
 
     import psycopg
 
-    from reactor._storage import postgres as _postgres
-    from reactor._storage import sqlite as _sqlite
+    from reactor._storage import postgres_statements as _postgres
+    from reactor._storage import sqlite_statements as _sqlite
     from reactor._storage.records import RefusedError
 
     exc = eval(error, {"sqlite3": sqlite3, "psycopg": psycopg})  # noqa: S307 - the table above

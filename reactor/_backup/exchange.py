@@ -62,7 +62,7 @@ if TYPE_CHECKING:
     from reactor._base.results import Timer
     from reactor._engine.port import EnginePort
     from reactor._handles.state import State
-    from reactor._storage.store import Work, WriteTxn
+    from reactor._storage.txn import Work, WriteTxn
 
 __all__ = [
     "KINDS",

@@ -15,14 +15,12 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from reactor._storage.records import JobRow, TimerRow
-from reactor._storage.sql_jobs import SQLJobs
-from reactor._storage.sql_text import ALL_LIVE_ROWS, COUNTS, QUEUE_JOBS, TIMERS, job_row
 from reactor._work import jobs as _jobs
 
 if TYPE_CHECKING:
     from reactor._base.keys import Pattern
-    from reactor._storage.store import Reads
+    from reactor._storage.records import JobRow, TimerRow
+    from reactor._storage.store import SnapshotReads
 
 __all__ = ["ExportView"]
 
@@ -34,20 +32,20 @@ class ExportView:
 
     __slots__ = ("_jobs", "_match", "_now", "_reads")
 
-    def __init__(self, reads: Reads, now: float, match: Pattern) -> None:
+    def __init__(self, reads: SnapshotReads, now: float, match: Pattern) -> None:
         self._reads = reads
         self._now = now
         self._match = match
-        self._jobs = SQLJobs(reads.all, _no_writes)
+        self._jobs = reads.jobs()
 
     def key_count(self) -> int:
         """How many live keys the export has."""
-        counts = self._reads.all(COUNTS, (self._now,))
-        return sum(int(n) for scope, n in counts if self._match.matches(scope))
+        counts = self._reads.counts(self._now)
+        return sum(n for scope, n in counts.items() if self._match.matches(scope))
 
     def key_lines(self) -> Iterator[dict[str, Any]]:
         """Every live key, sorted by scope and key."""
-        for scope, key, text, expires_at in self._reads.each(ALL_LIVE_ROWS, (self._now,)):
+        for scope, key, text, expires_at in self._reads.live_rows(self._now):
             if self._match.matches(scope):
                 yield {
                     "scope": scope,
@@ -58,7 +56,7 @@ class ExportView:
 
     def timer_lines(self) -> list[dict[str, Any]]:
         """The pending timers, earliest first."""
-        rows = [TimerRow(*row) for row in self._reads.all(TIMERS, ())]
+        rows = self._reads.timers()
         return [_timer_line(row, self._now) for row in rows if self._match.matches(row.scope)]
 
     def queue_names(self) -> list[str]:
@@ -71,12 +69,8 @@ class ExportView:
             found = self._jobs.queue(name)
             max_attempts = _jobs.DEFAULT_MAX_ATTEMPTS if found is None else found[0]
             yield {"queue": name, "max_attempts": max_attempts}
-            for *columns, key in self._reads.each(QUEUE_JOBS, (name,)):
-                yield _job_line(name, job_row(columns), key, max_attempts, self._now)
-
-
-def _no_writes(*_: object) -> int:
-    raise AssertionError("an export never writes")
+            for row, key in self._reads.queue_jobs(name):
+                yield _job_line(name, row, key, max_attempts, self._now)
 
 
 def _seconds(seconds: float) -> float:

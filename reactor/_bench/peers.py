@@ -110,13 +110,32 @@ class Peer:
         raise NotImplementedError
 
 
+class _KeyValuePeer(Peer):
+    """A peer whose plain verbs are those of one key-value object (``_kv``: its
+    ``set``, ``get`` and ``delete``)."""
+
+    _kv: Any
+
+    def set(self, key: str, value: dict[str, Any]) -> None:
+        self._kv.set(key, value)
+
+    def get(self, key: str) -> Any:
+        return self._kv.get(key)
+
+    def delete(self, key: str) -> None:
+        self._kv.delete(key)
+
+    def count(self, key: str) -> int:
+        return int(self._kv.get(key, 0))
+
+
 def reactor_target(location: str) -> str:
     """What ``reactor.open`` is given for ``location``: a PostgreSQL URL as it is (a
     schema of its own), else a file in that directory."""
     return location if "://" in location else os.path.join(location, "reactor.db")
 
 
-class ReactorPeer(Peer):
+class ReactorPeer(_KeyValuePeer):
     """reactor, on ``location``: a directory, or a PostgreSQL URL (``backends``)."""
 
     name = "reactor"
@@ -134,28 +153,16 @@ class ReactorPeer(Peer):
         super().__init__(location)
         self._ops = reactor.ops
         self._state = reactor.open(reactor_target(location))
-        self._scope = self._state.scope("bench")
-
-    def set(self, key: str, value: dict[str, Any]) -> None:
-        self._scope.set(key, value)
-
-    def get(self, key: str) -> Any:
-        return self._scope.get(key)
+        self._kv = self._state.scope("bench")
 
     def increment(self, key: str) -> int:
-        return int(self._scope.increment(key))
+        return int(self._kv.increment(key))
 
     def update(self, key: str) -> Any:
         ops = self._ops
-        return self._scope.update(
+        return self._kv.update(
             key, [ops.increment("n"), ops.set("name", UPDATE_NAME), ops.merge({"ok": False})]
         )
-
-    def delete(self, key: str) -> None:
-        self._scope.delete(key)
-
-    def count(self, key: str) -> int:
-        return int(self._scope.get(key, 0))
 
     async def astart(self) -> None:
         import reactor.aio
@@ -226,6 +233,10 @@ class DictLockPeer(Peer):
         self._data.clear()
 
 
+_UPSERT = "INSERT INTO kv (k, v) VALUES (?, ?) ON CONFLICT (k) DO UPDATE SET v = excluded.v"
+_DELETE = "DELETE FROM kv WHERE k = ?"
+
+
 class SQLitePeer(Peer):
     """Raw sqlite3: WAL, ``synchronous=NORMAL``, one connection per thread, a commit
     for every operation."""
@@ -287,20 +298,11 @@ class SQLitePeer(Peer):
         self._local.pending = 0
 
     def set(self, key: str, value: dict[str, Any]) -> None:
-        text = json.dumps(value)
+        params = (key, json.dumps(value))
         if self.batch == 1:  # one statement: its own transaction
-            self._conn().execute(
-                "INSERT INTO kv (k, v) VALUES (?, ?) ON CONFLICT (k) DO UPDATE SET v = excluded.v",
-                (key, text),
-            )
+            self._conn().execute(_UPSERT, params)
             return
-        self._run(
-            lambda conn: conn.execute(
-                "INSERT INTO kv (k, v) VALUES (?, ?) ON CONFLICT (k) DO UPDATE SET v = excluded.v",
-                (key, text),
-            ),
-            write=True,
-        )
+        self._run(lambda conn: conn.execute(_UPSERT, params), write=True)
 
     def get(self, key: str) -> Any:
         def read(conn: sqlite3.Connection) -> Any:
@@ -330,12 +332,9 @@ class SQLitePeer(Peer):
 
     def delete(self, key: str) -> None:
         if self.batch == 1:
-            self._conn().execute("DELETE FROM kv WHERE k = ?", (key,))
+            self._conn().execute(_DELETE, (key,))
             return
-        self._run(
-            lambda conn: conn.execute("DELETE FROM kv WHERE k = ?", (key,)),
-            write=True,
-        )
+        self._run(lambda conn: conn.execute(_DELETE, (key,)), write=True)
 
     def count(self, key: str) -> int:
         self.flush()
@@ -367,7 +366,7 @@ class SQLiteBatchPeer(SQLitePeer):
     )
 
 
-class DiskCachePeer(Peer):
+class DiskCachePeer(_KeyValuePeer):
     name = "diskcache"
     notes = ("default settings; increment is Cache.incr; update runs inside Cache.transact()",)
 
@@ -375,32 +374,20 @@ class DiskCachePeer(Peer):
         import diskcache  # type: ignore[import-untyped, import-not-found, unused-ignore]
 
         super().__init__(location)
-        self._cache: Any = diskcache.Cache(os.path.join(location, "diskcache"))
-
-    def set(self, key: str, value: dict[str, Any]) -> None:
-        self._cache.set(key, value)
-
-    def get(self, key: str) -> Any:
-        return self._cache.get(key)
+        self._kv = diskcache.Cache(os.path.join(location, "diskcache"))
 
     def increment(self, key: str) -> int:
-        return int(self._cache.incr(key))
+        return int(self._kv.incr(key))
 
     def update(self, key: str) -> Any:
-        cache = self._cache
+        cache = self._kv
         with cache.transact():
             value = apply_update(cache.get(key))
             cache.set(key, value)
         return value
 
-    def delete(self, key: str) -> None:
-        self._cache.delete(key)
-
-    def count(self, key: str) -> int:
-        return int(self._cache.get(key, 0))
-
     def close(self) -> None:
-        self._cache.close()
+        self._kv.close()
 
 
 class SqliteDictPeer(Peer):

@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar
 
 from reactor._base.values import encode
+from reactor._storage.locate import open_store
 from reactor._storage.records import ChangeRecord
-from reactor._storage.sqlite import SQLiteStore
-from reactor._storage.store import Store, Work, WriteTxn
+from reactor._storage.txn import Work, WriteTxn
 from reactor.errors import ClosedError, OperationTimeout
 
 from .dispatch import Dispatcher
@@ -78,7 +78,12 @@ class Engine:
         self.options = options
         self.clock = options.clock
         self.stats = Stats()
-        self.store = _open_store(location, options)
+        self.store = open_store(
+            location,
+            durability=options.durability,
+            timeout=options.timeout,
+            readonly=options.readonly,
+        )
         self.closed = False
         self._on_close = on_close
         self._handles = 0
@@ -250,23 +255,6 @@ class Engine:
         self.hub.close(_running_loop(), max(0.0, deadline - time.monotonic()))
         self.store.close()
         logger.debug("closed engine %s", self.key)
-
-
-def _open_store(location: Path | sa.URL | None, options: Options) -> Store:
-    if location is None or isinstance(location, Path):
-        return SQLiteStore(
-            location,
-            durability=options.durability,
-            timeout=options.timeout,
-            readonly=options.readonly,
-        )
-    from reactor._storage.postgres import (
-        PostgresStore,  # SQLAlchemy and psycopg: only for PostgreSQL
-    )
-
-    return PostgresStore(
-        location, durability=options.durability, timeout=options.timeout, readonly=options.readonly
-    )
 
 
 def _running_loop() -> asyncio.AbstractEventLoop | None:

@@ -40,9 +40,10 @@ from typing import Any, Final, TypeVar, overload
 import pykka
 
 from reactor._base.turn import Turn
-from reactor._storage.records import ChangeRecord, RefusedError
-from reactor._storage.store import Store, Work, WriteTxn
-from reactor.errors import ClosedError, ReactorError, StorageError
+from reactor._storage.records import ChangeRecord, RefusedError, copy_error
+from reactor._storage.store import Store
+from reactor._storage.txn import Work, WriteTxn
+from reactor.errors import ClosedError, StorageError
 
 __all__ = ["Mailbox", "Request", "shard_index"]
 
@@ -336,7 +337,7 @@ class Mailbox:
             )
         except RefusedError as exc:
             if len(batch) == 1:
-                batch[0].future.set_exception(_copy_error(exc))
+                batch[0].future.set_exception(copy_error(exc))
                 return
             # The database refused one request's statement, and the whole transaction
             # with it (nothing was applied): each request runs alone.
@@ -345,7 +346,7 @@ class Mailbox:
             return
         except Exception as exc:  # noqa: BLE001 - every caller hears of it
             for request in batch:
-                request.future.set_exception(_copy_error(exc))
+                request.future.set_exception(copy_error(exc))
             return
         for request, (ok, value) in zip(batch, outcomes, strict=True):
             if ok:
@@ -374,14 +375,3 @@ class Mailbox:
         for request in leftover:
             if request.future.set_running_or_notify_cancel():
                 request.future.set_exception(ClosedError("the engine closed before this write ran"))
-
-
-def _copy_error(exc: Exception) -> Exception:
-    """A fresh error per caller, so that tracebacks of concurrent raisers do not mix."""
-    if isinstance(exc, ReactorError):
-        fresh = type(exc)(*exc.args)
-        fresh.__cause__ = exc.__cause__
-        return fresh
-    failure = StorageError(f"the write failed: {exc!r}")
-    failure.__cause__ = exc
-    return failure

@@ -14,7 +14,8 @@ from collections.abc import Callable, Collection
 from concurrent.futures import Future
 from typing import Any, Protocol, TypeVar
 
-from reactor._storage.store import Store, Work, WriteTxn
+from reactor._storage.store import StoreReads
+from reactor._storage.txn import Work, WriteTxn
 
 from .dispatch import Dispatcher
 from .hub import Hub
@@ -41,7 +42,7 @@ class EnginePort(Protocol):
     def stats(self) -> Stats: ...
 
     @property
-    def store(self) -> Store:
+    def store(self) -> StoreReads:
         """For reads (``reader()``, ``get``, ``log_after``...): writes go by the door."""
         ...
 

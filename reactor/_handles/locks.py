@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from reactor._base.keys import check_key
 from reactor._storage.records import LockRow
-from reactor._storage.store import WriteTxn
+from reactor._storage.txn import WriteTxn
 from reactor.errors import InvalidArgumentError, LockNotOwnedError, LockTimeout, ReentrancyError
 
 from . import lock_lines
@@ -73,7 +73,7 @@ class Lock:
             if row is not None and row.held(txn.now):
                 return None
             token = (row.token if row is not None else 0) + 1
-            txn.statements.save_lock(name, LockRow(owner, token, txn.now + ttl))
+            txn.writes.save_lock(name, LockRow(owner, token, txn.now + ttl))
             return token
 
         engine = self._engine
@@ -147,7 +147,7 @@ class Lock:
 
         def work(txn: WriteTxn) -> None:
             row = self._own(txn)
-            txn.statements.save_lock(self.name, LockRow(None, row.token, None))
+            txn.writes.save_lock(self.name, LockRow(None, row.token, None))
 
         engine = self._engine
         try:
@@ -168,7 +168,7 @@ class Lock:
 
         def work(txn: WriteTxn) -> None:
             row = self._own(txn)
-            txn.statements.save_lock(self.name, LockRow(row.owner, row.token, txn.now + seconds))
+            txn.writes.save_lock(self.name, LockRow(row.owner, row.token, txn.now + seconds))
 
         engine = self._engine
         engine.commit(work)

@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from reactor._base.values import decode
 from reactor._storage.records import JobRow
-from reactor._storage.store import WriteTxn
+from reactor._storage.txn import WriteTxn
 from reactor._work import jobs as _jobs
 from reactor.errors import (
     ClosedError,
@@ -51,7 +51,7 @@ from . import takers as _takers
 
 if TYPE_CHECKING:
     from reactor._engine.port import EnginePort
-    from reactor._storage.sql_jobs import SQLJobs
+    from reactor._storage.statements import JobReads
 
     from .binding import Binding
 
@@ -246,7 +246,7 @@ def _counts(engine: EnginePort, name: str) -> dict[str, int]:
     return counts(engine.store.reader().jobs(), name, engine.now())[1]
 
 
-def counts(jobs: SQLJobs, name: str, now: float) -> tuple[int, dict[str, int]]:
+def counts(jobs: JobReads, name: str, now: float) -> tuple[int, dict[str, int]]:
     """Queue ``name``'s ``max_attempts`` (as stored, else the default) and its jobs by
     state at ``now``, as ``Queue.stats`` counts them, read with ``jobs`` (the store's
     reads: the dashboard's too)."""

@@ -22,8 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from reactor._engine.engine import Engine
 from reactor._engine.options import Options
-from reactor._storage.locate import default_folder, locate
-from reactor._storage.sqlite import SQLiteStore
+from reactor._storage.locate import default_folder, leave_if_moved, locate
 from reactor._work.sweeper import Sweeper
 from reactor.errors import BusyError, InvalidArgumentError, StorageError
 
@@ -147,10 +146,7 @@ def _usable(engine: Engine) -> bool:
     engine's WAL is taken off the path first, or the new one would read it."""
     if engine.closed:
         return False
-    if isinstance(engine.store, SQLiteStore) and engine.store.moved():
-        engine.store.leave_path()
-        return False
-    return True
+    return not leave_if_moved(engine.store)
 
 
 def _start(key: str, location: Path | sa.URL | None, options: Options) -> Engine:

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, Final
 from reactor._base.keys import Pattern, check_key, compile_pattern
 from reactor._engine.events import EVENT_TYPES, ChangeEvent
 from reactor._storage.records import ChangeRecord
-from reactor._storage.store import WriteTxn
+from reactor._storage.txn import WriteTxn
 from reactor.errors import (
     ClosedError,
     InvalidArgumentError,
@@ -442,7 +442,7 @@ class Subscription(_Feed):
         assert name is not None
 
         def work(txn: WriteTxn) -> None:
-            txn.statements.record_failure(name, revision, error, txn.now)
+            txn.writes.record_failure(name, revision, error, txn.now)
 
         try:
             self._engine.commit(work)
@@ -473,7 +473,7 @@ class Subscription(_Feed):
         assert name is not None
 
         def work(txn: WriteTxn) -> None:
-            txn.statements.save_position(name, position, delivered, failed, txn.now)
+            txn.writes.save_position(name, position, delivered, failed, txn.now)
 
         return work
 

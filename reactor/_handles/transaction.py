@@ -30,8 +30,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from reactor._base.keys import Pattern, check_key, check_writable
 from reactor._base.results import Snapshot
 from reactor._storage.records import Row
-from reactor._storage.sql import TransactionReader
-from reactor._storage.store import WriteTxn
+from reactor._storage.txn import WriteTxn
 from reactor._work import jobs as _jobs
 from reactor._work import writes as _writes
 from reactor._work.timers import DropTimer, check_timer_id, pending_timer
@@ -116,6 +115,7 @@ class Hold:
     __slots__ = (
         "_binding",
         "base",
+        "deadlines",
         "engine",
         "locks",
         "names",
@@ -134,6 +134,8 @@ class Hold:
         self.thread: int | None = None  # the thread of a synchronous body
         self.txn: WriteTxn | None = None
         self.base = 0  # the revision the body reads at
+        # The deadline of each row the body read, as first read (``Reader.deadlines``).
+        self.deadlines: dict[tuple[str, str], float | None] = {}
         self.status = "new"
         # What else the commit holds against other processes (a queue the body enqueues
         # to): the names of PostgreSQL's scope locks, with the scopes'.
@@ -273,7 +275,9 @@ class Hold:
         engine = self.engine
         assert engine is not None
         self.base = engine.store.revision()
-        self.txn = WriteTxn(engine.store.reader(), engine.now(), pending=True)
+        reader = engine.store.reader()
+        self.deadlines = reader.deadlines
+        self.txn = WriteTxn(reader, engine.now())
         self.status = "open"
 
     def submit_commit(self, commit: bool) -> Future[None] | None:
@@ -287,7 +291,9 @@ class Hold:
         self.status = "committing"
         first = self.names[0]
         scopes = (*self.names, *sorted(self.locks - set(self.names)))
-        return engine.submit(first, _commit(self.names, txn, self.base), owner=self, scopes=scopes)
+        return engine.submit(
+            first, _commit(self.names, txn, self.base, self.deadlines), owner=self, scopes=scopes
+        )
 
     def hand_back(self, status: str) -> None:
         """End the transaction as ``status`` and give every scope taken back to its
@@ -521,10 +527,12 @@ class MultiTransaction:
         self._hold.exit(commit=exc_type is None)
 
 
-def _commit(scopes: tuple[str, ...], pending: WriteTxn, base: int) -> _writes.Work[None]:
-    reader = pending.statements
-    deadlines = reader.deadlines if isinstance(reader, TransactionReader) else {}
-
+def _commit(
+    scopes: tuple[str, ...],
+    pending: WriteTxn,
+    base: int,
+    deadlines: dict[tuple[str, str], float | None],
+) -> _writes.Work[None]:
     def work(txn: WriteTxn) -> None:
         changed = next(
             (scope for scope in scopes if txn.statements.changed_since(scope, base)), None

@@ -21,10 +21,10 @@ from collections import deque
 from collections.abc import Callable, Collection
 from typing import Any, Final, Generic, TypeVar
 
-from reactor.errors import BusyError, ClosedError, OutcomeUnknownError, ReactorError, StorageError
+from reactor.errors import BusyError, ClosedError, OutcomeUnknownError, StorageError
 
-from .records import ChangeRecord, RefusedError
-from .store import WriteTxn
+from .records import ChangeRecord, RefusedError, copy_error
+from .txn import WriteTxn
 
 __all__ = ["Combiner"]
 
@@ -224,7 +224,7 @@ class Combiner:
             return
         except Exception as exc:  # noqa: BLE001 - every waiting caller must hear of it
             for slot in batch:
-                slot.error = exc if slot is batch[0] else _copy_error(exc)
+                slot.error = exc if slot is batch[0] else copy_error(exc)
                 slot.done = True
             return
         for slot, (ok, value) in zip(batch, outcomes, strict=True):
@@ -249,12 +249,3 @@ def _interrupted() -> OutcomeUnknownError:
         "the thread committing this write together with others was interrupted "
         "(KeyboardInterrupt); it may or may not have been applied"
     )
-
-
-def _copy_error(exc: BaseException) -> BaseException:
-    """A fresh error per caller, so that tracebacks of concurrent raisers do not mix."""
-    if isinstance(exc, ReactorError):
-        fresh = type(exc)(*exc.args)
-        fresh.__cause__ = exc.__cause__
-        return fresh
-    return exc

@@ -1,5 +1,6 @@
-"""Where ``open()``'s target points: a SQLite file, a PostgreSQL URL, or memory; and
-the key under which this process shares one engine for it."""
+"""Where ``open()``'s target points: a SQLite file, a PostgreSQL URL, or memory; the
+key under which this process shares one engine for it; and the store that opens it
+(``open_store``: nothing outside ``_storage`` names a backend)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,9 @@ from reactor.errors import InvalidArgumentError, StorageError
 if TYPE_CHECKING:  # SQLAlchemy is imported when used: only for PostgreSQL
     import sqlalchemy as sa
 
-__all__ = ["DEFAULT_PATH", "default_folder", "locate"]
+    from .store import Store
+
+__all__ = ["DEFAULT_PATH", "default_folder", "leave_if_moved", "locate", "open_store"]
 
 DEFAULT_PATH: Final = Path("~/.reactor/state.db")
 
@@ -58,6 +61,36 @@ def locate(
     if durability == "memory":
         return f"memory-file:{path}", None
     return f"file:{os.path.realpath(path)}", path
+
+
+def open_store(
+    location: Path | sa.URL | None, *, durability: str, timeout: float, readonly: bool
+) -> Store:
+    """The store of ``location`` (``locate``'s), opened.
+
+    Raises:
+        SchemaError: the database comes from a newer reactor.
+        ReadOnlyError: it cannot be written (read-only: it cannot be read as it is).
+        StorageError: it cannot be opened.
+    """
+    from .sqlite import SQLiteStore
+
+    if location is None or isinstance(location, Path):
+        return SQLiteStore(location, durability=durability, timeout=timeout, readonly=readonly)
+    from .postgres import PostgresStore  # SQLAlchemy and psycopg: only for PostgreSQL
+
+    return PostgresStore(location, durability=durability, timeout=timeout, readonly=readonly)
+
+
+def leave_if_moved(store: Store) -> bool:
+    """Whether ``store`` is a SQLite database whose file was removed or replaced while
+    open: then its files are taken off the path (``SQLiteStore.leave_path``)."""
+    from .sqlite import SQLiteStore
+
+    if isinstance(store, SQLiteStore) and store.moved():
+        store.leave_path()
+        return True
+    return False
 
 
 def default_folder() -> Path | None:

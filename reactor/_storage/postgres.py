@@ -3,7 +3,8 @@
 SQLAlchemy (with psycopg 3) opens every connection and runs the schema and migrations;
 the hot statements run on the psycopg connections it made, in autocommit mode, with
 transactions begun and committed here. The statements both backends share are in
-``_sql`` (``?`` placeholders, turned into psycopg's ``%s`` once per statement).
+``sql_statements`` (``?`` placeholders, turned into psycopg's ``%s`` once per statement:
+``postgres_text``); PostgreSQL's own, in ``postgres_statements``.
 
 Writers serialize on one transaction-scoped advisory lock per reactor database (the key
 is derived from the schema's name), taken by every write transaction as it begins and
@@ -38,33 +39,34 @@ import contextlib
 import functools
 import hashlib
 import logging
-import re
 import sys
 import threading
 from collections import deque
 from collections.abc import Callable, Collection, Iterator
-from typing import Any, Final, TypeVar
+from typing import Any, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.pool import NullPool
 
 from reactor._base.turn import Turn
-from reactor.errors import (
-    BusyError,
-    ClosedError,
-    OutcomeUnknownError,
-    ReactorError,
-    ReadOnlyError,
-    StorageError,
-)
+from reactor.errors import ClosedError, ReactorError, ReadOnlyError, StorageError
 
 from .combine import Combiner
-from .records import ChangeRecord, Key, RefusedError, Row, Upsert
+from .postgres_statements import PostgresReads, PostgresStatements, translate
+from .postgres_text import (
+    MIGRATION_LOCK,
+    PREPARED_ROWS,
+    READ_AHEAD,
+    SIZE,
+    SYNCHRONOUS_COMMIT,
+    WRITER_PREPARE_THRESHOLD,
+    pg,
+)
+from .records import Row
 from .schema import META_TABLE, SCHEMA_VERSION, check_version, migrate
-from .sql import SQLStatements, SQLStore
-from .sql_jobs import SQLJobs
-from .sql_text import ITEMS, REVISION, STREAMED_ROWS
-from .store import Reads
+from .sql import SQLStore
+from .sql_statements import SQLSnapshot
+from .sql_text import ITEMS, REVISION
 
 try:
     import psycopg
@@ -77,108 +79,6 @@ __all__ = ["PostgresStore"]
 logger = logging.getLogger("reactor")
 
 T = TypeVar("T")
-
-_converted: dict[str, str] = {}
-# A name compared equal to placeholders: [key] = ?, or [key] IN (?, ?, ...).
-_NAME_EQUALS: Final = re.compile(r"((?:\w+\.)?)\[(\w+)\] (=|IN) (\?|\((?:\?, )*\?\))")
-_NAME: Final = re.compile(r"((?:\w+\.)?)\[(\w+)\]")  # [key], k.[key]
-
-
-def _pg(sql: str) -> str:
-    """``sql`` with its names as PostgreSQL indexes them (``indexed_names``) and psycopg's
-    placeholders (our statements hold no other ``?`` or ``%``)."""
-    found = _converted.get(sql)
-    if found is None:
-        found = _converted[sql] = indexed_names(sql).replace("?", "%s")
-    return found
-
-
-def indexed_names(sql: str) -> str:
-    """``sql`` with each name in brackets (``_sql``) as the indexes hold it:
-    ``reactor_name(name)`` (``_schema._REACTOR_NAME``). A name compared equal to
-    placeholders is compared with ``reactor_name(?)``, the form of the value given; a
-    name compared with a bound (``[key] >= ?``, ``[key] < ?``) is compared with the bound
-    itself, which is right for bounds of up to ``NAME_INDEXED`` characters, the only ones
-    ``_sql.ranged`` gives: a name that long or shorter is its own form, and a longer one
-    sorts among them as its first ``NAME_INDEXED`` characters do."""
-
-    def equals(found: re.Match[str]) -> str:
-        table, column, operator, values = found.groups()
-        return f"reactor_name({table}{column}) {operator} " + values.replace("?", "reactor_name(?)")
-
-    sql = _NAME_EQUALS.sub(equals, sql)
-    return _NAME.sub(r"reactor_name(\1\2)", sql)
-
-
-# A flush, in one statement run at commit under the order lock: the records take the
-# revisions after the last committed one (b.base + n for the n-th), rows staged with a
-# provisional revision (-n) take theirs, deleted rows go, and the notification says
-# the last revision. Compaction always keeps the newest record (``_schema.changes``).
-# The arrays go in binary (``%b``): psycopg's text form escapes every quote and
-# backslash of a JSON text through a regular expression, seconds for a few megabytes.
-_FLUSH: Final = indexed_names("""
-WITH b AS (SELECT COALESCE(MAX(revision), 0) AS base FROM reactor_changes),
-logged AS (
-    INSERT INTO reactor_changes
-        (revision, scope, key, type, old_value, new_value, ops, timestamp, version, timer,
-         expires_at)
-    SELECT b.base + v.n, v.scope, v.key, v.type, v.old_value, v.new_value, v.ops, v.ts,
-           v.version, v.timer, v.expires_at
-    FROM b, unnest(%b::text[], %b::text[], %b::text[], %b::text[], %b::text[],
-                   %b::text[], %b::float8[], %b::bigint[], %b::text[], %b::float8[])
-        WITH ORDINALITY
-        AS v(scope, key, type, old_value, new_value, ops, ts, version, timer, expires_at, n)
-),
-gone AS (
-    DELETE FROM reactor_kv AS k USING unnest(%b::text[], %b::text[]) AS d(scope, key)
-    WHERE k.[scope] = d.[scope] AND k.[key] = d.[key]
-),
-kept AS (
-    INSERT INTO reactor_kv (scope, key, value, expires_at, revision, created_revision, version)
-    SELECT u.scope, u.key, u.value, u.expires_at,
-           CASE WHEN u.revision < 0 THEN b.base - u.revision ELSE u.revision END,
-           CASE WHEN u.created < 0 THEN b.base - u.created ELSE u.created END,
-           u.version
-    FROM b, unnest(%b::text[], %b::text[], %b::text[], %b::float8[], %b::bigint[],
-                   %b::bigint[], %b::bigint[])
-        AS u(scope, key, value, expires_at, revision, created, version)
-    ON CONFLICT ([scope], [key]) DO UPDATE SET value = excluded.value,
-        expires_at = excluded.expires_at, revision = excluded.revision,
-        created_revision = excluded.created_revision, version = excluded.version
-)
-""")
-# Jobs in one statement of a few arrays: many rows of ?-placeholders would be parsed by
-# the driver, every time, at about 6 ms a hundred rows.
-ADD_JOBS: Final = (
-    "INSERT INTO reactor_jobs (queue, id, item, state, ready_at, attempts, owner, key, "
-    "created_at) SELECT * FROM unnest(%b::text[], %b::bigint[], %b::text[], %b::text[], "
-    "%b::float8[], %b::int[], %b::text[], %b::text[], %b::float8[])"
-)
-# The rows of some keys of a scope: one seek of the index of names a key.
-READ_AHEAD: Final = _pg(
-    "SELECT k.key, k.value, k.expires_at, k.revision, k.created_revision, k.version "
-    "FROM unnest(?::text[]) AS w(key) JOIN reactor_kv AS k ON k.[key] = w.[key] "
-    "WHERE k.[scope] = ?"
-)
-CHANGES: Final = _FLUSH + "SELECT b.base, pg_notify(%s, (b.base + %s)::text) FROM b"
-# Rows only (a deadline changed, no record): no revision, no notification, no lock.
-ROWS_ONLY: Final = _FLUSH + "SELECT b.base, %s, %s FROM b"
-SIZE: Final = (
-    "SELECT COALESCE(SUM(pg_total_relation_size(c.oid)), 0) FROM pg_class c "
-    "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = current_schema() "
-    "AND c.relkind = 'r' AND c.relname IN ('reactor_meta', 'reactor_kv', 'reactor_changes', "
-    "'reactor_locks', 'reactor_subscribers', 'reactor_failures', 'reactor_timers', "
-    "'reactor_queues', 'reactor_jobs')"
-)
-MIGRATION_LOCK: Final = int.from_bytes(b"reactor", "big")  # one advisory lock key
-# The writer prepares a statement on the server at its second run (planning the flush
-# took a quarter of a commit); see PostgresStore.reconnect_writer.
-WRITER_PREPARE_THRESHOLD: Final = 1
-# A statement of more rows than this (the rows read as a write begins, the rows of a
-# flush) is planned for its size, not prepared: the prepared plan, made for a few rows,
-# made batches of 100 asyncio writes half as fast again to begin.
-PREPARED_ROWS: Final = 8
-SYNCHRONOUS_COMMIT: Final = {"normal": "on", "full": "on", "memory": "off"}
 
 
 def normalize_url(target: str) -> sa.URL:
@@ -205,238 +105,6 @@ def normalize_url(target: str) -> sa.URL:
             "PostgreSQL needs psycopg 3: pip install 'reactor-state[postgresql]'"
         )
     return url
-
-
-# SQLSTATE classes of a statement the server refused for what it holds, on a sound
-# connection: data exceptions, integrity constraints, program limits (an index entry too
-# big), syntax or access rules, and errors raised by triggers (PL/pgSQL).
-_REFUSALS: Final = frozenset({"22", "23", "42", "54", "P0"})
-
-
-def translate(exc: Exception) -> ReactorError:
-    """The reactor error for a psycopg error (chain it with ``raise ... from exc``)."""
-    if isinstance(exc, psycopg.errors.LockNotAvailable | psycopg.errors.QueryCanceled):
-        return BusyError(f"the database stayed locked past the timeout: {exc}")
-    if isinstance(exc, psycopg.errors.ReadOnlySqlTransaction):
-        return ReadOnlyError(f"the database cannot be written: {exc}")
-    if isinstance(exc, psycopg.Error) and (exc.sqlstate or "")[:2] in _REFUSALS:
-        return RefusedError(f"the database refused the write: {exc}")
-    return StorageError(f"the database failed: {exc}")
-
-
-class _Statements(SQLStatements):
-    """The write-path statements on the writer connection, in its transaction.
-
-    What a flush writes (log records, rows) is held back and sent with the commit, in
-    one round trip (``commit``): there the order lock is taken, the revisions follow
-    the last committed one, and the commit is flushed, all on the server.
-
-    Statements whose answer nothing waits for (the begin of a transaction that reads
-    nothing ahead, the writes of work queues: ``_send``) are pending until the next
-    statement that is answered, and go with it in one round trip: in order, so that
-    every read sees what was sent before it.
-    """
-
-    __slots__ = (
-        "_ahead",
-        "_changes",
-        "_conn",
-        "_failed",
-        "_flush_rows",
-        "_pending",
-        "_queued",
-        "_store",
-        "_unbegun",
-    )
-
-    SET_COMPACTED = "UPDATE reactor_meta SET value = GREATEST(value, ?) WHERE name = 'compacted'"
-
-    def __init__(
-        self,
-        conn: psycopg.Connection[Any],
-        store: PostgresStore,
-        ahead: dict[tuple[str, str], Row | None],
-        begin: list[str] | None = None,
-    ) -> None:
-        self._conn = conn
-        self._store = store
-        self._ahead = ahead  # rows read with the begin
-        self._queued: list[tuple[str, list[tuple[Any, ...]]]] = []
-        self._changes: tuple[Any, ...] | None = None  # CHANGES' parameters, if any
-        # Sent with the next answered statement: the begin (if not sent yet), writes.
-        self._pending: list[tuple[str, tuple[Any, ...]]] = [(sql, ()) for sql in begin or ()]
-        self._unbegun = bool(begin)  # nothing sent yet: a dropped connection is replaced
-        self._failed = False  # the server failed a statement: the connection goes (abort)
-        self._flush_rows = 0  # the most rows of one kind the flush writes
-
-    def _all(self, sql: str, params: tuple[Any, ...]) -> list[Any]:
-        return self._all_several([(sql, params)])[0]
-
-    def _all_several(self, statements: list[tuple[str, tuple[Any, ...]]]) -> list[list[Any]]:
-        """The rows of each of ``statements``, run after what is pending, all in one
-        round trip."""
-        try:
-            answered = self._answer([(_pg(sql), params) for sql, params in statements])
-            return [cursor.fetchall() for cursor in answered]
-        except psycopg.Error as exc:
-            self._failed = True
-            raise translate(exc) from exc
-
-    def _run(self, sql: str, params: tuple[Any, ...]) -> int:
-        try:
-            return self._answer([(_pg(sql), params)])[0].rowcount
-        except psycopg.Error as exc:
-            self._failed = True
-            raise translate(exc) from exc
-
-    def _send(self, sql: str, params: tuple[Any, ...]) -> None:
-        """Run ``sql`` with the next answered statement (its errors are raised there)."""
-        self._pending.append((_pg(sql), params))
-
-    def _answer(self, statements: list[tuple[str, tuple[Any, ...]]]) -> list[psycopg.Cursor[Any]]:
-        """Run what is pending, then ``statements``, in one round trip; their cursors.
-        A writer connection the server dropped before the transaction began is
-        replaced once (nothing was applied on it)."""
-        if not self._pending and len(statements) == 1:
-            return [self._conn.execute(*statements[0])]
-        pending, self._pending = self._pending, []
-        unbegun, self._unbegun = self._unbegun, False
-        try:
-            return self._pipelined(pending, statements)
-        except psycopg.OperationalError:
-            if not unbegun or not self._conn.closed:
-                raise
-            self._conn = self._store.reconnect_writer()
-            return self._pipelined(pending, statements)
-
-    def _pipelined(
-        self,
-        pending: list[tuple[str, tuple[Any, ...]]],
-        statements: list[tuple[str, tuple[Any, ...]]],
-    ) -> list[psycopg.Cursor[Any]]:
-        conn = self._conn
-        with conn.pipeline():
-            for statement, values in pending:
-                conn.execute(statement, values)
-            cursors = [conn.execute(sql, params) for sql, params in statements]
-        return cursors
-
-    def _many(self, sql: str, rows: list[tuple[Any, ...]]) -> None:
-        self._queued.append((_pg(sql), rows))
-
-    def read_ahead(self, keys: Collection[tuple[str, str]]) -> dict[tuple[str, str], Row | None]:
-        ahead, self._ahead = self._ahead, {}
-        missing = [key for key in keys if key not in ahead]
-        if missing:
-            ahead.update(super().read_ahead(missing))
-        return ahead
-
-    def write_changes(
-        self,
-        records: list[ChangeRecord],
-        upserts: list[Upsert],
-        deletes: list[Key],
-    ) -> None:
-        """Hold back, for the commit, one statement (``CHANGES``) that numbers the
-        records after the last committed revision and writes them with the rows."""
-        for n, record in enumerate(records, 1):
-            assert record.revision == -n  # provisional: the n-th change
-        self._flush_rows = max(len(records), len(upserts), len(deletes))
-        self._changes = (
-            [r.scope for r in records],
-            [r.key for r in records],
-            [r.type for r in records],
-            [r.old_value for r in records],
-            [r.new_value for r in records],
-            [r.ops for r in records],
-            [r.timestamp for r in records],
-            [r.version for r in records],
-            [r.timer for r in records],
-            [r.expires_at for r in records],
-            [scope for scope, _ in deletes],
-            [key for _, key in deletes],
-            [row[0] for row in upserts],
-            [row[1] for row in upserts],
-            [row[2] for row in upserts],
-            [row[3] for row in upserts],
-            [row[4] for row in upserts],
-            [row[5] for row in upserts],
-            [row[6] for row in upserts],
-            self._store.channel,
-            len(records),
-        )
-
-    def commit(self, records: list[ChangeRecord]) -> None:
-        """Send what is held back and the commit in one round trip. With records, the
-        order lock is taken first, and held until the commit is flushed: revisions are
-        given, and become visible, in one order across every process. The notification
-        goes at commit, and only if it commits.
-
-        Raises:
-            OutcomeUnknownError: the connection went during the commit, which may have
-                been applied before it went.
-        """
-        if self._unbegun:  # a transaction that read nothing: begin it on its own first
-            self._all("SELECT 1", ())
-        conn = self._conn
-        pending, self._pending = self._pending, []
-        try:
-            with conn.pipeline():
-                for sql, values in pending:
-                    conn.execute(sql, values)
-                with conn.cursor() as cursor:
-                    for sql, rows in self._queued:
-                        cursor.executemany(sql, rows)
-                written = None
-                if self._changes is not None:
-                    if records:
-                        conn.execute(self._store.order_lock)
-                    written = conn.cursor()
-                    # A few rows: the prepared plan; a big batch is planned for its size.
-                    written.execute(
-                        CHANGES if records else ROWS_ONLY,
-                        self._changes,
-                        prepare=self._flush_rows <= PREPARED_ROWS,
-                    )
-                conn.execute("COMMIT")
-            if records:
-                assert written is not None
-                base = int(written.fetchall()[0][0])
-                for record in records:
-                    record.revision = base - record.revision
-        except psycopg.Error as exc:
-            self._failed = True
-            if _connection_lost(conn, exc):
-                # Its notification, if it committed, came from this process's writer:
-                # the follower reads the log instead (``await_commits``).
-                self._store.doubt.set()
-                raise OutcomeUnknownError(
-                    f"the connection to {self._store.location} was lost while the write "
-                    f"was committing; it may or may not have been applied: {exc}"
-                ) from exc
-            raise
-
-    def abort(self, interrupted: bool = False) -> None:
-        # After a failed statement, or a Ctrl-C inside psycopg, its prepared statements
-        # may be out of step with psycopg's list of them.
-        if self._failed or interrupted:
-            self._store.drop_writer(self._conn)
-        else:
-            self._store.abandon(self._conn)
-
-    def jobs(self) -> SQLJobs:
-        return _Jobs(self._all, self._run, self._send, self._all_several)
-
-
-class _Jobs(SQLJobs):
-    """The statements of work queues, with PostgreSQL's own insert of many jobs; their
-    writes go with the next statement answered (``_Statements._send``)."""
-
-    __slots__ = ()
-
-    def add_jobs(self, rows: list[tuple[Any, ...]]) -> None:
-        if rows:
-            self._send(ADD_JOBS, tuple(list(column) for column in zip(*rows, strict=True)))
 
 
 class PostgresStore(SQLStore):
@@ -579,7 +247,7 @@ class PostgresStore(SQLStore):
                 proxy.invalidate()  # the pool's record of it goes too
 
     def _query(self, sql: str, params: tuple[Any, ...]) -> list[Any]:
-        statement = _pg(sql)
+        statement = pg(sql)
         return self._reading(lambda conn: conn.execute(statement, params).fetchall())
 
     def _reading(self, read: Callable[[psycopg.Connection[Any]], T], keep: bool = True) -> T:
@@ -627,19 +295,19 @@ class PostgresStore(SQLStore):
             # One REPEATABLE READ transaction: both statements see the same snapshot.
             conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
             revision = int(conn.execute(REVISION).fetchall()[0][0])
-            rows = conn.execute(_pg(ITEMS) + " ORDER BY key", (scope, now)).fetchall()
+            rows = conn.execute(pg(ITEMS) + " ORDER BY key", (scope, now)).fetchall()
             conn.execute("COMMIT")
             return rows, revision
 
         return self._reading(read)
 
     @contextlib.contextmanager
-    def consistent_reads(self) -> Iterator[Reads]:
+    def consistent_reads(self) -> Iterator[SQLSnapshot]:
         """Reads in one REPEATABLE READ transaction, on a reader connection of its own
         for the block: every statement sees the snapshot of the first."""
         conn = self._reading(_begin_snapshot, keep=False)
         try:
-            yield _Reads(conn)
+            yield PostgresReads(conn)
             conn.execute("COMMIT")
         except BaseException as exc:
             if conn.closed:  # the server dropped it
@@ -709,7 +377,7 @@ class PostgresStore(SQLStore):
 
     def _begin_write(
         self, scopes: Collection[str] | None, reads: Collection[tuple[str, str]]
-    ) -> _Statements:
+    ) -> PostgresStatements:
         """Begin a write transaction holding the locks of ``scopes`` (None: the order
         lock, which keeps out every other writer's commit), and read the rows of
         ``reads``: one round trip (with no ``reads``, none: the begin goes with the
@@ -717,7 +385,7 @@ class PostgresStore(SQLStore):
         replaced (once: nothing was sent on it yet).
 
         Two processes writing one scope take turns; writers of other scopes go on at
-        once, and meet only at commit, on the order lock (``_Statements.commit``).
+        once, and meet only at commit, on the order lock (``PostgresStatements.commit``).
         Locks are taken in one order (sorted keys), so that writers never deadlock.
         """
         if self.readonly:
@@ -733,7 +401,7 @@ class PostgresStore(SQLStore):
             conn = self._writer
             if conn is None or conn.closed:
                 conn = self.reconnect_writer()
-            return _Statements(conn, self, {}, begin=["BEGIN", *locks])
+            return PostgresStatements(conn, self, {}, begin=["BEGIN", *locks])
         for attempt in (1, 2):
             conn = self._writer
             if conn is None or conn.closed:
@@ -756,7 +424,7 @@ class PostgresStore(SQLStore):
                 for scope, cursor in cursors:
                     for key, *row in cursor.fetchall():
                         ahead[(scope, key)] = Row(*row)
-                return _Statements(conn, self, ahead)
+                return PostgresStatements(conn, self, ahead)
             except psycopg.OperationalError as exc:
                 lost = conn.closed
                 self.drop_writer(conn)
@@ -822,40 +490,17 @@ class PostgresStore(SQLStore):
             except psycopg.Error:
                 self._discard(conn)
 
-    def close(self) -> None:
-        """Close every connection; later calls raise ``ClosedError``. Idempotent."""
-        gated = self._gate.take(self._timeout)
-        if not gated:
-            logger.warning("closing %s while a write is still running", self.location)
-        try:
-            self._closed = True
-            with self._opened_lock:
-                opened, self._opened = self._opened, []
-            for proxy in opened:
-                try:
-                    if proxy.driver_connection.closed:
-                        proxy.invalidate()  # no reset (and no logged error) on a dead one
-                    else:
-                        proxy.close()
-                except Exception:
-                    logger.debug("closing a connection failed", exc_info=True)
-            self._idle.clear()
-            self._engine.dispose()
-        finally:
-            if gated:
-                self._gate.give_back()
-
-
-def _connection_lost(conn: psycopg.Connection[Any], exc: psycopg.Error) -> bool:
-    """Whether ``exc`` means the connection went (so a commit in flight may have been
-    applied), rather than the server refusing a statement (so nothing was)."""
-    if conn.broken or conn.closed:
-        return True
-    state = exc.sqlstate
-    if state is None:  # raised by the client: only the connection fails that way here
-        return isinstance(exc, psycopg.OperationalError)
-    # Class 08, connection exception; 57P01-57P03, the server shutting the session down.
-    return state.startswith("08") or state in ("57P01", "57P02", "57P03")
+    def _close_all(self, opened: list[Any]) -> None:
+        for proxy in opened:
+            try:
+                if proxy.driver_connection.closed:
+                    proxy.invalidate()  # no reset (and no logged error) on a dead one
+                else:
+                    proxy.close()
+            except Exception:
+                logger.debug("closing a connection failed", exc_info=True)
+        self._idle.clear()
+        self._engine.dispose()
 
 
 def _scope_key(database: bytes, scope: str) -> int:
@@ -873,22 +518,3 @@ def _lock_migrations(conn: sa.Connection) -> None:
 def _begin_snapshot(conn: psycopg.Connection[Any]) -> psycopg.Connection[Any]:
     conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
     return conn
-
-
-class _Reads:
-    """``Reads`` on a reader connection, in the transaction it is in; ``each`` reads
-    through a server-side cursor (``DECLARE``), ``STREAMED_ROWS`` rows a fetch."""
-
-    __slots__ = ("_conn",)
-
-    def __init__(self, conn: psycopg.Connection[Any]) -> None:
-        self._conn = conn
-
-    def all(self, sql: str, params: tuple[Any, ...]) -> list[Any]:
-        return self._conn.execute(_pg(sql), params).fetchall()
-
-    def each(self, sql: str, params: tuple[Any, ...]) -> Iterator[Any]:
-        with self._conn.cursor(name="reactor_reads") as cursor:
-            cursor.itersize = STREAMED_ROWS
-            cursor.execute(_pg(sql), params)
-            yield from cursor

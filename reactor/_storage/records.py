@@ -1,13 +1,24 @@
 """The rows a store reads and writes: stored keys, change-log records, locks, timers and
-jobs; and the error for a write the database refuses."""
+jobs; the error for a write the database refuses, and how one error reaches several
+callers."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from reactor.errors import StorageError
+from reactor.errors import ReactorError, StorageError
 
-__all__ = ["ChangeRecord", "JobRow", "Key", "LockRow", "RefusedError", "Row", "TimerRow", "Upsert"]
+__all__ = [
+    "ChangeRecord",
+    "JobRow",
+    "Key",
+    "LockRow",
+    "RefusedError",
+    "Row",
+    "TimerRow",
+    "Upsert",
+    "copy_error",
+]
 
 Key = tuple[str, str]
 # A row to write: scope, key, JSON text, deadline, revision, created revision, version.
@@ -93,3 +104,16 @@ class JobRow:
     ready_at: float
     attempts: int
     owner: str | None
+
+
+def copy_error(exc: Exception) -> Exception:
+    """A fresh error per caller of a write that failed for several (a batch, a group
+    commit), so that the tracebacks of concurrent raisers do not mix; an error that is
+    not reactor's becomes a ``StorageError`` caused by it."""
+    if isinstance(exc, ReactorError):
+        fresh = type(exc)(*exc.args)
+        fresh.__cause__ = exc.__cause__
+        return fresh
+    failure = StorageError(f"the write failed: {exc!r}")
+    failure.__cause__ = exc
+    return failure

@@ -1,8 +1,10 @@
 """The database schema, its version, and the migrations between versions.
 
-Tables are portable SQLAlchemy Core; each migration creates or alters what its version
-added, so a database of any older version reaches the current one step by step. A table
-that a later version alters must get a frozen copy of its old shape in its migration.
+Tables are portable SQLAlchemy Core, one builder a table; each migration creates or alters
+what its version added, so a database of any older version reaches the current one step
+by step. A table that a later version alters is built in its old shape, and the
+current one is that shape with the columns added since (``_kv``, ``_changes``): the old
+shape never changes.
 
 SQLAlchemy is imported, and the tables built, on first use (``tables()``, or an attribute
 such as ``_schema.kv``): opening a SQLite database whose schema is current needs only
@@ -48,135 +50,221 @@ def _name() -> sa.types.TypeEngine[str]:
     return sa.String(1024).with_variant(sa.String(1024, collation="C"), "postgresql")
 
 
+def _meta(metadata: sa.MetaData) -> sa.Table:
+    """name -> integer: "schema_version", "compacted" (see _to_v4), "compacted_at"
+    (see _to_v5)."""
+    import sqlalchemy as sa
+
+    return sa.Table(
+        META_TABLE,
+        metadata,
+        sa.Column("name", sa.String(64), primary_key=True),
+        sa.Column("value", sa.BigInteger, nullable=False),
+    )
+
+
+def _kv(metadata: sa.MetaData, *added: sa.Column[Any]) -> sa.Table:
+    """One row per live (or expired, not yet swept) key; value is JSON text. As
+    versions 1 to 4 had it, with the columns ``added`` since."""
+    import sqlalchemy as sa
+
+    return sa.Table(
+        "reactor_kv",
+        metadata,
+        sa.Column("scope", _name(), primary_key=True),
+        sa.Column("key", _name(), primary_key=True),
+        sa.Column("value", sa.Text, nullable=False),
+        sa.Column("expires_at", sa.Float, nullable=True),  # epoch seconds; NULL: no expiry
+        sa.Column("revision", sa.BigInteger, nullable=False),  # revision of the last change
+        *added,
+        sqlite_with_rowid=False,
+    )
+
+
+def _kv_v5() -> tuple[sa.Column[Any], ...]:
+    """The columns version 5 adds to reactor_kv."""
+    import sqlalchemy as sa
+
+    return (
+        sa.Column("created_revision", sa.BigInteger, nullable=False),  # of its creation
+        sa.Column("version", sa.BigInteger, nullable=False),  # 1 at creation, +1 a change
+    )
+
+
+def _changes(metadata: sa.MetaData, *added: sa.Column[Any]) -> sa.Table:
+    """The change log: one row per committed change, written in the write's transaction,
+    as versions 2 to 4 had it, with the columns ``added`` since.
+
+    A new record's revision is the largest one so far plus one (SQLite's INTEGER PRIMARY
+    KEY does it itself; on PostgreSQL the writer computes it), and compaction always
+    keeps the newest record, so no revision is ever used twice (AUTOINCREMENT would cost
+    an extra table write per commit). Writes hold the database's write lock (SQLite's,
+    or an advisory lock on PostgreSQL), so revisions come in commit order, with no gaps.
+    """
+    import sqlalchemy as sa
+
+    return sa.Table(
+        "reactor_changes",
+        metadata,
+        sa.Column(
+            "revision",
+            sa.BigInteger().with_variant(sa.Integer(), "sqlite"),
+            primary_key=True,
+            autoincrement=False,
+        ),
+        sa.Column("scope", _name(), nullable=False),
+        sa.Column("key", _name(), nullable=False),
+        sa.Column("type", sa.String(16), nullable=False),
+        sa.Column("old_value", sa.Text, nullable=True),
+        sa.Column("new_value", sa.Text, nullable=True),
+        sa.Column("ops", sa.Text, nullable=True),
+        sa.Column("timestamp", sa.Float, nullable=False),
+        *added,
+    )
+
+
+def _changes_v5() -> tuple[sa.Column[Any], ...]:
+    """The columns version 5 adds to reactor_changes."""
+    import sqlalchemy as sa
+
+    return (
+        # The key's version after the change (0: the key is gone); NULL before v5.
+        sa.Column("version", sa.BigInteger, nullable=True),
+        sa.Column("timer", sa.String(64), nullable=True),  # the timer that made it
+        # The deadline of the value it shows: the new value's, or for "expired" the
+        # one that passed (get(at_revision=) tells whether it had passed by then).
+        sa.Column("expires_at", sa.Float, nullable=True),
+    )
+
+
+def _locks(metadata: sa.MetaData) -> sa.Table:
+    """Lock leases. A released lock keeps its row: the next token follows the last one."""
+    import sqlalchemy as sa
+
+    return sa.Table(
+        "reactor_locks",
+        metadata,
+        sa.Column("name", _name(), primary_key=True),
+        sa.Column("owner", sa.String(64), nullable=True),  # NULL: free
+        sa.Column("token", sa.BigInteger, nullable=False),  # fencing token of the last holder
+        sa.Column("expires_at", sa.Float, nullable=True),
+    )
+
+
+def _timers(metadata: sa.MetaData) -> sa.Table:
+    """Timers: scheduled writes (value, or ops), due at an absolute time; ``every``
+    seconds apart when recurring. The sweeper of any process fires those due."""
+    import sqlalchemy as sa
+
+    return sa.Table(
+        "reactor_timers",
+        metadata,
+        sa.Column("id", sa.String(64), primary_key=True),
+        sa.Column("scope", _name(), nullable=False),
+        sa.Column("key", _name(), nullable=False),
+        sa.Column("due", sa.Float, nullable=False),
+        sa.Column("every", sa.Float, nullable=True),
+        sa.Column("value", sa.Text, nullable=True),  # JSON text to set, or
+        sa.Column("ops", sa.Text, nullable=True),  # update ops to apply
+        sa.Column("created_at", sa.Float, nullable=False),
+    )
+
+
+def _queues(metadata: sa.MetaData) -> sa.Table:
+    """Work queues: each queue's settings and the id its next job takes (ids never come
+    back, so an old job's id never names a new one)."""
+    import sqlalchemy as sa
+
+    return sa.Table(
+        "reactor_queues",
+        metadata,
+        sa.Column("name", _name(), primary_key=True),
+        sa.Column("max_attempts", sa.Integer, nullable=False),
+        sa.Column("next_id", sa.BigInteger, nullable=False),
+    )
+
+
+def _jobs(metadata: sa.MetaData) -> sa.Table:
+    """Jobs: "ready" (from ready_at on), "taken" (by owner, until ready_at: the lease's
+    end) or "dead"; attempts counts takes. key: a put's idempotency key."""
+    import sqlalchemy as sa
+
+    return sa.Table(
+        "reactor_jobs",
+        metadata,
+        sa.Column("queue", _name(), primary_key=True),
+        sa.Column("id", sa.BigInteger, primary_key=True, autoincrement=False),
+        sa.Column("item", sa.Text, nullable=False),
+        sa.Column("state", sa.String(8), nullable=False),
+        sa.Column("ready_at", sa.Float, nullable=False),
+        sa.Column("attempts", sa.Integer, nullable=False),
+        sa.Column("owner", sa.String(64), nullable=True),
+        sa.Column("key", _name(), nullable=True),
+        sa.Column("created_at", sa.Float, nullable=False),
+    )
+
+
+def _subscribers(metadata: sa.MetaData) -> sa.Table:
+    """Durable subscribers: where each is in the change log, and what it did."""
+    import sqlalchemy as sa
+
+    return sa.Table(
+        "reactor_subscribers",
+        metadata,
+        sa.Column("name", _name(), primary_key=True),
+        sa.Column("position", sa.BigInteger, nullable=False),  # the last revision acknowledged
+        sa.Column("delivered", sa.BigInteger, nullable=False),
+        sa.Column("failed", sa.BigInteger, nullable=False),
+        sa.Column("updated_at", sa.Float, nullable=False),
+    )
+
+
+def _failures(metadata: sa.MetaData) -> sa.Table:
+    """Events a durable subscriber gave up on after its retries."""
+    import sqlalchemy as sa
+
+    return sa.Table(
+        "reactor_failures",
+        metadata,
+        sa.Column("name", _name(), primary_key=True),
+        sa.Column("revision", sa.BigInteger, primary_key=True),
+        sa.Column("error", sa.Text, nullable=False),
+        sa.Column("failed_at", sa.Float, nullable=False),
+    )
+
+
 class Tables:
-    """The tables of the current version (``tables()`` builds them once). On PostgreSQL,
-    the primary keys and indexes over names are those of ``_to_v6`` instead."""
+    """The tables of the current version (``tables()`` builds them once, one builder a
+    table). On PostgreSQL, the primary keys and indexes over names are those of
+    ``_to_v6`` instead."""
 
     def __init__(self) -> None:
         import sqlalchemy as sa
 
         self.metadata = metadata = sa.MetaData()
-
-        # name -> integer: "schema_version", "compacted" (see _to_v4), "compacted_at"
-        # (see _to_v5).
-        self.meta = sa.Table(
-            META_TABLE,
-            metadata,
-            sa.Column("name", sa.String(64), primary_key=True),
-            sa.Column("value", sa.BigInteger, nullable=False),
-        )
-
-        # One row per live (or expired, not yet swept) key. value is JSON text.
-        self.kv = kv = sa.Table(
-            "reactor_kv",
-            metadata,
-            sa.Column("scope", _name(), primary_key=True),
-            sa.Column("key", _name(), primary_key=True),
-            sa.Column("value", sa.Text, nullable=False),
-            sa.Column("expires_at", sa.Float, nullable=True),  # epoch seconds; NULL: no expiry
-            sa.Column("revision", sa.BigInteger, nullable=False),  # revision of the last change
-            sa.Column("created_revision", sa.BigInteger, nullable=False),  # of its creation
-            sa.Column("version", sa.BigInteger, nullable=False),  # 1 at creation, +1 a change
-            sqlite_with_rowid=False,
-        )
+        self.meta = _meta(metadata)
+        self.kv = kv = _kv(metadata, *_kv_v5())
         self.kv_expiry = sa.Index(
             "reactor_kv_expiry",
             kv.c.expires_at,
             sqlite_where=kv.c.expires_at.is_not(None),
             postgresql_where=kv.c.expires_at.is_not(None),
         )
-
-        # The change log: one row per committed change, written in the write's
-        # transaction. A new record's revision is the largest one so far plus one
-        # (SQLite's INTEGER PRIMARY KEY does it itself; on PostgreSQL the writer computes
-        # it), and compaction always keeps the newest record, so no revision is ever used
-        # twice (AUTOINCREMENT would cost an extra table write per commit). Writes hold the
-        # database's write lock (SQLite's, or an advisory lock on PostgreSQL), so
-        # revisions come in commit order, with no gaps.
-        self.changes = changes = sa.Table(
-            "reactor_changes",
-            metadata,
-            sa.Column(
-                "revision",
-                sa.BigInteger().with_variant(sa.Integer(), "sqlite"),
-                primary_key=True,
-                autoincrement=False,
-            ),
-            sa.Column("scope", _name(), nullable=False),
-            sa.Column("key", _name(), nullable=False),
-            sa.Column("type", sa.String(16), nullable=False),
-            sa.Column("old_value", sa.Text, nullable=True),
-            sa.Column("new_value", sa.Text, nullable=True),
-            sa.Column("ops", sa.Text, nullable=True),
-            sa.Column("timestamp", sa.Float, nullable=False),
-            # The key's version after the change (0: the key is gone); NULL before v5.
-            sa.Column("version", sa.BigInteger, nullable=True),
-            sa.Column("timer", sa.String(64), nullable=True),  # the timer that made it
-            # The deadline of the value it shows: the new value's, or for "expired" the
-            # one that passed (get(at_revision=) tells whether it had passed by then).
-            sa.Column("expires_at", sa.Float, nullable=True),
-        )
-
-        # Lock leases. A released lock keeps its row: the next token follows the last one.
-        self.locks = sa.Table(
-            "reactor_locks",
-            metadata,
-            sa.Column("name", _name(), primary_key=True),
-            sa.Column("owner", sa.String(64), nullable=True),  # NULL: free
-            sa.Column("token", sa.BigInteger, nullable=False),  # fencing token of the last holder
-            sa.Column("expires_at", sa.Float, nullable=True),
-        )
+        self.changes = changes = _changes(metadata, *_changes_v5())
         # A transaction's commit asks whether its scope changed since it began.
         self.changes_by_scope = sa.Index(
             "reactor_changes_scope", changes.c.scope, changes.c.revision
         )
-
         # A key's history (history(), get(at_revision=)) and the changes of some keys
         # since a revision (if_revision= on a write of several keys).
         self.changes_by_key = sa.Index(
             "reactor_changes_key", changes.c.scope, changes.c.key, changes.c.revision
         )
-
-        # Timers: scheduled writes (value, or ops), due at an absolute time; ``every``
-        # seconds apart when recurring. The sweeper of any process fires those due.
-        self.timers = timers = sa.Table(
-            "reactor_timers",
-            metadata,
-            sa.Column("id", sa.String(64), primary_key=True),
-            sa.Column("scope", _name(), nullable=False),
-            sa.Column("key", _name(), nullable=False),
-            sa.Column("due", sa.Float, nullable=False),
-            sa.Column("every", sa.Float, nullable=True),
-            sa.Column("value", sa.Text, nullable=True),  # JSON text to set, or
-            sa.Column("ops", sa.Text, nullable=True),  # update ops to apply
-            sa.Column("created_at", sa.Float, nullable=False),
-        )
+        self.locks = _locks(metadata)
+        self.timers = timers = _timers(metadata)
         self.timers_due = sa.Index("reactor_timers_due", timers.c.due, timers.c.id)
-
-        # Work queues: each queue's settings and the id its next job takes (ids never
-        # come back, so an old job's id never names a new one).
-        self.queues = sa.Table(
-            "reactor_queues",
-            metadata,
-            sa.Column("name", _name(), primary_key=True),
-            sa.Column("max_attempts", sa.Integer, nullable=False),
-            sa.Column("next_id", sa.BigInteger, nullable=False),
-        )
-        # Jobs: "ready" (from ready_at on), "taken" (by owner, until ready_at: the lease's
-        # end) or "dead"; attempts counts takes. key: a put's idempotency key.
-        self.jobs = jobs = sa.Table(
-            "reactor_jobs",
-            metadata,
-            sa.Column("queue", _name(), primary_key=True),
-            sa.Column("id", sa.BigInteger, primary_key=True, autoincrement=False),
-            sa.Column("item", sa.Text, nullable=False),
-            sa.Column("state", sa.String(8), nullable=False),
-            sa.Column("ready_at", sa.Float, nullable=False),
-            sa.Column("attempts", sa.Integer, nullable=False),
-            sa.Column("owner", sa.String(64), nullable=True),
-            sa.Column("key", _name(), nullable=True),
-            sa.Column("created_at", sa.Float, nullable=False),
-        )
+        self.queues = _queues(metadata)
+        self.jobs = jobs = _jobs(metadata)
         # The next job to take (and the next lease to run out): O(log n) in a queue.
         self.jobs_ready = sa.Index(
             "reactor_jobs_ready", jobs.c.queue, jobs.c.state, jobs.c.ready_at, jobs.c.id
@@ -189,26 +277,8 @@ class Tables:
             sqlite_where=jobs.c.key.is_not(None),
             postgresql_where=jobs.c.key.is_not(None),
         )
-
-        # Durable subscribers: where each is in the change log, and what it did.
-        self.subscribers = sa.Table(
-            "reactor_subscribers",
-            metadata,
-            sa.Column("name", _name(), primary_key=True),
-            sa.Column("position", sa.BigInteger, nullable=False),  # the last revision acknowledged
-            sa.Column("delivered", sa.BigInteger, nullable=False),
-            sa.Column("failed", sa.BigInteger, nullable=False),
-            sa.Column("updated_at", sa.Float, nullable=False),
-        )
-        # Events a durable subscriber gave up on after its retries.
-        self.failures = sa.Table(
-            "reactor_failures",
-            metadata,
-            sa.Column("name", _name(), primary_key=True),
-            sa.Column("revision", sa.BigInteger, primary_key=True),
-            sa.Column("error", sa.Text, nullable=False),
-            sa.Column("failed_at", sa.Float, nullable=False),
-        )
+        self.subscribers = _subscribers(metadata)
+        self.failures = _failures(metadata)
 
 
 _built: Tables | None = None
@@ -245,57 +315,18 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def _kv_v1(metadata: sa.MetaData) -> sa.Table:
-    """reactor_kv as versions 1 to 4 had it (version 5 adds its columns)."""
-    import sqlalchemy as sa
-
-    return sa.Table(
-        "reactor_kv",
-        metadata,
-        sa.Column("scope", _name(), primary_key=True),
-        sa.Column("key", _name(), primary_key=True),
-        sa.Column("value", sa.Text, nullable=False),
-        sa.Column("expires_at", sa.Float, nullable=True),
-        sa.Column("revision", sa.BigInteger, nullable=False),
-        sqlite_with_rowid=False,
-    )
-
-
-def _changes_v2(metadata: sa.MetaData) -> sa.Table:
-    """reactor_changes as versions 2 to 4 had it (version 5 adds its columns)."""
-    import sqlalchemy as sa
-
-    return sa.Table(
-        "reactor_changes",
-        metadata,
-        sa.Column(
-            "revision",
-            sa.BigInteger().with_variant(sa.Integer(), "sqlite"),
-            primary_key=True,
-            autoincrement=False,
-        ),
-        sa.Column("scope", _name(), nullable=False),
-        sa.Column("key", _name(), nullable=False),
-        sa.Column("type", sa.String(16), nullable=False),
-        sa.Column("old_value", sa.Text, nullable=True),
-        sa.Column("new_value", sa.Text, nullable=True),
-        sa.Column("ops", sa.Text, nullable=True),
-        sa.Column("timestamp", sa.Float, nullable=False),
-    )
-
-
 def _to_v1(conn: sa.Connection, t: Tables) -> None:
     import sqlalchemy as sa
 
     t.meta.create(conn)
-    _kv_v1(sa.MetaData()).create(conn)
+    _kv(sa.MetaData()).create(conn)  # as version 1 made it
     t.kv_expiry.create(conn)
 
 
 def _to_v2(conn: sa.Connection, t: Tables) -> None:  # noqa: ARG001 - every step takes both
     import sqlalchemy as sa
 
-    _changes_v2(sa.MetaData()).create(conn)
+    _changes(sa.MetaData()).create(conn)  # as version 2 made it
 
 
 def _to_v3(conn: sa.Connection, t: Tables) -> None:
@@ -334,7 +365,7 @@ def _to_v5(conn: sa.Connection, t: Tables) -> None:
 # bytes, and a name may have 1,024 characters of up to 4 bytes each (two of them in the
 # index of keys). A name of up to NAME_INDEXED characters is itself, so the index keeps
 # the order of names, and a range of names up to that length is a range of the index
-# (``_sql.ranged``). A longer name is its first NAME_INDEXED characters followed by the
+# (``sql_text.ranged``). A longer name is its first NAME_INDEXED characters followed by the
 # hex SHA-256 of its bytes: 1,088 bytes at most, distinct for distinct names (SHA-256 is
 # collision-resistant), in the order of the names' first NAME_INDEXED characters.
 # decode(..., 'escape') of the text with its backslashes doubled is its bytes, as

@@ -1,24 +1,25 @@
 """What the SQL backends share: the statements, and the reads and writes built on them.
 
 Statements are written once, with ``?`` placeholders; a backend whose driver wants
-another style converts them (``_postgres``). A backend provides a way to run a query
-(``SQLStore._query``) and a write connection (``SQLStatements``); everything else here
-works the same on SQLite and PostgreSQL.
+another style converts them (``postgres_text.pg``). A backend provides a way to run a
+query (``SQLStore._query``) and a write connection (``SQLStatements``, of
+``sql_statements``); everything else here works the same on SQLite and PostgreSQL.
 
 A name (a scope, a key, a queue, a lock or a durable subscriber) that a statement looks up,
 compares or declares unique is written in brackets: ``[scope] = ?``, ``[key] IN (?, ?)``,
 ``[key] >= ?``, ``j.[queue] = q.[name]``, ``ON CONFLICT ([scope], [key])``. SQLite reads
 ``[scope]`` as the column ``scope`` (a quoted identifier); PostgreSQL, whose B-tree
 entries hold at most 2,704 bytes, indexes a name by a bounded form of it, and
-``_postgres`` turns the brackets into that form (``_schema.NAME_INDEXED``), so that every
+``postgres_text`` turns the brackets into that form (``schema.NAME_INDEXED``), so that every
 name of up to 1,024 characters (4 KB of UTF-8) is stored and found through an index.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable, Collection, Iterable
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, NoReturn, TypeVar
 
 from reactor._base.keys import Pattern
 from reactor._base.turn import Turn
@@ -32,14 +33,11 @@ from reactor.errors import (
 )
 
 from .combine import Combiner
-from .records import ChangeRecord, Key, LockRow, Row, TimerRow, Upsert
-from .sql_jobs import SQLJobs
+from .records import ChangeRecord, LockRow, Row, TimerRow
+from .sql_statements import SQLReader, SQLStatements
 from .sql_text import (
-    CHANGED_SINCE,
-    COMPACT_UPTO,
     COMPACTED,
     COUNTS,
-    DELETE,
     EXPIRED,
     GET,
     GET_ENTRY,
@@ -49,363 +47,27 @@ from .sql_text import (
     ITEMS,
     KEY_HISTORY,
     KEYS,
-    KEYS_CHANGED_SINCE,
-    LAST_TO_GO,
     LIVE_ROW,
-    LOCK,
     LOCKS_HELD,
     LOG_AFTER,
     NEXT_TIMER,
     POSITION,
-    RECORD_FAILURE,
     REVISION,
-    ROW,
-    ROWS,
-    SAVE_LOCK,
-    SAVE_POSITION,
-    SCOPE_CHANGED_KEYS,
     SCOPES,
-    SET_COMPACTED_AT,
-    SLOWEST,
     SUBSCRIBERS,
     TIMER,
-    TIMER_DELETE,
-    TIMER_INSERT,
     TIMERS,
-    TIMERS_BY_ID,
-    TIMERS_DELETE,
     TIMERS_DUE,
-    TIMERS_MOVE,
     TIMERS_PENDING,
-    UPSERT,
     VALUE_AT,
-    YOUNGEST_KEPT,
-    chunks,
     ranged,
 )
-from .store import WriteTxn
+from .txn import WriteTxn
 
-__all__ = ["SQLJobs", "SQLStatements", "SQLStore", "TransactionReader"]
+__all__ = ["SQLStore"]
 
 logger = logging.getLogger("reactor")
 T = TypeVar("T")
-
-
-class _RowReads:
-    """Reading rows as a write transaction sees them; ``_all`` runs a query."""
-
-    __slots__ = ()
-
-    def _all(self, sql: str, params: tuple[Any, ...]) -> list[Any]:
-        raise NotImplementedError
-
-    def _all_several(self, statements: list[tuple[str, tuple[Any, ...]]]) -> list[list[Any]]:
-        """The rows of each of ``statements``: one by one (PostgreSQL's writer sends
-        them in one round trip)."""
-        return [self._all(sql, params) for sql, params in statements]
-
-    def compacted(self) -> int:
-        raise NotImplementedError
-
-    def fetch_row(self, scope: str, key: str) -> Row | None:
-        found = self._all(ROW, (scope, key))
-        return Row(*found[0]) if found else None
-
-    def fetch_rows(
-        self, scope: str, bounds: tuple[str, str | None] | None
-    ) -> list[tuple[str, Row]]:
-        sql, params = ranged(ROWS, scope, bounds)
-        return [(key, Row(*row)) for key, *row in self._all(sql, params)]
-
-    def keys_changed_since(self, scope: str, keys: list[str], revision: int) -> bool:
-        """Whether any of ``keys`` has a change after ``revision`` (or the log, compacted
-        past it, can no longer tell)."""
-        unique = list(dict.fromkeys(keys))
-        for start in range(0, len(unique), IN_CHUNK):
-            chunk = unique[start : start + IN_CHUNK]
-            sql = KEYS_CHANGED_SINCE.format(", ".join("?" * len(chunk)))
-            if self._all(sql, (scope, *chunk, revision)):
-                return True
-        return self.compacted() > revision
-
-    def keys_matching_changed_since(self, scope: str, pattern: Pattern, revision: int) -> bool:
-        """Whether a key of ``scope`` matching ``pattern`` has a change after
-        ``revision`` (or the log, compacted past it, can no longer tell)."""
-        sql, params = ranged(SCOPE_CHANGED_KEYS, scope, pattern.bounds(), revision)
-        if any(pattern.matches(key) for (key,) in self._all(sql, params)):
-            return True
-        return self.compacted() > revision
-
-    def fetch_timer(self, timer_id: str) -> TimerRow | None:
-        found = self._all(TIMER, (timer_id,))
-        return TimerRow(*found[0]) if found else None
-
-    def fetch_timers(self, timer_ids: list[str]) -> dict[str, TimerRow]:
-        """The timers of ``timer_ids`` that exist, by id: read together (one round trip
-        on PostgreSQL)."""
-        statements = [
-            (TIMERS_BY_ID.format(", ".join("?" * len(chunk))), tuple(chunk))
-            for chunk in chunks(list(dict.fromkeys(timer_ids)))
-        ]
-        return {row[0]: TimerRow(*row) for found in self._all_several(statements) for row in found}
-
-    def fetch_lock(self, name: str) -> LockRow | None:
-        found = self._all(LOCK, (name,))
-        return LockRow(*found[0]) if found else None
-
-    def fetch_many(self, scope: str, keys: list[str]) -> dict[str, Row]:
-        found: dict[str, Row] = {}
-        unique = list(dict.fromkeys(keys))
-        for start in range(0, len(unique), IN_CHUNK):
-            chunk = unique[start : start + IN_CHUNK]
-            sql = f"{ROWS} AND [key] IN ({', '.join('?' * len(chunk))})"
-            for key, *row in self._all(sql, (scope, *chunk)):
-                found[key] = Row(*row)
-        return found
-
-    def read_ahead(self, keys: Collection[tuple[str, str]]) -> dict[tuple[str, str], Row | None]:
-        if len(keys) == 1:
-            ((scope, key),) = keys
-            return {(scope, key): self.fetch_row(scope, key)}
-        by_scope: dict[str, list[str]] = {}
-        for scope, key in keys:
-            by_scope.setdefault(scope, []).append(key)
-        ahead: dict[tuple[str, str], Row | None] = {}
-        for scope, names in by_scope.items():
-            found = self.fetch_many(scope, names)
-            for name in names:
-                ahead[(scope, name)] = found.get(name)
-        return ahead
-
-
-def _no_writes(*_: object) -> int:
-    raise AssertionError("a plain read never writes jobs")
-
-
-class SQLStatements(_RowReads):
-    """The write-path statements (``_store.Statements``) on a backend's write connection,
-    inside the transaction the backend began.
-
-    A backend supplies ``_all`` (a query's rows), ``_run`` (a statement's row count),
-    ``_many`` (one statement, many parameter rows), ``append_log`` and the statement
-    that raises the compaction horizon. Driver errors become reactor errors in those
-    three, so that the actor can tell a failed transaction (which fails its whole
-    batch) from a request that does not apply.
-    """
-
-    __slots__ = ()
-
-    SET_COMPACTED: str = ""
-
-    def _run(self, sql: str, params: tuple[Any, ...]) -> int:
-        raise NotImplementedError
-
-    def _many(self, sql: str, rows: list[tuple[Any, ...]]) -> None:
-        raise NotImplementedError
-
-    def append_log(self, records: list[ChangeRecord]) -> int:
-        """Append ``records`` to the change log; return the revision given to the first
-        (the others follow it, one by one)."""
-        raise NotImplementedError
-
-    def write_changes(
-        self, records: list[ChangeRecord], upserts: list[Upsert], deletes: list[Key]
-    ) -> None:
-        offset = self.append_log(records) - 1 if records else 0
-        for record in records:
-            record.revision = offset - record.revision
-        if records:
-            upserts = [
-                (
-                    scope,
-                    key,
-                    value,
-                    expires_at,
-                    offset - revision if revision < 0 else revision,
-                    offset - created if created < 0 else created,
-                    version,
-                )
-                for scope, key, value, expires_at, revision, created, version in upserts
-            ]
-        self.write_rows(upserts, deletes)
-
-    def commit(self, records: list[ChangeRecord]) -> None:
-        """Commit the transaction; ``records`` are what it changed."""
-        raise NotImplementedError
-
-    def abort(self, interrupted: bool = False) -> None:
-        """Roll the transaction back, after any failure (it must not raise);
-        ``interrupted``: by a KeyboardInterrupt (or SystemExit), which may have landed
-        inside the driver."""
-        raise NotImplementedError
-
-    def write_rows(self, upserts: list[Upsert], deletes: list[Key]) -> None:
-        if len(deletes) == 1:  # execute(), not executemany(): a few microseconds less
-            self._run(DELETE, deletes[0])
-        elif deletes:
-            self._many(DELETE, deletes)
-        if len(upserts) == 1:
-            self._run(UPSERT, upserts[0])
-        elif upserts:
-            self._many(UPSERT, upserts)
-
-    def current_revision(self) -> int:
-        return int(self._all(REVISION, ())[0][0])
-
-    def changed_since(self, scope: str, revision: int) -> bool:
-        if self._all(CHANGED_SINCE, (scope, revision)):
-            return True
-        # A log compacted past the revision can no longer tell: assume a change.
-        return self.compacted() > revision
-
-    def compact(self, upto_revision: int | None, before: float | None) -> int:
-        """Drop log records up to a revision and/or older than a time, but none that a
-        durable subscriber has yet to acknowledge, nor the newest (it holds the revision
-        counter); remember how far the log is gone, and when that last record was made
-        (``get(at_revision=)`` at the horizon compares deadlines with it)."""
-        bound = upto_revision
-        if before is not None:
-            young = self._all(YOUNGEST_KEPT, (before,))[0][0]
-            if young is not None:
-                bound = max(bound or 0, int(young) - 1)
-        if bound is None:
-            return 0
-        slowest = self._all(SLOWEST, ())[0][0]
-        if slowest is not None:
-            bound = min(bound, int(slowest))
-        bound = min(bound, self.current_revision() - 1)
-        last = self._all(LAST_TO_GO, (bound,))
-        if not last:
-            return 0
-        revision, timestamp = int(last[0][0]), float(last[0][1])
-        removed = self._run(COMPACT_UPTO, (revision,))
-        if removed:
-            self._run(self.SET_COMPACTED, (revision,))
-            self._run(SET_COMPACTED_AT, (round(timestamp * 1_000_000),))
-        return removed
-
-    def compacted(self) -> int:
-        return int(self._all(COMPACTED, ())[0][0])
-
-    def save_position(
-        self, name: str, position: int, delivered: int, failed: int, now: float
-    ) -> None:
-        self._run(SAVE_POSITION, (name, position, delivered, failed, now))
-
-    def record_failure(self, name: str, revision: int, error: str, now: float) -> None:
-        self._run(RECORD_FAILURE, (name, revision, error, now))
-
-    def save_lock(self, name: str, row: LockRow) -> None:
-        self._run(SAVE_LOCK, (name, row.owner, row.token, row.expires_at))
-
-    def add_timer(self, timer: TimerRow, now: float) -> None:
-        self._send(  # on PostgreSQL, not a round trip per timer of a transaction
-            TIMER_INSERT,
-            (timer.id, timer.scope, timer.key, timer.due, timer.every, timer.value, timer.ops, now),
-        )
-
-    def _send(self, sql: str, params: tuple[Any, ...]) -> None:
-        """Run ``sql``, whose answer nothing waits for: at once here; on PostgreSQL with
-        the next statement answered (in order, in one round trip)."""
-        self._run(sql, params)
-
-    def drop_timer(self, timer_id: str) -> bool:
-        return self._run(TIMER_DELETE, (timer_id,)) > 0
-
-    def drop_timers(self, timer_ids: list[str]) -> None:
-        for chunk in chunks(timer_ids):
-            self._send(TIMERS_DELETE.format(", ".join("?" * len(chunk))), tuple(chunk))
-
-    def move_timers(self, moves: list[tuple[str, float]]) -> None:
-        """Move each timer (id, due) to its new due time: a statement per due time (the
-        timers of one period, fired together, move together)."""
-        by_due: dict[float, list[str]] = {}
-        for timer_id, due in moves:
-            by_due.setdefault(due, []).append(timer_id)
-        for due, timer_ids in by_due.items():
-            for chunk in chunks(timer_ids):
-                self._send(TIMERS_MOVE.format(", ".join("?" * len(chunk))), (due, *chunk))
-
-    def jobs(self) -> SQLJobs:
-        return SQLJobs(self._all, self._run)
-
-
-class TransactionReader(_RowReads):
-    """The read statements of a write transaction, for a transaction body: each runs
-    as a plain read of the store, outside any database transaction.
-
-    ``deadlines`` keeps the deadline of every row the body read (None: no expiry or no
-    row), as first read: the commit checks them, since a change of deadline alone
-    leaves no record in the change log."""
-
-    __slots__ = ("_store", "deadlines")
-
-    def __init__(self, store: SQLStore) -> None:
-        self._store = store
-        self.deadlines: dict[tuple[str, str], float | None] = {}
-
-    def _all(self, sql: str, params: tuple[Any, ...]) -> list[Any]:
-        return self._store._query(sql, params)
-
-    def fetch_row(self, scope: str, key: str) -> Row | None:
-        row = super().fetch_row(scope, key)
-        self.deadlines.setdefault((scope, key), None if row is None else row.expires_at)
-        return row
-
-    def fetch_rows(
-        self, scope: str, bounds: tuple[str, str | None] | None
-    ) -> list[tuple[str, Row]]:
-        rows = super().fetch_rows(scope, bounds)
-        for key, row in rows:
-            self.deadlines.setdefault((scope, key), row.expires_at)
-        return rows
-
-    def fetch_many(self, scope: str, keys: list[str]) -> dict[str, Row]:
-        found = super().fetch_many(scope, keys)
-        for key in keys:
-            row = found.get(key)
-            self.deadlines.setdefault((scope, key), None if row is None else row.expires_at)
-        return found
-
-    def write_changes(self, *_: object) -> None:
-        raise AssertionError("a transaction body never writes")
-
-    def current_revision(self) -> int:
-        return self._store.revision()
-
-    def changed_since(self, *_: object) -> bool:
-        raise AssertionError("only a commit checks for changes")
-
-    def compact(self, *_: object) -> int:
-        raise AssertionError("a transaction body never compacts")
-
-    def compacted(self) -> int:
-        return self._store.compacted()
-
-    def save_position(self, *_: object) -> None:
-        raise AssertionError("a transaction body never moves subscribers")
-
-    def record_failure(self, *_: object) -> None:
-        raise AssertionError("a transaction body never moves subscribers")
-
-    def save_lock(self, *_: object) -> None:
-        raise AssertionError("locks are not part of transactions")
-
-    def add_timer(self, *_: object) -> None:
-        raise AssertionError("a transaction body defers its timers to the commit")
-
-    def drop_timer(self, *_: object) -> bool:
-        raise AssertionError("a transaction body defers its timers to the commit")
-
-    def drop_timers(self, *_: object) -> None:
-        raise AssertionError("a transaction body never fires timers")
-
-    def move_timers(self, *_: object) -> None:
-        raise AssertionError("a transaction body never fires timers")
-
-    def jobs(self) -> SQLJobs:
-        """Reads of the queues; a body's enqueues run in its commit (``WriteTxn.defer``)."""
-        return SQLJobs(self._all, _no_writes)
 
 
 def _interrupt_behind(exc: BaseException) -> KeyboardInterrupt | None:
@@ -421,6 +83,54 @@ def _interrupt_behind(exc: BaseException) -> KeyboardInterrupt | None:
     return None
 
 
+class _Change(NamedTuple):
+    """The first change of a key after a revision: what the key held before it."""
+
+    type: str
+    old_value: str | None
+    expires_at: float | None  # of an "expired" change: the deadline that passed
+
+
+class _Stored(NamedTuple):
+    """A key's row as it is now."""
+
+    value: str
+    expires_at: float | None
+
+
+class _KeyAt(NamedTuple):
+    """What ``VALUE_AT`` reads of a key at a revision, in one snapshot."""
+
+    first_after: _Change | None  # None: no change of the key since
+    stored: _Stored | None  # None: no row
+    at: float | None  # when the revision committed (None: its record is gone)
+    compacted: int  # the compaction horizon
+    last: int  # the last revision committed
+    compacted_at: float | None  # when the record at the horizon was made (None: unknown)
+
+
+def _key_at(rows: list[Any]) -> _KeyAt:
+    """``VALUE_AT``'s rows, each tagged by the part of the statement that read it."""
+    first_after = stored = None
+    at = compacted_at = None
+    compacted = last = 0
+    for part, kind, text, number in rows:
+        tag = int(part)
+        if tag == 0:
+            first_after = _Change(kind, text, None if number is None else float(number))
+        elif tag == 1:
+            stored = _Stored(text, None if number is None else float(number))
+        elif tag == 2:
+            at = float(number)
+        elif tag == 3:
+            compacted = int(number)
+        elif tag == 4:
+            last = int(number or 0)
+        elif int(number) >= 0:  # 5: -1 when not known (compacted before version 5)
+            compacted_at = int(number) / 1_000_000
+    return _KeyAt(first_after, stored, at, compacted, last, compacted_at)
+
+
 class SQLStore:
     """The reads of a SQL store, and its writes: every write, on either backend, runs
     the one commit protocol of ``_write_once`` (through a ``Combiner`` where threads
@@ -433,6 +143,8 @@ class SQLStore:
     _gate: Turn  # this process's writers take turns here
     _timeout: float
     _closed: bool
+    _opened: list[Any]  # every connection handed out, to close them
+    _opened_lock: threading.Lock
     _driver_error: type[Exception]  # what the backend's driver raises
 
     def write(
@@ -498,7 +210,7 @@ class SQLStore:
             try:
                 statements = self._begin_write(scopes, reads)
                 try:
-                    txn = WriteTxn(statements, now)
+                    txn = WriteTxn(statements, now, writes=statements)
                     if reads:
                         txn.prefetch(reads)
                     result = work(txn)
@@ -508,12 +220,7 @@ class SQLStore:
                     statements.abort(interrupted=not isinstance(exc, Exception))
                     raise
             except (self._driver_error, StorageError) as exc:
-                interrupt = _interrupt_behind(exc)
-                if interrupt is not None:  # the driver failed as it handled a Ctrl-C
-                    raise interrupt from None
-                if isinstance(exc, StorageError):
-                    raise
-                raise self._translate(exc) from exc
+                self._fail(exc)
             self._committed()
             if records and on_commit is not None:
                 try:
@@ -523,6 +230,16 @@ class SQLStore:
             return result, records
         finally:
             self._gate.give_back()
+
+    def _fail(self, exc: Exception) -> NoReturn:
+        """Raise what a write that failed with ``exc`` raises: the Ctrl-C the driver
+        failed as it handled, a reactor error as it is, a driver error translated."""
+        interrupt = _interrupt_behind(exc)
+        if interrupt is not None:
+            raise interrupt from None
+        if isinstance(exc, StorageError):
+            raise exc
+        raise self._translate(exc) from exc
 
     def reclaim(self) -> None:
         """Give back the writers' turn if this thread lost it to a Ctrl-C (``_turn``):
@@ -535,6 +252,24 @@ class SQLStore:
         """Begin a write transaction; no other process may write ``scopes`` (None:
         anything) until it ends. ``reads``: rows to read ahead now, if that saves a
         round trip (``SQLStatements.read_ahead`` gives them)."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Close every connection; later calls raise ``ClosedError``. Idempotent."""
+        gated = self._gate.take(self._timeout)
+        if not gated:
+            logger.warning("closing %s while a write is still running", self.location)
+        try:
+            self._closed = True
+            with self._opened_lock:
+                opened, self._opened = self._opened, []
+            self._close_all(opened)
+        finally:
+            if gated:
+                self._gate.give_back()
+
+    def _close_all(self, opened: list[Any]) -> None:
+        """Close ``opened``, every connection handed out (the store is closed now)."""
         raise NotImplementedError
 
     def _translate(self, exc: Exception) -> ReactorError:
@@ -568,36 +303,31 @@ class SQLStore:
             InvalidArgumentError: ``revision`` is after the last one committed.
             RevisionCompactedError: the change log no longer covers ``revision``.
         """
-        parts: dict[int, tuple[Any, Any, Any]] = {}
-        for part, kind, text, number in self._query(
-            VALUE_AT, (scope, key, revision, scope, key, revision)
-        ):
-            parts[int(part)] = (kind, text, number)
-        last = int(parts[4][2] or 0) if 4 in parts else 0
-        compacted = int(parts[3][2]) if 3 in parts else 0
-        if revision > last:
+        found = _key_at(self._query(VALUE_AT, (scope, key, revision, scope, key, revision)))
+        if revision > found.last:
             raise InvalidArgumentError(
-                f"revision {revision} is after the last one committed ({last})"
+                f"revision {revision} is after the last one committed ({found.last})"
             )
-        at = parts[2][2] if 2 in parts else None  # when the revision committed
-        if at is None and revision == compacted and 5 in parts and int(parts[5][2]) >= 0:
-            at = int(parts[5][2]) / 1_000_000  # its record is gone; its time is kept
-        if revision < compacted or (at is None and revision > 0):
+        at = found.at  # when the revision committed
+        if at is None and revision == found.compacted:
+            at = found.compacted_at  # its record is gone; its time is kept
+        if revision < found.compacted or (at is None and revision > 0):
             raise RevisionCompactedError(
-                f"the change log holds the changes after revision {compacted}, so it can "
-                f"no longer tell what {key!r} held at revision {revision}"
+                f"the change log holds the changes after revision {found.compacted}, so it "
+                f"can no longer tell what {key!r} held at revision {revision}"
             )
-        if 0 in parts:  # the first change after the revision says what was before it
-            kind, before, passed = parts[0]
-            if kind == "expired" and passed is not None and float(passed) <= float(at or 0):
+        first = found.first_after  # the first change after the revision: what was before
+        if first is not None:
+            passed = first.expires_at if first.type == "expired" else None
+            if passed is not None and passed <= (at or 0):
                 return None  # past its deadline by then, its expiry recorded later
-            return None if before is None else str(before)
-        if 1 not in parts:
+            return None if first.old_value is None else str(first.old_value)
+        stored = found.stored
+        if stored is None:
             return None
-        _, text, expires_at = parts[1]
-        if expires_at is not None and at is not None and float(expires_at) <= float(at):
+        if stored.expires_at is not None and at is not None and stored.expires_at <= at:
             return None  # past its deadline already then (its expiry not yet recorded)
-        return str(text)
+        return str(stored.value)
 
     def key_history(self, scope: str, key: str, since: int, limit: int) -> list[ChangeRecord]:
         """Up to ``limit`` change-log records of one key after revision ``since``,
@@ -648,8 +378,8 @@ class SQLStore:
     def revision(self) -> int:
         return int(self._query(REVISION, ())[0][0])
 
-    def reader(self) -> TransactionReader:
-        return TransactionReader(self)
+    def reader(self) -> SQLReader:
+        return SQLReader(self._query)
 
     def log_after(self, revision: int, limit: int, upto: int | None = None) -> list[ChangeRecord]:
         """The change records after ``revision`` (up to ``upto``), oldest first."""

@@ -1,5 +1,6 @@
-"""``SQLJobs``: the statements of work queues, on a write transaction's connection or a
-plain read's."""
+"""The statements of work queues: their reads (``SQLJobReads``), on a write
+transaction's connection or a plain read's, and their writes (``SQLJobs``), on a write
+transaction's."""
 
 from __future__ import annotations
 
@@ -32,41 +33,27 @@ from .sql_text import (
 )
 
 
-class SQLJobs:
-    """The statements of work queues, on a connection: a write transaction's (``_all``
-    and ``_run`` of ``SQLStatements``), or a plain read of the store's
-    (``TransactionReader``: its writes fail). A job written is seen by the next
-    statement of the transaction: writes run at once (``send``: or, on PostgreSQL,
-    with the next statement answered, in one round trip). Reads made together
-    (``read_several``) are one round trip on PostgreSQL too."""
+class SQLJobReads:
+    """The reads of work queues (``statements.JobReads``) on a connection: ``read`` runs
+    a query; reads made together (``read_several``) are one round trip on PostgreSQL."""
 
-    __slots__ = ("_all", "_all_several", "_send")
+    __slots__ = ("_all", "_all_several")
 
     def __init__(
         self,
         read: Callable[[str, tuple[Any, ...]], list[Any]],
-        run: Callable[[str, tuple[Any, ...]], object],
-        send: Callable[[str, tuple[Any, ...]], object] | None = None,
         read_several: Callable[[list[tuple[str, tuple[Any, ...]]]], list[list[Any]]] | None = None,
     ) -> None:
         self._all = read
-        self._send = run if send is None else send
         self._all_several = read_several or self._one_by_one
 
     def _one_by_one(self, statements: list[tuple[str, tuple[Any, ...]]]) -> list[list[Any]]:
         return [self._all(sql, params) for sql, params in statements]
 
-    # -- queues --------------------------------------------------------------------
     def queue(self, name: str) -> tuple[int, int] | None:
         """A queue's ``max_attempts`` and the id its next job takes; None: no queue."""
         found = self._all(QUEUE, (name,))
         return (int(found[0][0]), int(found[0][1])) if found else None
-
-    def add_queue(self, name: str, max_attempts: int, next_id: int) -> None:
-        self._send(ADD_QUEUE, (name, max_attempts, next_id))
-
-    def set_queue(self, name: str, max_attempts: int, next_id: int) -> None:
-        self._send(SET_QUEUE, (max_attempts, next_id, name))
 
     def queue_names(self) -> list[str]:
         return [name for (name,) in self._all(QUEUE_NAMES, ())]
@@ -98,7 +85,6 @@ class SQLJobs:
             for queue, settings, due in zip(queues, found[::2], found[1::2], strict=True)
         }
 
-    # -- jobs ----------------------------------------------------------------------
     def job(self, queue: str, job_id: int) -> JobRow | None:
         found = self._all(JOB, (queue, job_id))
         return job_row(found[0]) if found else None
@@ -151,6 +137,42 @@ class SQLJobs:
                 found[key] = int(job_id)
         return found
 
+    def counts(self, queue: str, now: float, max_attempts: int) -> dict[str, int]:
+        """How many jobs are ready now, delayed, taken and dead at ``now``: a lease
+        run out counts where it goes next (dead after ``max_attempts`` takes)."""
+        params = (queue, now) * 3 + (queue, now, max_attempts) * 2 + (queue,)
+        ready, delayed, taken, back, spent, dead = self._all(JOB_COUNTS, params)[0]
+        return {
+            "ready": int(ready) + int(back),
+            "delayed": int(delayed),
+            "taken": int(taken),
+            "dead": int(dead) + int(spent),
+        }
+
+
+class SQLJobs(SQLJobReads):
+    """The reads and writes of work queues (``statements.JobWrites``) in a write
+    transaction. A job written is seen by the next statement of the transaction:
+    writes run at once (``send``: or, on PostgreSQL, with the next statement answered,
+    in one round trip)."""
+
+    __slots__ = ("_send",)
+
+    def __init__(
+        self,
+        read: Callable[[str, tuple[Any, ...]], list[Any]],
+        send: Callable[[str, tuple[Any, ...]], object],
+        read_several: Callable[[list[tuple[str, tuple[Any, ...]]]], list[list[Any]]] | None = None,
+    ) -> None:
+        super().__init__(read, read_several)
+        self._send = send
+
+    def add_queue(self, name: str, max_attempts: int, next_id: int) -> None:
+        self._send(ADD_QUEUE, (name, max_attempts, next_id))
+
+    def set_queue(self, name: str, max_attempts: int, next_id: int) -> None:
+        self._send(SET_QUEUE, (max_attempts, next_id, name))
+
     def add_jobs(self, rows: list[tuple[Any, ...]]) -> None:
         """Insert jobs: (queue, id, item, state, ready_at, attempts, owner, key,
         created_at) each. Several rows a statement, run at once (not ``executemany``,
@@ -180,15 +202,3 @@ class SQLJobs:
 
     def delete_job(self, queue: str, job_id: int) -> None:
         self._send(DELETE_JOB, (queue, job_id))
-
-    def counts(self, queue: str, now: float, max_attempts: int) -> dict[str, int]:
-        """How many jobs are ready now, delayed, taken and dead at ``now``: a lease
-        run out counts where it goes next (dead after ``max_attempts`` takes)."""
-        params = (queue, now) * 3 + (queue, now, max_attempts) * 2 + (queue,)
-        ready, delayed, taken, back, spent, dead = self._all(JOB_COUNTS, params)[0]
-        return {
-            "ready": int(ready) + int(back),
-            "delayed": int(delayed),
-            "taken": int(taken),
-            "dead": int(dead) + int(spent),
-        }

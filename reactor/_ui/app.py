@@ -56,8 +56,8 @@ from reactor._engine.events import ChangeEvent
 from reactor._handles import queues as _queues
 from reactor._handles.binding import engine_of
 from reactor._storage.records import ChangeRecord, JobRow, TimerRow
-from reactor._storage.sql_jobs import SQLJobs
-from reactor._storage.store import Store
+from reactor._storage.statements import JobReads
+from reactor._storage.store import StoreReads
 from reactor._version import __version__
 from reactor._work.jobs import check_queue
 from reactor.aio import AsyncState
@@ -271,7 +271,7 @@ async def _value(request: Request) -> Response:
     )
 
 
-async def _store_read(request: Request, read: Callable[[Store, float], T]) -> T:
+async def _store_read(request: Request, read: Callable[[StoreReads, float], T]) -> T:
     """``read(store, now)``, for what no public verb reads, in a worker thread of the
     app's handle."""
     handle = state_of(request)
@@ -286,7 +286,7 @@ async def _history(request: Request) -> Response:
     if not (given.isascii() and given.isdigit() and 1 <= int(given) <= HISTORY_MAX):
         raise Problem(400, "InvalidRequest", f"limit must be 1 to {HISTORY_MAX}, not {given!r}")
 
-    def read(store: Store, _now: float) -> tuple[list[ChangeRecord], int]:
+    def read(store: StoreReads, _now: float) -> tuple[list[ChangeRecord], int]:
         return store.history(scope, key, int(given)), store.compacted()
 
     records, compacted = await _store_read(request, read)
@@ -302,7 +302,7 @@ async def _history(request: Request) -> Response:
 
 
 async def _locks(request: Request) -> Response:
-    def read(store: Store, now: float) -> tuple[list[dict[str, Any]], int]:
+    def read(store: StoreReads, now: float) -> tuple[list[dict[str, Any]], int]:
         held = store.held_locks(now, LOCKS_MAX)
         listed = [
             {
@@ -320,7 +320,7 @@ async def _locks(request: Request) -> Response:
 
 
 async def _timers(request: Request) -> Response:
-    def read(store: Store, now: float) -> tuple[list[dict[str, Any]], int]:
+    def read(store: StoreReads, now: float) -> tuple[list[dict[str, Any]], int]:
         pending = store.timers(TIMERS_MAX)  # earliest first
         count = len(pending) if len(pending) < TIMERS_MAX else store.timers_pending()
         return [_timer_view(row, now) for row in pending], count
@@ -353,7 +353,7 @@ def _shortened(text: str | None, most: int = TIMER_TEXT_MAX) -> str | None:
 
 
 async def _queue_list(request: Request) -> Response:
-    def read(store: Store, now: float) -> tuple[list[dict[str, Any]], int]:
+    def read(store: StoreReads, now: float) -> tuple[list[dict[str, Any]], int]:
         jobs = store.reader().jobs()
         names = jobs.queue_names()  # sorted
         return [_queue_view(jobs, name, now) for name in names[:QUEUES_MAX]], len(names)
@@ -364,7 +364,7 @@ async def _queue_list(request: Request) -> Response:
     return JSONResponse({"queues": listed, "count": count, "dead": dead})
 
 
-def _queue_view(jobs: SQLJobs, name: str, now: float) -> dict[str, Any]:
+def _queue_view(jobs: JobReads, name: str, now: float) -> dict[str, Any]:
     """A queue as the page shows it: ``Queue.stats()``'s counts, its ``max_attempts``,
     and how long the job first in line has been ready (None: no job is ready now); each
     a seek or a range of the jobs' index."""
@@ -380,7 +380,7 @@ async def _dead(request: Request) -> Response:
     if not (given.isascii() and given.isdigit() and 1 <= int(given) <= DEAD_MAX):
         raise Problem(400, "InvalidRequest", f"limit must be 1 to {DEAD_MAX}, not {given!r}")
 
-    def read(store: Store, now: float) -> tuple[list[JobRow], int] | None:
+    def read(store: StoreReads, now: float) -> tuple[list[JobRow], int] | None:
         jobs = store.reader().jobs()
         if jobs.queue(name) is None:
             return None
@@ -475,7 +475,7 @@ async def _retry_dead(request: Request) -> Response:
     queue = state_of(request).queue(data["queue"])  # a bad name: InvalidKeyError, 400
     name = queue.name
 
-    def exists(store: Store, _now: float) -> bool:
+    def exists(store: StoreReads, _now: float) -> bool:
         return store.reader().jobs().queue(name) is not None
 
     if not await _store_read(request, exists):

@@ -26,13 +26,13 @@ from typing import TYPE_CHECKING, Any, Final
 from reactor._base.keys import QUEUE_PREFIX, check_key
 from reactor._base.values import encode
 from reactor._storage.records import JobRow
-from reactor._storage.store import WriteTxn
+from reactor._storage.txn import WriteTxn
 from reactor.errors import InvalidArgumentError, InvalidKeyError, LockNotOwnedError
 
 if TYPE_CHECKING:
     from reactor._engine.options import Options
     from reactor._engine.port import EnginePort
-    from reactor._storage.sql_jobs import SQLJobs
+    from reactor._storage.statements import JobWrites
 
 __all__ = [
     "DEFAULT_LEASE",
@@ -184,7 +184,7 @@ def check_put(
 
 # -- transitions, in a write transaction holding the queue's lock ---------------------
 def _settle(found: tuple[int, int] | None, max_attempts: int | None) -> tuple[int, int, int | None]:
-    """Of a queue whose row is ``found`` (``SQLJobs.queue``; None: no queue yet): its
+    """Of a queue whose row is ``found`` (``JobReads.queue``; None: no queue yet): its
     ``max_attempts`` (``max_attempts`` if given, which is to be saved), the id of its
     next job, and the ``max_attempts`` stored (None: no queue yet)."""
     if found is None:
@@ -194,7 +194,7 @@ def _settle(found: tuple[int, int] | None, max_attempts: int | None) -> tuple[in
 
 
 def _save(
-    jobs: SQLJobs, queue: str, max_attempts: int, next_id: int, stored: int | None, used: bool
+    jobs: JobWrites, queue: str, max_attempts: int, next_id: int, stored: int | None, used: bool
 ) -> None:
     """Write the queue's row, if new or changed (``used``: ids were taken)."""
     if stored is None:
@@ -206,7 +206,7 @@ def _save(
 def save_settings(txn: WriteTxn, queue: str, max_attempts: int | None) -> int:
     """Create the queue if it does not exist, saving ``max_attempts`` (the default if
     None, on creation only); its ``max_attempts`` now."""
-    jobs = txn.statements.jobs()
+    jobs = txn.writes.jobs()
     attempts, next_id, stored = _settle(jobs.queue(queue), max_attempts)
     _save(jobs, queue, attempts, next_id, stored, used=False)
     return attempts
@@ -234,7 +234,7 @@ def _add(
 ) -> tuple[list[int], int]:
     """``enqueue`` of entries that carry their takes and state: the ids, and how many
     jobs were added."""
-    jobs = txn.statements.jobs()
+    jobs = txn.writes.jobs()
     attempts, next_id, stored = _settle(jobs.queue(queue), max_attempts)
     keys = [entry[2] for entry in entries if entry[2] is not None]
     holding = jobs.ids_by_key(queue, keys) if keys else {}
@@ -280,7 +280,7 @@ def expire(txn: WriteTxn, queues: list[str], limit: int = EXPIRE_BATCH) -> tuple
 def _turn_back(txn: WriteTxn, queue: str, due: list[JobRow], max_attempts: int) -> list[JobRow]:
     """Turn back the taken jobs ``due`` (their leases ran out, earliest first): ready
     again, or dead once taken ``max_attempts`` times. Those ready again, as they are now."""
-    jobs = txn.statements.jobs()
+    jobs = txn.writes.jobs()
     ready = [row for row in due if row.attempts < max_attempts]
     dead = [row for row in due if row.attempts >= max_attempts]
     jobs.set_states(queue, [row.id for row in ready], "ready")
@@ -300,7 +300,7 @@ def take(
     until ``lease`` seconds from now: the job as it was before and as it is now (None,
     None: none is ready), and when one may be next (None: a job was taken, or no job
     waits)."""
-    jobs = txn.statements.jobs()
+    jobs = txn.writes.jobs()
     found, due, first = jobs.take_view(queue, txn.now, EXPIRE_BATCH)  # one read
     attempts, next_id, stored = _settle(found, max_attempts)
     if max_attempts is not None:
@@ -337,7 +337,7 @@ def _owned(txn: WriteTxn, queue: str, job_id: int, token: str) -> JobRow:
 def ack(txn: WriteTxn, queue: str, job_id: int, token: str) -> None:
     """The job is done: remove it (its idempotency key is free again)."""
     row = _owned(txn, queue, job_id, token)
-    txn.statements.jobs().delete_job(queue, job_id)
+    txn.writes.jobs().delete_job(queue, job_id)
     txn.log(lock_name(queue), str(job_id), "deleted", _document(row), None)
 
 
@@ -345,7 +345,7 @@ def nack(txn: WriteTxn, queue: str, job_id: int, token: str, delay: float | None
     """The job failed: ready again after ``delay`` (or dead, once taken
     ``max_attempts`` times); its new state."""
     row = _owned(txn, queue, job_id, token)
-    jobs = txn.statements.jobs()
+    jobs = txn.writes.jobs()
     found = jobs.queue(queue)
     max_attempts = DEFAULT_MAX_ATTEMPTS if found is None else found[0]
     if row.attempts >= max_attempts:
@@ -361,7 +361,7 @@ def extend(txn: WriteTxn, queue: str, job_id: int, token: str, seconds: float) -
     """Renew the lease to ``seconds`` from now; its new end."""
     row = _owned(txn, queue, job_id, token)
     new = JobRow(row.id, row.item, "taken", txn.now + seconds, row.attempts, token)
-    txn.statements.jobs().set_job(queue, new)
+    txn.writes.jobs().set_job(queue, new)
     txn.log(lock_name(queue), str(job_id), "updated", _document(row), _document(new))
     return new.ready_at
 
@@ -369,7 +369,7 @@ def extend(txn: WriteTxn, queue: str, job_id: int, token: str, seconds: float) -
 def untake(txn: WriteTxn, queue: str, taken: JobRow, token: str) -> bool:
     """Undo a take nobody will see (its taker was cancelled): the job as it was before
     (``taken``, read then), if ``token`` still holds it; whether it did."""
-    jobs = txn.statements.jobs()
+    jobs = txn.writes.jobs()
     row = jobs.job(queue, taken.id)
     if row is None or row.state != "taken" or row.owner != token:
         return False
@@ -381,7 +381,7 @@ def untake(txn: WriteTxn, queue: str, taken: JobRow, token: str) -> bool:
 def retry_dead(txn: WriteTxn, queue: str, limit: int = RETRY_BATCH) -> int:
     """Make up to ``limit`` dead jobs ready now, with no attempt used, oldest death
     first; how many."""
-    jobs = txn.statements.jobs()
+    jobs = txn.writes.jobs()
     dead = jobs.in_state(queue, "dead", limit)
     if not dead:
         return 0

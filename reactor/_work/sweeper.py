@@ -17,7 +17,7 @@ from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any, Final
 
 from reactor._storage.records import RefusedError
-from reactor._storage.store import WriteTxn
+from reactor._storage.txn import WriteTxn
 from reactor.errors import ClosedError
 
 from .jobs import turn_back_leases
@@ -130,7 +130,7 @@ class Sweeper:
             before = None if seconds is None else txn.now - seconds
             if upto is not None and upto <= 0:
                 upto = None
-            return txn.statements.compact(upto, before) if upto or before else 0
+            return txn.writes.compact(upto, before) if upto or before else 0
 
         removed = engine.commit(work)
         if removed:

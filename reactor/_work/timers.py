@@ -33,7 +33,7 @@ from reactor._base.results import Timer, UpdateResult
 from reactor._base.update_ops import op_style
 from reactor._base.values import MISSING, decode
 from reactor._storage.records import TimerRow
-from reactor._storage.store import Work, WriteTxn
+from reactor._storage.txn import Work, WriteTxn
 from reactor.errors import InvalidArgumentError, ReactorError, StorageError
 
 from . import writes as _writes
@@ -171,7 +171,7 @@ def drop_timer(timer_id: str) -> Work[bool]:
     """The work that cancels a timer: whether it was still pending."""
 
     def work(txn: WriteTxn) -> bool:
-        return txn.statements.drop_timer(timer_id)
+        return txn.writes.drop_timer(timer_id)
 
     return Work(work)
 
@@ -185,7 +185,7 @@ class AddTimer:
         self.row = row
 
     def __call__(self, commit: WriteTxn) -> None:
-        commit.statements.add_timer(self.row, commit.now)
+        commit.writes.add_timer(self.row, commit.now)
 
 
 class DropTimer:
@@ -197,7 +197,7 @@ class DropTimer:
         self.timer_id = timer_id
 
     def __call__(self, commit: WriteTxn) -> None:
-        commit.statements.drop_timer(self.timer_id)
+        commit.writes.drop_timer(self.timer_id)
 
 
 def pending_timer(txn: WriteTxn, timer_id: str) -> TimerRow | None:
@@ -274,8 +274,8 @@ def fire(options: Options, scope: str, timers: list[tuple[str, str]]) -> Work[Fi
                 dropped.append(timer_id)
             else:
                 moved.append((timer_id, next_due(row.due, row.every, txn.now)))
-        txn.statements.drop_timers(dropped)
-        txn.statements.move_timers(moved)
+        txn.writes.drop_timers(dropped)
+        txn.writes.move_timers(moved)
         return done
 
     return Work(work, keys)
@@ -294,9 +294,9 @@ def drop_failed(scope: str, timer_id: str, why: str) -> Work[Fired]:
         done.fired = 1
         done.failed.append((timer_id, why))
         if row.every is None:
-            txn.statements.drop_timers([timer_id])
+            txn.writes.drop_timers([timer_id])
         else:
-            txn.statements.move_timers([(timer_id, next_due(row.due, row.every, txn.now))])
+            txn.writes.move_timers([(timer_id, next_due(row.due, row.every, txn.now))])
         return done
 
     return Work(work)

@@ -29,7 +29,7 @@ from reactor._base.values import (
     json_equal,
 )
 from reactor._storage.records import Row
-from reactor._storage.store import Work, WriteTxn
+from reactor._storage.txn import Work, WriteTxn
 from reactor.errors import ConflictError, InvalidArgumentError, TypeMismatchError
 
 if TYPE_CHECKING:

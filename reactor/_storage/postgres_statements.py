@@ -1,0 +1,311 @@
+"""PostgreSQL's statements: those of a write transaction on the writer connection
+(``PostgresStatements``, which sends what it can in one round trip), reads in one read
+transaction (``PostgresReads``), and psycopg's errors as reactor's (``translate``)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Collection, Iterator
+from typing import Any, Final, Protocol
+
+from reactor.errors import BusyError, OutcomeUnknownError, ReactorError, ReadOnlyError, StorageError
+
+from .postgres_text import ADD_JOBS, CHANGES, PREPARED_ROWS, ROWS_ONLY, pg
+from .records import ChangeRecord, Key, RefusedError, Row, Upsert
+from .sql_jobs import SQLJobs
+from .sql_statements import SQLSnapshot, SQLStatements
+from .sql_text import STREAMED_ROWS
+
+try:
+    import psycopg
+    import psycopg.errors
+except ImportError:  # pragma: no cover - exercised only without the extra installed
+    psycopg = None  # type: ignore[assignment]
+
+__all__ = [
+    "PostgresJobs",
+    "PostgresReads",
+    "PostgresStatements",
+    "WriterHost",
+    "connection_lost",
+    "translate",
+]
+
+
+class WriterHost(Protocol):
+    """What a write transaction needs of its store (``PostgresStore``)."""
+
+    location: str
+    channel: str  # the notification channel of the reactor database
+    order_lock: str  # the statement that takes the lock ordering revisions
+    doubt: threading.Event  # set: a commit of this process's may be unpublished
+
+    def reconnect_writer(self) -> psycopg.Connection[Any]: ...
+
+    def drop_writer(self, conn: psycopg.Connection[Any]) -> None: ...
+
+    def abandon(self, conn: psycopg.Connection[Any]) -> None: ...
+
+
+# SQLSTATE classes of a statement the server refused for what it holds, on a sound
+# connection: data exceptions, integrity constraints, program limits (an index entry too
+# big), syntax or access rules, and errors raised by triggers (PL/pgSQL).
+_REFUSALS: Final = frozenset({"22", "23", "42", "54", "P0"})
+
+
+def translate(exc: Exception) -> ReactorError:
+    """The reactor error for a psycopg error (chain it with ``raise ... from exc``)."""
+    if isinstance(exc, psycopg.errors.LockNotAvailable | psycopg.errors.QueryCanceled):
+        return BusyError(f"the database stayed locked past the timeout: {exc}")
+    if isinstance(exc, psycopg.errors.ReadOnlySqlTransaction):
+        return ReadOnlyError(f"the database cannot be written: {exc}")
+    if isinstance(exc, psycopg.Error) and (exc.sqlstate or "")[:2] in _REFUSALS:
+        return RefusedError(f"the database refused the write: {exc}")
+    return StorageError(f"the database failed: {exc}")
+
+
+class PostgresStatements(SQLStatements):
+    """The write-path statements on the writer connection, in its transaction.
+
+    What a flush writes (log records, rows) is held back and sent with the commit, in
+    one round trip (``commit``): there the order lock is taken, the revisions follow
+    the last committed one, and the commit is flushed, all on the server.
+
+    Statements whose answer nothing waits for (the begin of a transaction that reads
+    nothing ahead, the writes of work queues: ``_send``) are pending until the next
+    statement that is answered, and go with it in one round trip: in order, so that
+    every read sees what was sent before it.
+    """
+
+    __slots__ = (
+        "_ahead",
+        "_changes",
+        "_conn",
+        "_failed",
+        "_flush_rows",
+        "_pending",
+        "_queued",
+        "_store",
+        "_unbegun",
+    )
+
+    SET_COMPACTED = "UPDATE reactor_meta SET value = GREATEST(value, ?) WHERE name = 'compacted'"
+
+    def __init__(
+        self,
+        conn: psycopg.Connection[Any],
+        store: WriterHost,
+        ahead: dict[tuple[str, str], Row | None],
+        begin: list[str] | None = None,
+    ) -> None:
+        self._conn = conn
+        self._store = store
+        self._ahead = ahead  # rows read with the begin
+        self._queued: list[tuple[str, list[tuple[Any, ...]]]] = []
+        self._changes: tuple[Any, ...] | None = None  # CHANGES' parameters, if any
+        # Sent with the next answered statement: the begin (if not sent yet), writes.
+        self._pending: list[tuple[str, tuple[Any, ...]]] = [(sql, ()) for sql in begin or ()]
+        self._unbegun = bool(begin)  # nothing sent yet: a dropped connection is replaced
+        self._failed = False  # the server failed a statement: the connection goes (abort)
+        self._flush_rows = 0  # the most rows of one kind the flush writes
+
+    def _all(self, sql: str, params: tuple[Any, ...]) -> list[Any]:
+        return self._all_several([(sql, params)])[0]
+
+    def _all_several(self, statements: list[tuple[str, tuple[Any, ...]]]) -> list[list[Any]]:
+        """The rows of each of ``statements``, run after what is pending, all in one
+        round trip."""
+        try:
+            answered = self._answer([(pg(sql), params) for sql, params in statements])
+            return [cursor.fetchall() for cursor in answered]
+        except psycopg.Error as exc:
+            self._failed = True
+            raise translate(exc) from exc
+
+    def _run(self, sql: str, params: tuple[Any, ...]) -> int:
+        try:
+            return self._answer([(pg(sql), params)])[0].rowcount
+        except psycopg.Error as exc:
+            self._failed = True
+            raise translate(exc) from exc
+
+    def _send(self, sql: str, params: tuple[Any, ...]) -> None:
+        """Run ``sql`` with the next answered statement (its errors are raised there)."""
+        self._pending.append((pg(sql), params))
+
+    def _answer(self, statements: list[tuple[str, tuple[Any, ...]]]) -> list[psycopg.Cursor[Any]]:
+        """Run what is pending, then ``statements``, in one round trip; their cursors.
+        A writer connection the server dropped before the transaction began is
+        replaced once (nothing was applied on it)."""
+        if not self._pending and len(statements) == 1:
+            return [self._conn.execute(*statements[0])]
+        pending, self._pending = self._pending, []
+        unbegun, self._unbegun = self._unbegun, False
+        try:
+            return self._pipelined(pending, statements)
+        except psycopg.OperationalError:
+            if not unbegun or not self._conn.closed:
+                raise
+            self._conn = self._store.reconnect_writer()
+            return self._pipelined(pending, statements)
+
+    def _pipelined(
+        self,
+        pending: list[tuple[str, tuple[Any, ...]]],
+        statements: list[tuple[str, tuple[Any, ...]]],
+    ) -> list[psycopg.Cursor[Any]]:
+        conn = self._conn
+        with conn.pipeline():
+            for statement, values in pending:
+                conn.execute(statement, values)
+            cursors = [conn.execute(sql, params) for sql, params in statements]
+        return cursors
+
+    def _many(self, sql: str, rows: list[tuple[Any, ...]]) -> None:
+        self._queued.append((pg(sql), rows))
+
+    def read_ahead(self, keys: Collection[tuple[str, str]]) -> dict[tuple[str, str], Row | None]:
+        ahead, self._ahead = self._ahead, {}
+        missing = [key for key in keys if key not in ahead]
+        if missing:
+            ahead.update(super().read_ahead(missing))
+        return ahead
+
+    def write_changes(
+        self,
+        records: list[ChangeRecord],
+        upserts: list[Upsert],
+        deletes: list[Key],
+    ) -> None:
+        """Hold back, for the commit, one statement (``CHANGES``) that numbers the
+        records after the last committed revision and writes them with the rows."""
+        for n, record in enumerate(records, 1):
+            assert record.revision == -n  # provisional: the n-th change
+        self._flush_rows = max(len(records), len(upserts), len(deletes))
+        self._changes = (
+            [r.scope for r in records],
+            [r.key for r in records],
+            [r.type for r in records],
+            [r.old_value for r in records],
+            [r.new_value for r in records],
+            [r.ops for r in records],
+            [r.timestamp for r in records],
+            [r.version for r in records],
+            [r.timer for r in records],
+            [r.expires_at for r in records],
+            [scope for scope, _ in deletes],
+            [key for _, key in deletes],
+            [row[0] for row in upserts],
+            [row[1] for row in upserts],
+            [row[2] for row in upserts],
+            [row[3] for row in upserts],
+            [row[4] for row in upserts],
+            [row[5] for row in upserts],
+            [row[6] for row in upserts],
+            self._store.channel,
+            len(records),
+        )
+
+    def commit(self, records: list[ChangeRecord]) -> None:
+        """Send what is held back and the commit in one round trip. With records, the
+        order lock is taken first, and held until the commit is flushed: revisions are
+        given, and become visible, in one order across every process. The notification
+        goes at commit, and only if it commits.
+
+        Raises:
+            OutcomeUnknownError: the connection went during the commit, which may have
+                been applied before it went.
+        """
+        if self._unbegun:  # a transaction that read nothing: begin it on its own first
+            self._all("SELECT 1", ())
+        conn = self._conn
+        pending, self._pending = self._pending, []
+        try:
+            with conn.pipeline():
+                for sql, values in pending:
+                    conn.execute(sql, values)
+                with conn.cursor() as cursor:
+                    for sql, rows in self._queued:
+                        cursor.executemany(sql, rows)
+                written = None
+                if self._changes is not None:
+                    if records:
+                        conn.execute(self._store.order_lock)
+                    written = conn.cursor()
+                    # A few rows: the prepared plan; a big batch is planned for its size.
+                    written.execute(
+                        CHANGES if records else ROWS_ONLY,
+                        self._changes,
+                        prepare=self._flush_rows <= PREPARED_ROWS,
+                    )
+                conn.execute("COMMIT")
+            if records:
+                assert written is not None
+                base = int(written.fetchall()[0][0])
+                for record in records:
+                    record.revision = base - record.revision
+        except psycopg.Error as exc:
+            self._failed = True
+            if connection_lost(conn, exc):
+                # Its notification, if it committed, came from this process's writer:
+                # the follower reads the log instead (``await_commits``).
+                self._store.doubt.set()
+                raise OutcomeUnknownError(
+                    f"the connection to {self._store.location} was lost while the write "
+                    f"was committing; it may or may not have been applied: {exc}"
+                ) from exc
+            raise
+
+    def abort(self, interrupted: bool = False) -> None:
+        # After a failed statement, or a Ctrl-C inside psycopg, its prepared statements
+        # may be out of step with psycopg's list of them.
+        if self._failed or interrupted:
+            self._store.drop_writer(self._conn)
+        else:
+            self._store.abandon(self._conn)
+
+    def jobs(self) -> SQLJobs:
+        return PostgresJobs(self._all, self._send, self._all_several)
+
+
+class PostgresJobs(SQLJobs):
+    """The statements of work queues, with PostgreSQL's own insert of many jobs; their
+    writes go with the next statement answered (``PostgresStatements._send``)."""
+
+    __slots__ = ()
+
+    def add_jobs(self, rows: list[tuple[Any, ...]]) -> None:
+        if rows:
+            self._send(ADD_JOBS, tuple(list(column) for column in zip(*rows, strict=True)))
+
+
+def connection_lost(conn: psycopg.Connection[Any], exc: psycopg.Error) -> bool:
+    """Whether ``exc`` means the connection went (so a commit in flight may have been
+    applied), rather than the server refusing a statement (so nothing was)."""
+    if conn.broken or conn.closed:
+        return True
+    state = exc.sqlstate
+    if state is None:  # raised by the client: only the connection fails that way here
+        return isinstance(exc, psycopg.OperationalError)
+    # Class 08, connection exception; 57P01-57P03, the server shutting the session down.
+    return state.startswith("08") or state in ("57P01", "57P02", "57P03")
+
+
+class PostgresReads(SQLSnapshot):
+    """An export's reads (``SQLSnapshot``) on a reader connection, in the transaction
+    it is in; ``each`` reads through a server-side cursor (``DECLARE``),
+    ``STREAMED_ROWS`` rows a fetch."""
+
+    __slots__ = ("_conn",)
+
+    def __init__(self, conn: psycopg.Connection[Any]) -> None:
+        self._conn = conn
+
+    def all(self, sql: str, params: tuple[Any, ...]) -> list[Any]:
+        return self._conn.execute(pg(sql), params).fetchall()
+
+    def each(self, sql: str, params: tuple[Any, ...]) -> Iterator[Any]:
+        with self._conn.cursor(name="reactor_reads") as cursor:
+            cursor.itersize = STREAMED_ROWS
+            cursor.execute(pg(sql), params)
+            yield from cursor
