@@ -557,7 +557,7 @@ async def test_a_replay_that_fails_gives_what_it_read_then_the_error_and_ends(
 
     async with reactor.aio.open(db_path) as state:
         await state.scope("s").set_many({"a": 1, "b": 2, "c": 3})
-        replay = _subscriptions._Feed._replay
+        replay = _subscriptions._Feed.replay
 
         def failing(self: _subscriptions._Feed) -> Iterator[reactor.ChangeEvent]:
             for i, event in enumerate(replay(self)):
@@ -565,7 +565,7 @@ async def test_a_replay_that_fails_gives_what_it_read_then_the_error_and_ends(
                     raise reactor.RevisionCompactedError("compacted meanwhile")
                 yield event
 
-        monkeypatch.setattr(_subscriptions._Feed, "_replay", failing)
+        monkeypatch.setattr(_subscriptions._Feed, "replay", failing)
         watch = state.watch(since=0, scope="s")
         keys: list[str] = []
         with pytest.raises(reactor.RevisionCompactedError):

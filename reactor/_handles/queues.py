@@ -55,7 +55,7 @@ if TYPE_CHECKING:
 
     from .binding import Binding
 
-__all__ = ["Job", "Queue", "counts", "take_async"]
+__all__ = ["Job", "Queue", "counts", "take_async", "writable_engine"]
 
 logger = logging.getLogger("reactor")
 T = TypeVar("T")
@@ -139,7 +139,7 @@ class Queue:
         """
         seconds = _jobs.check_lease(lease)
         wait = _jobs.check_timeout(timeout)
-        engine = _writable(self._binding)
+        engine = writable_engine(self._binding)
         start = perf_counter()
         try:
             if wait == 0:
@@ -222,7 +222,7 @@ class Queue:
         Raises:
             ReadOnlyError: the engine is read-only.
         """
-        engine = _writable(self._binding)
+        engine = writable_engine(self._binding)
         start = perf_counter()
         try:
             # No more than were dead at the start: one that dies again meanwhile stays dead.
@@ -255,7 +255,7 @@ def counts(jobs: JobReads, name: str, now: float) -> tuple[int, dict[str, int]]:
     return max_attempts, jobs.counts(name, now, max_attempts)
 
 
-def _writable(binding: Binding) -> EnginePort:
+def writable_engine(binding: Binding) -> EnginePort:
     """The engine, if it may write.
 
     Raises:

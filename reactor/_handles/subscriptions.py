@@ -135,9 +135,13 @@ class _Feed:
         self._wake_only = False  # a durable subscription reads the log; events only wake it
         self.dropped = 0
         self._live_from = 0
-        # Called (under the lock) when an event is buffered or the feed stops: how an
-        # asyncio watch (reactor.aio) learns of it without a thread waiting here.
-        self._on_ready: Callable[[], None] | None = None
+        self._on_ready: Callable[[], None] | None = None  # see ``when_ready``
+
+    def when_ready(self, call: Callable[[], None]) -> None:
+        """Have ``call()`` run (under the feed's lock: be quick) when an event is
+        buffered or the feed stops: how an asyncio watch learns of it (then ``poll``)
+        without a thread waiting here."""
+        self._on_ready = call
 
     def listen(self, durable: str | None = None) -> None:
         """Join the engine's hub: from now on, the changes it admits are offered.
@@ -180,7 +184,7 @@ class _Feed:
 
     def _events(self) -> Iterator[ChangeEvent]:
         """Replayed events, then live ones, until the feed is closed."""
-        yield from self._replay()
+        yield from self.replay()
         while True:
             with self._ready:
                 while not self._buffer:
@@ -192,15 +196,16 @@ class _Feed:
                 event = self._buffer.popleft()
             yield event
 
-    def _take(self) -> ChangeEvent | bool:
-        """The next live event without waiting; else whether the feed has ended
-        (closed, or closing with nothing left): ``False`` while events may still come."""
+    def poll(self) -> ChangeEvent | bool:
+        """The next live event without waiting (after ``replay``); else whether the feed
+        has ended (closed, or closing with nothing left): ``False`` while events may
+        still come."""
         with self._ready:
             if self._buffer and not self._closed:
                 return self._buffer.popleft()
             return self._closed or self._draining
 
-    def _replay(self) -> Iterator[ChangeEvent]:
+    def replay(self) -> Iterator[ChangeEvent]:
         """The logged events after ``since``, up to where the live ones begin."""
         if self._since is not None:
             position = self._since

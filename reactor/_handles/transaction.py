@@ -321,6 +321,18 @@ class Hold:
         txn.defer(DropTimer(checked))  # gone already if it fired meanwhile: nothing
         return True
 
+    def run(self, work: Callable[[WriteTxn], T]) -> T:
+        """``work`` in the pending transaction: a verb that fails leaves the body's other
+        writes be (rolled back to a savepoint)."""
+        txn = self.txn
+        assert txn is not None
+        mark = txn.savepoint()
+        try:
+            return work(txn)
+        except BaseException:
+            txn.rollback_to(mark)
+            raise
+
     def usable(self) -> EnginePort:
         engine = self.engine
         if self.status != "open" or engine is None:
@@ -409,14 +421,7 @@ class Transaction(ScopeVerbs):
         return self._hold.usable()
 
     def _run(self, work: Callable[[WriteTxn], T]) -> T:
-        txn = self._hold.txn
-        assert txn is not None
-        mark = txn.savepoint()
-        try:
-            return work(txn)
-        except BaseException:
-            txn.rollback_to(mark)  # a verb that fails leaves the body's other writes be
-            raise
+        return self._hold.run(work)
 
     # -- where reads read: the pending transaction -----------------------------------
     def _live(self, key: str) -> Row | None:
@@ -489,10 +494,10 @@ class MultiTransaction:
 
     __slots__ = ("_hold", "_parts", "names")
 
-    def __init__(self, binding: Binding, names: Iterable[str]) -> None:
+    def __init__(self, binding: Binding, names: Iterable[str], hold: Hold | None = None) -> None:
         self.names: tuple[str, ...] = scope_names(names)
         """The scopes it holds, sorted by name: the order it takes them in."""
-        self._hold = Hold(binding, self.names)
+        self._hold = Hold(binding, self.names) if hold is None else hold
         self._parts = {name: Transaction(binding, name, self._hold) for name in self.names}
 
     def __repr__(self) -> str:

@@ -54,7 +54,6 @@ from reactor._base.keys import check_key
 from reactor._base.update_ops import op_style
 from reactor._engine.events import ChangeEvent
 from reactor._handles import queues as _queues
-from reactor._handles.binding import engine_of
 from reactor._storage.records import ChangeRecord, JobRow, TimerRow
 from reactor._storage.statements import JobReads
 from reactor._storage.store import StoreReads
@@ -62,6 +61,7 @@ from reactor._version import __version__
 from reactor._work.jobs import check_queue
 from reactor.aio import AsyncState
 from reactor.aio import open as open_async
+from reactor.aio.state import link_of
 from reactor.errors import (
     ConflictError,
     InvalidArgumentError,
@@ -255,7 +255,7 @@ async def _value(request: Request) -> Response:
     entry = await handle.scope(scope).entry(key)  # one read: the value and its versions
     if entry is None:
         raise Problem(404, "NotFound", f"no key {key!r} in scope {scope!r}")
-    now = engine_of(await handle._sync()).now()
+    now = (await link_of(handle).engine()).now()
     return JSONResponse(
         {
             "scope": scope,
@@ -275,8 +275,9 @@ async def _store_read(request: Request, read: Callable[[StoreReads, float], T]) 
     """``read(store, now)``, for what no public verb reads, in a worker thread of the
     app's handle."""
     handle = state_of(request)
-    engine = engine_of(await handle._sync())
-    return await handle._run(read, engine.store, engine.now())
+    link = link_of(handle)
+    engine = await link.engine()
+    return await link.run(read, engine.store, engine.now())
 
 
 async def _history(request: Request) -> Response:

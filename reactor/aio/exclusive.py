@@ -49,7 +49,7 @@ if TYPE_CHECKING:
     from reactor._handles.state import State
     from reactor._work.writes import Work
 
-    from .port import Handle
+    from .link import Link
 
 __all__ = [
     "AsyncLock",
@@ -60,6 +60,7 @@ __all__ = [
 
 logger = logging.getLogger("reactor")
 T = TypeVar("T")
+Pending = tuple[Transaction, Hold]  # a begun transaction's verbs on a scope, and its hold
 
 # (engine, scope, task) for the transaction bodies the current task is inside. Tasks
 # started in a body inherit the context, hence the task: they may wait for the commit.
@@ -82,7 +83,7 @@ def check_not_held(engine_id: int, scope: str) -> None:
         )
 
 
-async def _take(handle: Handle, hold: Hold) -> contextvars.Token[_Held]:
+async def _take(link: Link, hold: Hold) -> contextvars.Token[_Held]:
     """Take the scopes of ``hold`` in order, each awaited on the loop with no thread
     waiting, and open its pending transaction; on any failure (a timeout, a closing
     engine, a cancelled task) none stays held. The token to give to ``_finish``."""
@@ -91,12 +92,12 @@ async def _take(handle: Handle, hold: Hold) -> contextvars.Token[_Held]:
         granted: Future[None] | None = None
         try:
             granted = hold.ask(name)
-            await handle._answer(engine, name, granted)
+            await link.answer(engine, name, granted)
         except BaseException:
             hold.give_up(name, granted)  # a scope handed over after all goes back too
             raise
         hold.took(name)
-    opening = asyncio.ensure_future(handle._run(hold.open))
+    opening = asyncio.ensure_future(link.run(hold.open))
     try:
         await asyncio.shield(opening)
     except asyncio.CancelledError:
@@ -110,7 +111,7 @@ async def _take(handle: Handle, hold: Hold) -> contextvars.Token[_Held]:
 
 
 async def _finish(
-    handle: Handle, hold: Hold, token: contextvars.Token[_Held] | None, commit: bool
+    link: Link, hold: Hold, token: contextvars.Token[_Held] | None, commit: bool
 ) -> None:
     """Commit what the body staged (``commit``), or drop it; hand the scopes back."""
     if token is not None:
@@ -122,7 +123,7 @@ async def _finish(
     try:
         future = hold.submit_commit(commit)
         if future is not None:
-            await handle._answer(engine, hold.names[0], future)
+            await link.answer(engine, hold.names[0], future)
     except BaseException:
         if future is not None:
             future.cancel()  # withdrawn, unless it is running (then it may commit)
@@ -131,13 +132,13 @@ async def _finish(
     hold.hand_back("rolled back" if future is None else "committed")
 
 
-async def _engine_for(handle: Handle, names: tuple[str, ...]) -> tuple[State, EnginePort]:
+async def _engine_for(link: Link, names: tuple[str, ...]) -> tuple[State, EnginePort]:
     """The synchronous handle and its engine, once this task may take ``names``.
 
     Raises:
         ReentrancyError: this task is inside a transaction body on one of them.
     """
-    state = await handle._sync()
+    state = await link.sync()
     engine = engine_of(state)
     for name in names:
         check_not_held(id(engine), name)
@@ -151,60 +152,65 @@ class AsyncTransaction(AsyncVerbs):
     scopes, ``tx[name]`` of an ``AsyncMultiTransaction``: the same verbs, on that
     scope."""
 
-    def __init__(self, handle: Handle, name: str, *, part: bool = False) -> None:
-        self._handle = handle
+    def __init__(
+        self, link: Link, name: str, *, part: Callable[[], Pending | None] | None = None
+    ) -> None:
+        self._link = link
         self.name = name
-        self._part = part  # a part of an AsyncMultiTransaction, which sets _tx
-        self._tx: Transaction | None = None
+        # A part of an AsyncMultiTransaction: how to find that transaction's, once begun.
+        self._part = part
+        self._pending: Pending | None = None  # its own, once begun (not a part)
         self._token: contextvars.Token[_Held] | None = None
 
     def __repr__(self) -> str:
         return f"<reactor.aio.AsyncTransaction on {self.name!r}>"
 
     async def __aenter__(self) -> AsyncTransaction:
-        if self._part:
+        if self._part is not None:
             raise ReentrancyError(
                 f"tx[{self.name!r}] is part of a transaction over several scopes: "
                 "that transaction begins and ends them all"
             )
-        if self._tx is not None:
+        if self._pending is not None:
             raise ReentrancyError("a transaction is entered once")
-        state, _ = await _engine_for(self._handle, (self.name,))
-        tx = self._tx = Transaction(binding_of(state), self.name)
-        self._token = await _take(self._handle, tx._hold)
+        state, _ = await _engine_for(self._link, (self.name,))
+        binding = binding_of(state)
+        hold = Hold(binding, (self.name,))
+        self._pending = (Transaction(binding, self.name, hold), hold)
+        self._token = await _take(self._link, hold)
         return self
 
     async def __aexit__(self, exc_type: type[BaseException] | None, *_: object) -> None:
         token, self._token = self._token, None
-        if self._tx is not None and not self._part:
-            await _finish(self._handle, self._tx._hold, token, commit=exc_type is None)
+        if self._pending is not None and self._part is None:
+            await _finish(self._link, self._pending[1], token, commit=exc_type is None)
 
-    def _begun(self) -> Transaction:
-        tx = self._tx
-        if tx is None:
+    def _begun(self) -> Pending:
+        pending = self._pending if self._part is None else self._part()
+        if pending is None:
             raise ClosedError("this transaction has not begun: use async with")
-        return tx
+        return pending
 
     async def _call(self, verb: Callable[[Transaction], T]) -> T:
         """Run ``verb`` on the pending transaction, in a worker (it may read)."""
-        return await self._handle._run(verb, self._begun())
+        return await self._link.run(verb, self._begun()[0])
 
     async def _read(self, read: Callable[[ScopeVerbs], T]) -> T:
         return await self._call(read)
 
     async def _submit(self, verb: str, make: Callable[[Options], Work[T]]) -> T:
         """Stage the work in the pending transaction, in a worker (it may read); a verb
-        that fails leaves the body's other writes be (``Transaction._run``).
+        that fails leaves the body's other writes be (``Hold.run``).
 
         Raises:
             ClosedError: the transaction has not begun, or is over.
         """
-        tx = self._begun()
-        engine = tx._writable()
+        _, hold = self._begun()
+        engine = hold.usable()
         work = make(engine.options)
         start = perf_counter()
         try:
-            return await self._handle._run(tx._run, work)
+            return await self._link.run(hold.run, work)
         finally:
             engine.stats.record(verb, perf_counter() - start)
 
@@ -232,12 +238,16 @@ class AsyncMultiTransaction:
     the scopes, commit together, or not at all if it raises. See ``State.transaction``.
     """
 
-    def __init__(self, handle: Handle, names: Iterable[str]) -> None:
-        self._handle = handle
+    def __init__(self, link: Link, names: Iterable[str]) -> None:
+        self._link = link
         self.names: tuple[str, ...] = scope_names(names)
         """The scopes it holds, sorted by name: the order it takes them in."""
-        self._parts = {name: AsyncTransaction(handle, name, part=True) for name in names}
+        self._parts = {
+            name: AsyncTransaction(link, name, part=functools.partial(self._pending, name))
+            for name in self.names
+        }
         self._hold: Hold | None = None
+        self._sync: MultiTransaction | None = None
         self._token: contextvars.Token[_Held] | None = None
 
     def __repr__(self) -> str:
@@ -266,23 +276,28 @@ class AsyncMultiTransaction:
         hold = self._hold
         if hold is None:
             raise ClosedError("this transaction has not begun: use async with")
-        await self._handle._run(hold.enqueue, queue, item, delay, key)
+        await self._link.run(hold.enqueue, queue, item, delay, key)
 
     async def __aenter__(self) -> AsyncMultiTransaction:
         if self._hold is not None:
             raise ReentrancyError("a transaction is entered once")
-        state, _ = await _engine_for(self._handle, self.names)
-        sync = MultiTransaction(binding_of(state), self.names)
-        self._hold = sync._hold
-        for name, part in self._parts.items():
-            part._tx = sync[name]
-        self._token = await _take(self._handle, self._hold)
+        state, _ = await _engine_for(self._link, self.names)
+        binding = binding_of(state)
+        hold = self._hold = Hold(binding, self.names)
+        self._sync = MultiTransaction(binding, self.names, hold)
+        self._token = await _take(self._link, hold)
         return self
+
+    def _pending(self, name: str) -> Pending | None:
+        """Scope ``name``'s part of the pending transaction, once begun."""
+        if self._sync is None or self._hold is None:
+            return None
+        return self._sync[name], self._hold
 
     async def __aexit__(self, exc_type: type[BaseException] | None, *_: object) -> None:
         token, self._token = self._token, None
         if self._hold is not None:
-            await _finish(self._handle, self._hold, token, commit=exc_type is None)
+            await _finish(self._link, self._hold, token, commit=exc_type is None)
 
 
 async def _until(future: asyncio.Future[None], seconds: float | None) -> bool:
@@ -300,8 +315,8 @@ class AsyncLock:
     from 2 ms to 50 ms between tries, and trying at once when a holder on the same loop
     releases it."""
 
-    def __init__(self, handle: Handle, name: str, ttl: float, timeout: float | None) -> None:
-        self._handle = handle
+    def __init__(self, link: Link, name: str, ttl: float, timeout: float | None) -> None:
+        self._link = link
         self.name = check_key(name, "lock name")
         if check_ttl(ttl) is None:
             raise InvalidArgumentError("a lock needs a ttl: a number of seconds > 0")
@@ -316,7 +331,7 @@ class AsyncLock:
 
     async def _sync(self) -> Lock:
         if self._lock is None:
-            state = await self._handle._sync()
+            state = await self._link.sync()
             self._lock = Lock(binding_of(state), self.name, self.ttl, self.timeout)
         return self._lock
 
@@ -358,14 +373,14 @@ class AsyncLock:
             line.leave()
 
     async def _try(self, lock: Lock) -> bool:
-        if self._handle.closed:
+        if self._link.closed:
             raise ClosedError("this reactor handle is closed")
-        trying = asyncio.ensure_future(self._handle._run(lock.acquire, False))
+        trying = asyncio.ensure_future(self._link.run(lock.acquire, False))
         try:
             return await asyncio.shield(trying)
         except asyncio.CancelledError:
             # Cancelled while trying: a lease taken meanwhile has nobody to release it.
-            trying.add_done_callback(functools.partial(_give_back, self._handle, lock))
+            trying.add_done_callback(functools.partial(_give_back, self._link, lock))
             raise
 
     async def release(self) -> None:
@@ -374,15 +389,15 @@ class AsyncLock:
         Raises:
             LockNotOwnedError: this holder does not hold it (never did, or it expired).
         """
-        await self._handle._run((await self._sync()).release)  # its waiters try at once
+        await self._link.run((await self._sync()).release)  # its waiters try at once
 
     async def extend(self, ttl: float | None = None) -> None:
         """Renew the lease for ``ttl`` seconds (the lock's own ttl by default)."""
-        await self._handle._run((await self._sync()).extend, ttl)
+        await self._link.run((await self._sync()).extend, ttl)
 
     async def held(self) -> bool:
         """Whether this holder holds the lease now."""
-        return await self._handle._run((await self._sync()).held)
+        return await self._link.run((await self._sync()).held)
 
     async def __aenter__(self) -> AsyncLock:
         if not await self.acquire(timeout=self.timeout):
@@ -398,10 +413,10 @@ class AsyncLock:
             logger.warning("lock %r had expired when its body raised", self.name)
 
 
-def _give_back(handle: Handle, lock: Lock, trying: asyncio.Future[bool]) -> None:
+def _give_back(link: Link, lock: Lock, trying: asyncio.Future[bool]) -> None:
     if trying.cancelled() or trying.exception() is not None or not trying.result():
         return
-    releasing = asyncio.ensure_future(handle._run(lock.release))
+    releasing = asyncio.ensure_future(link.run(lock.release))
     releasing.add_done_callback(_log_failure)
 
 

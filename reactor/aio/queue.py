@@ -17,7 +17,7 @@ from reactor._work import jobs as _jobs
 from .bridge import bridge
 
 if TYPE_CHECKING:
-    from .port import Handle
+    from .link import Link
 
 __all__ = ["AsyncJob", "AsyncQueue"]
 
@@ -26,10 +26,10 @@ class AsyncQueue:
     """A durable work queue's verbs as coroutines (see ``reactor.Queue``). A take that
     waits holds no thread: puts and leases running out wake the task through the loop."""
 
-    __slots__ = ("_handle", "_max_attempts", "_queue", "name")
+    __slots__ = ("_link", "_max_attempts", "_queue", "name")
 
-    def __init__(self, handle: Handle, name: str, max_attempts: int | None) -> None:
-        self._handle = handle
+    def __init__(self, link: Link, name: str, max_attempts: int | None) -> None:
+        self._link = link
         self.name: str = _jobs.check_queue(name)
         """The queue's name; its events have scope ``queue:NAME``."""
         self._max_attempts = _jobs.check_max_attempts(max_attempts)
@@ -40,14 +40,14 @@ class AsyncQueue:
 
     async def _sync(self) -> _queues.Queue:
         if self._queue is None:
-            self._queue = (await self._handle._sync()).queue(self.name, self._max_attempts)
+            self._queue = (await self._link.sync()).queue(self.name, self._max_attempts)
         return self._queue
 
     async def put(self, item: Any, delay: float | None = None, key: str | None = None) -> int:
         """``Queue.put``: add a job (after ``delay`` seconds); its id. ``key``: a put
         with the key of a job the queue holds adds nothing, and returns that job's id."""
         queue = await self._sync()
-        return await self._handle._run(queue.put, item, delay, key)
+        return await self._link.run(queue.put, item, delay, key)
 
     async def take(
         self, timeout: float | None = None, lease: float = _jobs.DEFAULT_LEASE
@@ -66,7 +66,7 @@ class AsyncQueue:
         seconds = _jobs.check_lease(lease)
         wait = _jobs.check_timeout(timeout)
         queue = await self._sync()
-        engine = _queues._writable(binding_of(await self._handle._sync()))
+        engine = _queues.writable_engine(binding_of(await self._link.sync()))
         start = perf_counter()
         try:
             job = await _queues.take_async(
@@ -75,34 +75,34 @@ class AsyncQueue:
                 seconds,
                 wait,
                 call_soon=bridge().call_soon,
-                run=self._handle._run,
+                run=self._link.run,
             )
         finally:
             engine.stats.record("queue.take", perf_counter() - start)
-        return None if job is None else AsyncJob(self._handle, job)
+        return None if job is None else AsyncJob(self._link, job)
 
     async def stats(self) -> dict[str, int]:
         """``Queue.stats``: how many jobs are ready, delayed, taken and dead."""
-        return await self._handle._run((await self._sync()).stats)
+        return await self._link.run((await self._sync()).stats)
 
     async def dead(self, limit: int | None = None) -> list[AsyncJob]:
         """``Queue.dead``: the dead jobs, in the order they died."""
-        jobs = await self._handle._run((await self._sync()).dead, limit)
-        return [AsyncJob(self._handle, job) for job in jobs]
+        jobs = await self._link.run((await self._sync()).dead, limit)
+        return [AsyncJob(self._link, job) for job in jobs]
 
     async def retry_dead(self) -> int:
         """``Queue.retry_dead``: make every dead job ready again; how many."""
-        return await self._handle._run((await self._sync()).retry_dead)
+        return await self._link.run((await self._sync()).retry_dead)
 
 
 class AsyncJob:
     """A job taken from an ``AsyncQueue``, its ``ack``, ``nack`` and ``extend`` as
     coroutines (see ``reactor.Job``)."""
 
-    __slots__ = ("_handle", "_job")
+    __slots__ = ("_job", "_link")
 
-    def __init__(self, handle: Handle, job: _queues.Job) -> None:
-        self._handle = handle
+    def __init__(self, link: Link, job: _queues.Job) -> None:
+        self._link = link
         self._job = job
 
     def __repr__(self) -> str:
@@ -131,13 +131,13 @@ class AsyncJob:
 
     async def ack(self) -> None:
         """``Job.ack``: done, removed. Raises ``LockNotOwnedError`` if the lease is lost."""
-        await self._handle._run(self._job.ack)
+        await self._link.run(self._job.ack)
 
     async def nack(self, delay: float | None = None) -> None:
         """``Job.nack``: back to the queue (after ``delay``), or dead after its last
         attempt."""
-        await self._handle._run(self._job.nack, delay)
+        await self._link.run(self._job.nack, delay)
 
     async def extend(self, seconds: float | None = None) -> None:
         """``Job.extend``: the lease now ends ``seconds`` from now."""
-        await self._handle._run(self._job.extend, seconds)
+        await self._link.run(self._job.extend, seconds)

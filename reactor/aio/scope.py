@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from reactor._handles.verbs import ScopeVerbs
     from reactor._work.writes import Work
 
-    from .port import Handle
+    from .link import Link
 
 __all__ = ["AsyncScope"]
 
@@ -37,10 +37,10 @@ T = TypeVar("T")
 class AsyncScope(AsyncVerbs):
     """A scope's verbs as coroutines; the same results and errors as ``Scope``'s."""
 
-    __slots__ = ("_handle", "_scope", "name")
+    __slots__ = ("_link", "_scope", "name")
 
-    def __init__(self, handle: Handle, name: str) -> None:
-        self._handle = handle
+    def __init__(self, link: Link, name: str) -> None:
+        self._link = link
         self.name = name
         self._scope: Scope | None = None
 
@@ -49,7 +49,7 @@ class AsyncScope(AsyncVerbs):
 
     async def _reader(self) -> Scope:
         if self._scope is None:
-            self._scope = (await self._handle._sync()).scope(self.name)
+            self._scope = (await self._link.sync()).scope(self.name)
         return self._scope
 
     async def _engine(self) -> EnginePort:
@@ -59,7 +59,7 @@ class AsyncScope(AsyncVerbs):
             ClosedError: the handle is closed.
             ReentrancyError: this task holds a transaction on the scope.
         """
-        engine = engine_of(await self._handle._sync())
+        engine = engine_of(await self._link.sync())
         check_not_held(id(engine), self.name)
         return engine
 
@@ -78,7 +78,7 @@ class AsyncScope(AsyncVerbs):
         start = perf_counter()
         try:
             future = engine.submit(self.name, work)
-            return await self._handle._answer(engine, self.name, future)
+            return await self._link.answer(engine, self.name, future)
         finally:
             engine.stats.record(verb, perf_counter() - start)
 
@@ -92,16 +92,16 @@ class AsyncScope(AsyncVerbs):
             ConflictError: (at the end of the block) another process changed the scope
                 meanwhile; nothing was applied.
         """
-        return AsyncTransaction(self._handle, check_writable(self.name))
+        return AsyncTransaction(self._link, check_writable(self.name))
 
     async def _read(self, read: Callable[[ScopeVerbs], T]) -> T:
         scope = await self._reader()
-        return await self._handle._run(read, scope)
+        return await self._link.run(read, scope)
 
     # -- reads: AsyncReads' --------------------------------------------------------
     async def snapshot(self) -> Snapshot:
         """``Scope.snapshot``: every live key-value and the revision they are current at."""
-        return await self._handle._run(Scope.snapshot, await self._reader())
+        return await self._link.run(Scope.snapshot, await self._reader())
 
     # -- waiting -------------------------------------------------------------------
     async def wait_for(
@@ -133,7 +133,7 @@ class AsyncScope(AsyncVerbs):
                 predicate,
                 seconds,
                 call_soon=bridge().call_soon,
-                run=self._handle._run,
+                run=self._link.run,
             )
         finally:
             engine.stats.record("wait_for", perf_counter() - start)

@@ -9,13 +9,9 @@ other. Waits hold none (``bridge.py``). Closing runs in a thread of its own.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import functools
 import os
 import weakref
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Final, TypeVar
 
 from reactor._base.clock import Clock
@@ -23,16 +19,13 @@ from reactor._base.keys import check_key
 from reactor._base.results import Timer
 from reactor._engine.events import ChangeEvent
 from reactor._engine.options import Durability
-from reactor._engine.port import EnginePort
-from reactor._handles import lock_lines
-from reactor._handles.binding import binding_of, engine_of
-from reactor._handles.open import open as open_sync
+from reactor._handles.binding import engine_of
 from reactor._handles.state import Events, State, Where, cancelling
 from reactor._handles.subscriptions import DEFAULT_BUFFER, Subscription
 from reactor.errors import ClosedError
 
-from .bridge import bridge, in_thread
 from .exclusive import AsyncLock, AsyncMultiTransaction, check_not_held
+from .link import Link
 from .queue import AsyncQueue
 from .scope import AsyncScope
 from .watch import AsyncWatch
@@ -79,62 +72,15 @@ class AsyncState:
     """The asyncio handle: ``scope()``, and coroutines for what spans scopes."""
 
     def __init__(self, target: str | os.PathLike[str] | None, options: dict[str, Any]) -> None:
-        self._target = target
-        self._options = options
-        self._state: State | None = None
-        self._opening: asyncio.Future[State] | None = None
-        self._unstarted: weakref.WeakSet[AsyncWatch] = weakref.WeakSet()
-        self._closed = False
-        self._workers: ThreadPoolExecutor | None = None
+        self._link = Link(target, options)
+        _links[self] = self._link
 
     async def _sync(self) -> State:
-        """The synchronous handle, opened in a worker thread on first use."""
-        if self._closed:
-            raise ClosedError("this reactor handle is closed")
-        if self._state is None:
-            if self._opening is None:
-                self._opening = asyncio.ensure_future(
-                    self._run(functools.partial(open_sync, self._target, **self._options))
-                )
-            state = await asyncio.shield(self._opening)
-            if self._state is None:  # the first task to resume: before any other goes on
-                self._state = state
-                # Watches made before the open start now: before this handle's first
-                # write, which waits for the open.
-                published = engine_of(state).dispatcher.published
-                for watch in self._unstarted:
-                    watch._begin_at(published)
-                self._unstarted.clear()
-        return self._state
-
-    async def _run(self, call: Callable[..., T], *args: Any) -> T:
-        """``call(*args)`` in this handle's worker threads: short blocking calls only
-        (a read, a transaction body's verb, a lock's try), never a wait for something
-        else to happen, so a few threads serve any number of tasks. They are the
-        handle's own, not the loop's default executor: the application's
-        ``asyncio.to_thread`` work and reactor's never queue behind each other.
-
-        Raises:
-            ClosedError: the handle is closed.
-        """
-        if self._closed:
-            raise ClosedError("this reactor handle is closed")
-        if self._workers is None:
-            self._workers = ThreadPoolExecutor(_WORKERS, thread_name_prefix="reactor-aio")
-        try:
-            future = self._workers.submit(call, *args)
-        except RuntimeError:  # shut down by close() meanwhile
-            raise ClosedError("this reactor handle is closed") from None
-        return await asyncio.wrap_future(future)
-
-    def _answer(self, engine: EnginePort, scope: str, future: Future[T]) -> asyncio.Future[T]:
-        """The answer of ``scope``'s actor to a request, awaited on the loop with no
-        thread waiting: ``OperationTimeout`` once the scope has not moved on for the
-        engine's timeout (see ``Engine.wait``)."""
-        return bridge().track(future, scope, engine.options.timeout, engine)
+        """The synchronous handle, opened on first use (``Link.sync``)."""
+        return await self._link.sync()
 
     async def __aenter__(self) -> AsyncState:
-        await self._sync()
+        await self._link.sync()
         return self
 
     async def __aexit__(self, exc_type: type[BaseException] | None, *_: object) -> None:
@@ -143,7 +89,7 @@ class AsyncState:
     @property
     def closed(self) -> bool:
         """Whether this handle is closed (or its engine is)."""
-        return self._closed or (self._state is not None and self._state.closed)
+        return self._link.closed
 
     def transaction(self, *scopes: str) -> AsyncMultiTransaction:
         """``async with state.transaction("orders", "ledger") as tx:``: the task owns
@@ -159,7 +105,7 @@ class AsyncState:
             ConflictError: (at the end of the block) another process changed one of the
                 scopes meanwhile; nothing was applied.
         """
-        return AsyncMultiTransaction(self, scopes)
+        return AsyncMultiTransaction(self._link, scopes)
 
     def lock(self, name: str, ttl: float, timeout: float | None = None) -> AsyncLock:
         """A lease on ``name`` for ``ttl`` seconds, shared by every process on this
@@ -169,7 +115,7 @@ class AsyncState:
             InvalidKeyError: ``name`` is not a valid name.
             InvalidArgumentError: ``ttl`` is not a number > 0.
         """
-        return AsyncLock(self, name, ttl, timeout)
+        return AsyncLock(self._link, name, ttl, timeout)
 
     def queue(self, name: str, max_attempts: int | None = None) -> AsyncQueue:
         """A durable work queue (see ``State.queue``), its verbs as coroutines.
@@ -178,11 +124,11 @@ class AsyncState:
             InvalidKeyError: ``name`` is not a valid name (at most 1,018 characters).
             InvalidArgumentError: ``max_attempts`` is not None or an int >= 1.
         """
-        return AsyncQueue(self, name, max_attempts)
+        return AsyncQueue(self._link, name, max_attempts)
 
     async def queues(self) -> list[str]:
         """``State.queues``: the names of the queues in the database, sorted."""
-        return await self._run((await self._sync()).queues)
+        return await self._link.run((await self._link.sync()).queues)
 
     def on(
         self,
@@ -199,11 +145,12 @@ class AsyncState:
         Raises:
             ClosedError: the handle is not open yet, or closed.
         """
-        if self._state is None or self._closed:
+        state = self._link.state
+        if state is None or self._link.closed:
             raise ClosedError(
                 "this handle is not open: use @state.on inside 'async with reactor.aio.open()'"
             )
-        return self._state.on(scope, key, events, where, since, durable)
+        return state.on(scope, key, events, where, since, durable)
 
     def scope(self, name: str) -> AsyncScope:
         """The handle to scope ``name``.
@@ -211,20 +158,20 @@ class AsyncState:
         Raises:
             InvalidKeyError: ``name`` is not a valid scope name.
         """
-        return AsyncScope(self, check_key(name, "scope name"))
+        return AsyncScope(self._link, check_key(name, "scope name"))
 
     async def scopes(self) -> list[str]:
         """The names of the scopes holding at least one live key, sorted."""
-        return await self._run((await self._sync()).scopes)
+        return await self._link.run((await self._link.sync()).scopes)
 
     async def stats(self) -> dict[str, Any]:
         """The same figures as ``State.stats()``."""
-        return await self._run((await self._sync()).stats)
+        return await self._link.run((await self._link.sync()).stats)
 
     async def timers(self, scope: str = "*") -> list[Timer]:
         """``State.timers``: the pending timers of the matching scopes, earliest first."""
-        state = await self._sync()
-        return await self._run(state.timers, scope)
+        state = await self._link.sync()
+        return await self._link.run(state.timers, scope)
 
     async def cancel_timer(self, timer_id: str) -> bool:
         """``State.cancel_timer``: cancel a pending timer; whether it was pending.
@@ -234,13 +181,13 @@ class AsyncState:
             ReentrancyError: this task holds a transaction on the timer's scope (use
                 the transaction's ``cancel_timer``).
         """
-        engine = engine_of(await self._sync())
-        found = await self._run(cancelling, engine, timer_id)
+        engine = engine_of(await self._link.sync())
+        found = await self._link.run(cancelling, engine, timer_id)
         if found is None:
             return False
         scope, work = found
         check_not_held(id(engine), scope)  # its own transaction would hold it up
-        return await self._answer(engine, scope, engine.submit(scope, work))
+        return await self._link.answer(engine, scope, engine.submit(scope, work))
 
     async def changes(
         self,
@@ -250,8 +197,8 @@ class AsyncState:
         limit: int | None = None,
     ) -> list[ChangeEvent]:
         """The recorded changes after ``since`` (see ``State.changes``)."""
-        state = await self._sync()
-        return await self._run(state.changes, since, scope, key, limit)
+        state = await self._link.sync()
+        return await self._link.run(state.changes, since, scope, key, limit)
 
     async def subscribe(
         self,
@@ -267,7 +214,7 @@ class AsyncState:
         buffer_size: int = DEFAULT_BUFFER,
     ) -> Subscription:
         """``State.subscribe``; an ``async def`` callback runs on this loop."""
-        state = await self._sync()
+        state = await self._link.sync()
         # Subscribed here, on the loop, so that an async callback is bound to it; the
         # few reads it makes (a durable position) are quick and never wait on a lock.
         return state.subscribe(
@@ -296,42 +243,27 @@ class AsyncState:
         Raises:
             ClosedError: the handle is closed.
         """
-        if self._closed:
+        link = self._link
+        if link.closed:
             raise ClosedError("this reactor handle is closed")
-        if since is None and self._state is not None:
+        if since is None and link.state is not None:
             # Where "now" is, read on the loop: the last revision this engine published
             # (no lock, no thread), where a sync watch starts too. The first iteration
             # replays the log from there, so the changes committed between this call
             # and that one are not missed.
-            since = engine_of(self._state).dispatcher.published
-        watch = AsyncWatch(self, since, scope, key)
-        if since is None:
-            self._unstarted.add(watch)  # it starts when the handle opens (``_sync``)
-        return watch
+            since = engine_of(link.state).dispatcher.published
+        return AsyncWatch(link, since, scope, key)
 
     async def close(self) -> None:
         """Close this handle; idempotent. Lock waiters get ``ClosedError``; watches end
         when the engine closes (with its last handle). Closing waits for the actors and
         subscribers to finish: it runs in a thread of its own, ended on return."""
-        self._closed = True
-        if self._state is not None and (engine := binding_of(self._state).current) is not None:
-            lock_lines.wake_all(engine.hub)  # its lock waiters try again: the handle closed
-        opening, self._opening = self._opening, None
-        state, self._state = self._state, None
-        if state is None and opening is not None:
-            # An open that failed has nothing to close; its error went to the calls
-            # that waited for it (closing must not raise it again in a finally block).
-            with contextlib.suppress(Exception):
-                state = await asyncio.shield(opening)
-        workers, self._workers = self._workers, None
-        if state is not None or workers is not None:
-            await in_thread(functools.partial(_close, state, workers), "reactor-aio-close")
+        await self._link.close()
 
 
-def _close(state: State | None, workers: ThreadPoolExecutor | None) -> None:
-    try:
-        if state is not None:
-            state.close()
-    finally:
-        if workers is not None:
-            workers.shutdown(wait=True)  # what is running is short: reads, tries
+_links: weakref.WeakKeyDictionary[AsyncState, Link] = weakref.WeakKeyDictionary()
+
+
+def link_of(handle: AsyncState) -> Link:
+    """The link of an asyncio handle (for the dashboard, which is handed one)."""
+    return _links[handle]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import functools
+import weakref
 from collections.abc import AsyncIterator, Iterator
 from typing import TYPE_CHECKING
 
@@ -14,7 +15,7 @@ from reactor._handles.subscriptions import _PAGE, Watch
 from .bridge import bridge
 
 if TYPE_CHECKING:
-    from .port import Handle
+    from .link import Link
 
 __all__ = ["AsyncWatch"]
 
@@ -28,16 +29,16 @@ class AsyncWatch:
     replay covers what was committed since it was made (``since``: ``state.watch``
     sets it to "now" when none is given)."""
 
-    def __init__(
-        self, handle: Handle, since: int | None, scope: str | None, key: str | None
-    ) -> None:
-        self._handle = handle
+    def __init__(self, link: Link, since: int | None, scope: str | None, key: str | None) -> None:
+        self._link = link
         self._args = (since, scope, key)
         self._watch: Watch | None = None
         self._replay: Iterator[ChangeEvent] | None = None
         self._page: collections.deque[ChangeEvent] = collections.deque()
         self._failed: Exception | None = None
         self._arrived = asyncio.Event()
+        if since is None:  # it starts where the engine is when the handle opens
+            link.when_open(weakref.WeakMethod(self._begin_at))
 
     def __aiter__(self) -> AsyncIterator[ChangeEvent]:
         return self
@@ -46,7 +47,7 @@ class AsyncWatch:
         watch = self._watch or await self._start()
         replay = self._replay
         if not self._page and replay is not None:
-            page, more, failed = await self._handle._run(_next_page, replay)
+            page, more, failed = await self._link.run(_next_page, replay)
             if self._replay is replay:  # not closed meanwhile
                 self._page.extend(page)
                 self._failed = failed
@@ -60,7 +61,7 @@ class AsyncWatch:
             raise error
         while True:
             self._arrived.clear()  # before looking: an event offered from now on sets it
-            item = watch._take()
+            item = watch.poll()
             if isinstance(item, ChangeEvent):
                 return item
             if item:
@@ -74,16 +75,16 @@ class AsyncWatch:
             self._args = (revision, scope, key)
 
     async def _start(self) -> Watch:
-        state = await self._handle._sync()
-        creating = asyncio.ensure_future(self._handle._run(state.watch, *self._args))
+        state = await self._link.sync()
+        creating = asyncio.ensure_future(self._link.run(state.watch, *self._args))
         try:
             watch = await asyncio.shield(creating)
         except asyncio.CancelledError:
             creating.add_done_callback(_close_created)  # nobody will iterate it
             raise
-        watch._on_ready = functools.partial(bridge().call_soon, self._arrived.set)
+        watch.when_ready(functools.partial(bridge().call_soon, self._arrived.set))
         if self._args[0] is not None:
-            self._replay = watch._replay()
+            self._replay = watch.replay()
         self._watch = watch
         return watch
 
