@@ -555,8 +555,8 @@ def test_a_timer_whose_write_the_database_refuses_is_dropped_alone(
         mailbox._running
     ):  # the actor waits: what is queued meanwhile comes in one batch
         clock.advance(11)
-        plain = mailbox.submit(
-            _writes.set_value(engine.options, "s", "plain", "written", None, False), "s"
+        plain = engine.submit(
+            "s", _writes.set_value(engine.options, "s", "plain", "written", None, False)
         )
         engine.sweeper.fire_timers()  # (or its thread did it: queued all the same)
     assert plain.result(timeout=10) == reactor.Change(None, "written")  # not failed with it

@@ -29,40 +29,42 @@ __all__ = ["Turn"]
 class Turn:
     """Take turns across threads; see the module's docstring."""
 
-    __slots__ = ("_lock", "give_back")
+    __slots__ = ("_held", "_lock", "give_back")
 
     def __init__(self) -> None:
-        self._lock = threading.RLock()
-        self.give_back: Callable[[], None] = self._lock.release  # C: runs whole
+        self._lock = lock = threading.RLock()
+        self.give_back: Callable[[], None] = lock.release  # C: runs whole
+        # Whether this thread holds the lock, asked in C: a private of the stdlib's
+        # RLock, which threading.Condition calls the same way (there is no public one).
+        self._held: Callable[[], bool] = lock._is_owned  # type: ignore[attr-defined]
 
     def take(self, timeout: float) -> bool:
         """Wait up to ``timeout`` seconds (-1: for ever) for the turn; whether this
         thread has it."""
         lock = self._lock
-        if lock._is_owned():  # type: ignore[attr-defined]
+        if self._held():
             self.reclaim()
         try:
             return lock.acquire(True, timeout)
         except BaseException:
-            if lock._is_owned():  # type: ignore[attr-defined]  # taken as the interrupt came
+            if self._held():  # taken as the interrupt came
                 lock.release()
             raise
 
     def try_take(self) -> bool:
         """Take the turn if nobody has it; whether this thread has it."""
         lock = self._lock
-        if lock._is_owned():  # type: ignore[attr-defined]
+        if self._held():
             self.reclaim()
         try:
             return lock.acquire(False)
         except BaseException:
-            if lock._is_owned():  # type: ignore[attr-defined]
+            if self._held():
                 lock.release()
             raise
 
     def reclaim(self) -> None:
-        """Give back a turn this thread holds: one an interrupt kept from its release.
-        (``_is_owned`` is how ``threading.Condition`` asks an RLock the same.)"""
-        lock = self._lock
-        while lock._is_owned():  # type: ignore[attr-defined]
-            lock.release()
+        """Give back a turn this thread holds: one an interrupt kept from its release."""
+        held, release = self._held, self._lock.release
+        while held():
+            release()

@@ -7,6 +7,7 @@ and returns plain figures; ``reactor bench`` runs them on a fresh database each.
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import sqlite3
@@ -144,9 +145,7 @@ class RedisListQueue:
         self._client.lrem(f"{self._name}:taken", 1, taken)
 
     def worker(self) -> RedisListQueue:
-        peer = RedisListQueue.__new__(RedisListQueue)
-        peer._name, peer._client = self._name, self._client  # redis-py's pool is thread-safe
-        return peer
+        return copy.copy(self)  # the same client: redis-py's pool is thread-safe
 
     def close(self) -> None:
         self._client.delete(self._name, f"{self._name}:taken")

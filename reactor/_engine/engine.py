@@ -26,7 +26,7 @@ from reactor.errors import ClosedError, OperationTimeout
 
 from .dispatch import Dispatcher
 from .hub import Hub
-from .mailbox import Mailbox, shard_index
+from .mailbox import Mailbox, Request, shard_index
 from .options import Options
 from .stats import Stats
 
@@ -129,12 +129,12 @@ class Engine:
         alone: bool = False,
     ) -> Future[T]:
         """Queue ``work`` on the actor that owns ``scope``: its future holds the result
-        after the commit (see ``Mailbox.submit`` for ``owner``, ``scopes``, ``alone``).
+        after the commit (see ``Request`` for ``owner``, ``scopes``, ``alone``).
 
         Raises:
             ClosedError: the engine is closed.
         """
-        return self._mailbox(scope).submit(work, scope, owner, scopes, alone=alone)
+        return self._mailbox(scope).submit(Request(work, scope, owner, scopes, alone=alone))
 
     def hold(self, scope: str, owner: object) -> Future[None]:
         """Ask ``scope``'s actor to hold the scope for transaction ``owner``: the future
@@ -143,7 +143,7 @@ class Engine:
         Raises:
             ClosedError: the engine is closed.
         """
-        return self._mailbox(scope).submit(None, scope, owner=owner)
+        return self._mailbox(scope).submit(Request(None, scope, owner))
 
     def release(self, scope: str, owner: object) -> None:
         """End ``owner``'s hold on ``scope`` (if it has it); what it deferred runs next."""

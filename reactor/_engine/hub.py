@@ -145,14 +145,23 @@ class Hub:
         with self._lock:
             return name in self._durable
 
-    def shared(self, key: object, make: Callable[[], A]) -> A:
-        """The one object of this engine's listeners under ``key`` (made by ``make`` the
-        first time): what listeners of one kind share, such as a queue's line."""
-        with self._lock:
-            found = self._shared.get(key)
-            if found is None:
-                found = self._shared[key] = make()
-            return found
+    def join_shared(self, key: object, make: Callable[[], A], enter: Callable[[A], bool]) -> A:
+        """Enter the one object of this engine's listeners under ``key`` (made by
+        ``make`` the first time), what listeners of one kind share, such as a queue's
+        line; return it. ``enter(shared)`` is False when that object is over (its last
+        member left, and it is leaving the hub): a new one takes its place, and is
+        entered instead.
+
+        Raises:
+            ClosedError: as ``enter`` raises it (the engine is closed).
+        """
+        while True:
+            with self._lock:
+                found = self._shared.get(key)
+                if found is None:
+                    found = self._shared[key] = make()
+            if enter(found):
+                return found
 
     def find_shared(self, key: object) -> Any:
         """The object under ``key``, or None if there is none now."""

@@ -35,7 +35,7 @@ import zlib
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
-from typing import Any, Final, TypeVar, overload
+from typing import Any, Final, TypeVar
 
 import pykka
 
@@ -65,9 +65,12 @@ class Request:
     """One write: the work to run in the transaction, and the caller's future.
 
     ``owner`` marks the requests of a transaction holding ``scope``; a request with
-    no work is a transaction's ``begin``. ``scopes``: every scope the work writes
-    (the commit of a transaction over several scopes), ``(scope,)`` by default.
-    ``alone``: committed in a transaction of its own, never with other requests.
+    no work is a transaction's ``begin`` (asking for the scope for ``owner``).
+    ``scopes``: every scope the work writes (the commit of a transaction over several
+    scopes; the owner holds them all, and the database transaction keeps other
+    processes off them all), ``(scope,)`` by default. ``alone``: committed in a
+    transaction of its own, never with other requests (the sweeper's timers: a write
+    the database refuses then fails no other request).
     """
 
     __slots__ = ("alone", "future", "owner", "scope", "scopes", "work")
@@ -124,54 +127,18 @@ class Mailbox:
         self._closed = False
         self._actor: pykka.ActorRef[Any] | None = None
 
-    @overload
-    def submit(
-        self,
-        work: Work[T],
-        scope: str,
-        owner: object = None,
-        scopes: tuple[str, ...] | None = None,
-        *,
-        alone: bool = False,
-    ) -> Future[T]: ...
-
-    @overload
-    def submit(
-        self,
-        work: None,
-        scope: str,
-        owner: object = None,
-        scopes: tuple[str, ...] | None = None,
-        *,
-        alone: bool = False,
-    ) -> Future[None]: ...
-
-    def submit(
-        self,
-        work: Work[Any] | None,
-        scope: str,
-        owner: object = None,
-        scopes: tuple[str, ...] | None = None,
-        *,
-        alone: bool = False,
-    ) -> Future[Any]:
-        """Queue ``work`` on ``scope`` for the actor; the future holds its result after
-        commit. ``owner`` is the transaction the work belongs to, if any; ``work=None``
-        asks for the scope for that transaction (the future is done once it is held).
-        ``scopes``: every scope ``work`` writes, if more than ``scope`` (the owner holds
-        them all); the database transaction then keeps other processes off them all.
-        ``alone``: ``work`` commits in a transaction of its own (the sweeper's timers:
-        a write the database refuses then fails no other request).
+    def submit(self, request: Request) -> Future[Any]:
+        """Queue ``request`` for the actor; return its future, which holds the result of
+        its work after commit (a begin's is done once the scope is held).
 
         Raises:
             ClosedError: the engine is closing.
         """
-        request = Request(work, scope, owner, scopes, alone=alone)
         with self._lock:
             if self._closed:
                 raise ClosedError("the engine is closed")
-            if work is None and scope in self._owners:
-                self._drop_lost_hold(scope)
+            if request.work is None and request.scope in self._owners:
+                self._drop_lost_hold(request.scope)
             self._pending.append(request)
             self._schedule()
         return request.future
@@ -197,7 +164,7 @@ class Mailbox:
                     not self._pending and scope not in self._owners and self._running.try_take()
                 )
             if not inline:
-                return wait(self.submit(work, scope))
+                return wait(self.submit(Request(work, scope)))
             # No batch, no future: one request, one transaction; an error rolls it back.
             result, _ = self._store.write(
                 work, self._clock(), self._on_commit, shared=True, scopes=(scope,), reads=work.reads

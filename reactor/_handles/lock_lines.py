@@ -178,10 +178,7 @@ def join(hub: Hub, name: str) -> LockLine:
     Raises:
         ClosedError: the engine is closed.
     """
-    while True:
-        line: LockLine = hub.shared(_line_key(name), lambda: LockLine(hub, name))
-        if line.enter():
-            return line
+    return hub.join_shared(_line_key(name), lambda: LockLine(hub, name), LockLine.enter)
 
 
 def wake(hub: Hub, name: str) -> None:

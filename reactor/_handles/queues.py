@@ -176,12 +176,12 @@ class Queue:
         if after is None:
             return None, later
         assert before is not None
-        return Job(self, after, lease, before), None
+        return Job(self.name, self._write, after, lease, before), None
 
     def _job(self, job_id: int, token: str) -> Job:
         """The job ``job_id`` as its taker holding ``token`` sees it (the command line's
         ack, in another process than its take)."""
-        return Job(self, JobRow(job_id, "null", "taken", 0.0, 0, token))
+        return Job(self.name, self._write, JobRow(job_id, "null", "taken", 0.0, 0, token))
 
     def stats(self) -> dict[str, int]:
         """How many jobs are ``ready`` (to take now), ``delayed`` (ready later),
@@ -211,7 +211,7 @@ class Queue:
                 .jobs()
                 .in_state(self.name, "dead", 2**62 if limit is None else limit)
             )
-            return [Job(self, row) for row in rows]
+            return [Job(self.name, self._write, row) for row in rows]
         finally:
             engine.stats.record("queue.dead", perf_counter() - start)
 
@@ -279,16 +279,18 @@ class Job:
     more (it ran out, and the job may be someone else's), and then changes nothing.
     """
 
-    __slots__ = ("_before", "_lease", "_queue", "_token", "attempts", "id", "item")
+    __slots__ = ("_before", "_lease", "_queue", "_token", "_write", "attempts", "id", "item")
 
     def __init__(
         self,
-        queue: Queue,
+        queue: str,
+        write: Callable[[str | None, Callable[[WriteTxn], Any]], Any],
         row: JobRow,
         lease: float | None = None,
         before: JobRow | None = None,
     ) -> None:
         self._queue = queue
+        self._write = write  # its queue's (``Queue._write``)
         self._token = row.owner
         self._lease = lease
         self._before = before  # as it was before the take, to undo it
@@ -305,7 +307,7 @@ class Job:
     @property
     def queue(self) -> str:
         """The name of the job's queue."""
-        return self._queue.name
+        return self._queue
 
     def _run(self, verb: str, work: Callable[[WriteTxn, str, int, str], T]) -> T:
         token = self._token
@@ -315,7 +317,8 @@ class Job:
                 "(a dead letter, say)"
             )
         name, job_id = self.queue, self.id
-        return self._queue._write(verb, lambda txn: work(txn, name, job_id, token))
+        done: T = self._write(verb, lambda txn: work(txn, name, job_id, token))
+        return done
 
     def ack(self) -> None:
         """The job is done: it is removed (and its idempotency key is free).
@@ -363,7 +366,8 @@ class Job:
         if before is None or token is None:
             return False
         name = self.queue
-        return self._queue._write(None, lambda txn: _jobs.untake(txn, name, before, token))
+        untaken: bool = self._write(None, lambda txn: _jobs.untake(txn, name, before, token))
+        return untaken
 
 
 # -- waiting: in the queue's line (``takers``) ---------------------------------------
@@ -375,11 +379,12 @@ def _wait(queue: Queue, engine: EnginePort, lease: float, timeout: float | None)
     """``take`` that may wait: in the calling thread, on an event."""
     deadline = None if timeout is None else time.monotonic() + timeout
     ready = threading.Event()
-    waiter = _takers.Waiter(queue._lock, ready.set)
+    waiter = _takers.Waiter(_jobs.lock_name(queue.name), ready.set)
     line = _takers.join(engine, waiter)
     try:
         while True:
             ready.clear()  # before looking: a wake from now on sets it again
+            # A friend of Queue (SLF001): its take's waiting, written once for both kinds.
             job, next_at = queue._look(engine, lease)
             if job is not None:
                 return job
@@ -415,7 +420,7 @@ async def take_async(
     loop = asyncio.get_running_loop()
     deadline = None if timeout is None else loop.time() + timeout
     arrived = asyncio.Event()
-    waiter = _takers.Waiter(queue._lock, functools.partial(call_soon, arrived.set))
+    waiter = _takers.Waiter(_jobs.lock_name(queue.name), functools.partial(call_soon, arrived.set))
     joining: asyncio.Future[_takers.Line] = asyncio.ensure_future(run(_takers.join, engine, waiter))
     try:
         line = await asyncio.shield(joining)
@@ -453,7 +458,7 @@ def _leave_joined(waiter: _takers.Waiter, joining: asyncio.Future[_takers.Line])
 async def _look_async(
     queue: Queue, engine: EnginePort, lease: float, run: Callable[..., Awaitable[Any]]
 ) -> tuple[Job | None, float | None]:
-    looking = asyncio.ensure_future(run(queue._look, engine, lease))
+    looking = asyncio.ensure_future(run(queue._look, engine, lease))  # a friend, as _wait
     try:
         found: tuple[Job | None, float | None] = await asyncio.shield(looking)
     except asyncio.CancelledError:
@@ -469,7 +474,7 @@ def _give_back(run: Callable[..., Awaitable[Any]], looking: asyncio.Future[Any])
     job: Job | None = looking.result()[0]
     if job is None:
         return
-    giving = asyncio.ensure_future(run(job._untake))
+    giving = asyncio.ensure_future(run(job._untake))  # a friend: the take's own undo
     giving.add_done_callback(functools.partial(_log_failure, job))
 
 

@@ -149,10 +149,10 @@ def join(engine: EnginePort, waiter: Waiter) -> Line:
     Raises:
         ClosedError: the engine is closed.
     """
-    while True:
-        line = engine.hub.shared(_line_key(waiter.scope), lambda: Line(engine, waiter.scope))
-        if line.add(waiter):
-            return line
+    scope = waiter.scope
+    return engine.hub.join_shared(
+        _line_key(scope), lambda: Line(engine, scope), lambda line: line.add(waiter)
+    )
 
 
 def pause(

@@ -13,8 +13,9 @@ import functools
 import logging
 import threading
 import time
+from collections.abc import Callable, Collection, Iterable
 from concurrent.futures import Future
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from reactor._storage.records import RefusedError
 from reactor._storage.txn import WriteTxn
@@ -37,6 +38,8 @@ SWEEP_BATCH: Final = 5000  # keys found due per look; a scope's share goes in on
 TIMER_BATCH: Final = 5000  # timers found due per look
 FIRE_BATCH: Final = 1000  # timers fired per transaction: a scope's share, one after another
 COMPACT_INTERVAL: Final = 2.0  # seconds between compactions of the change log
+R = TypeVar("R")
+V = TypeVar("V")
 # Timers to fire (id, key) of one scope, and None; or the one timer to drop without its
 # write, which the database refused, and why.
 _Part = tuple[list[tuple[str, str]], str | None]
@@ -146,18 +149,24 @@ class Sweeper:
             ClosedError: the engine is closed.
         """
         engine = self._engine
-        with self._lock:
-            busy = list(self._sweeping)
-        due = engine.store.expired(engine.now(), SWEEP_BATCH, skip=busy)
-        more = len(due) == SWEEP_BATCH  # more may be due: look again once these are done
-        by_scope: dict[str, list[str]] = {}
-        for scope, key in due:
-            by_scope.setdefault(scope, []).append(key)
-        for scope, keys in by_scope.items():
+        due, more = self._due(engine.store.expired, SWEEP_BATCH, self._sweeping)
+        for scope, keys in _by_scope(due).items():
             future = engine.submit(scope, expire_keys(scope, keys))
             with self._lock:
                 self._sweeping[scope] = future
             future.add_done_callback(functools.partial(self._swept, scope, more=more))
+
+    def _due(
+        self, find: Callable[..., list[R]], batch: int, in_flight: Collection[str]
+    ) -> tuple[list[R], bool]:
+        """What ``find(now, batch, skip=scopes)`` finds due, but in the scopes whose
+        request is ``in_flight`` still, and whether more may be due (a full batch: look
+        again once these are done). Busy scopes are left out in the query: a scope held
+        by a transaction, with much due, must not keep other scopes' turn from them."""
+        with self._lock:
+            busy = list(in_flight)
+        due = find(self._engine.now(), batch, skip=busy)
+        return due, len(due) == batch
 
     def fire_timers(self) -> None:
         """Send the actors the timers that are due: one request per scope, none for a
@@ -168,15 +177,8 @@ class Sweeper:
             ClosedError: the engine is closed.
         """
         engine = self._engine
-        with self._lock:
-            busy = list(self._firing)
-        # Those of busy scopes left out in the query: a scope held by a transaction,
-        # with many timers due, must not keep other scopes' timers from their turn.
-        due = engine.store.due_timers(engine.now(), TIMER_BATCH, skip=busy)
-        more = len(due) == TIMER_BATCH
-        by_scope: dict[str, list[tuple[str, str]]] = {}
-        for timer_id, scope, key in due:
-            by_scope.setdefault(scope, []).append((timer_id, key))
+        due, more = self._due(engine.store.due_timers, TIMER_BATCH, self._firing)
+        by_scope = _by_scope((scope, (timer_id, key)) for timer_id, scope, key in due)
         for scope, timers in by_scope.items():
             firing: Future[Fired] = Future()
             with self._lock:
@@ -274,3 +276,11 @@ class Sweeper:
             return
         if more:
             self._again.set()  # no need to wait for the next round
+
+
+def _by_scope(due: Iterable[tuple[str, V]]) -> dict[str, list[V]]:
+    """``(scope, what)`` pairs, grouped by scope: one request per scope."""
+    by_scope: dict[str, list[V]] = {}
+    for scope, what in due:
+        by_scope.setdefault(scope, []).append(what)
+    return by_scope

@@ -33,6 +33,7 @@ __all__ = [
     "command_output",
     "command_state",
     "data_options",
+    "format_option",
     "limit_option",
     "parse_json",
     "remember",
@@ -78,14 +79,7 @@ def data_options(*, envvar: str | None = None, raw: bool = False) -> Callable[[F
             command = click.option(
                 "--raw", is_flag=True, expose_value=False, callback=_remember_flag, help=_RAW_HELP
             )(command)
-        command = click.option(
-            "--json/--table",
-            "as_json",
-            default=None,
-            expose_value=False,
-            callback=remember,
-            help="Print JSON, or tables [default: JSON when piped, tables on a terminal].",
-        )(command)
+        command = format_option()(command)
         return click.option(
             "--db",
             metavar="PATH|URL",
@@ -96,6 +90,18 @@ def data_options(*, envvar: str | None = None, raw: bool = False) -> Callable[[F
         )(command)
 
     return decorate
+
+
+def format_option() -> Callable[[F], F]:
+    """``--json/--table``: how ``command_output`` prints."""
+    return click.option(
+        "--json/--table",
+        "as_json",
+        default=None,
+        expose_value=False,
+        callback=remember,
+        help="Print JSON, or tables [default: JSON when piped, tables on a terminal].",
+    )
 
 
 def limit_option(help_text: str) -> Callable[[F], F]:

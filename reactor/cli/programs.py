@@ -13,7 +13,7 @@ import click
 from reactor import open as open_state
 
 from .group import Command
-from .options import AS_JSON, DB, DB_HELP, command_state, remember
+from .options import AS_JSON, DB, DB_HELP, command_state, format_option, remember
 
 __all__ = ["COMMANDS"]
 
@@ -166,14 +166,7 @@ def demo(db: str | None) -> None:
     "or its timers and work queue (against a Redis list and a SQLite table) "
     "[default: all].",
 )
-@click.option(
-    "--json/--table",
-    "as_json",
-    default=None,
-    expose_value=False,
-    callback=remember,
-    help="Print JSON, or tables [default: JSON when piped, tables on a terminal].",
-)
+@format_option()
 @click.option(
     "--output",
     "-o",

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import click
 
 from .group import Group
 from .options import F, command_output, command_state, data_options, limit_option, parse_json
 from .output import job_id_view, job_view, jobs_view, queue_stats_view
+
+if TYPE_CHECKING:
+    from reactor import Job
 
 __all__ = ["COMMANDS"]
 
@@ -85,7 +88,7 @@ def queue_take(name: str, lease: float, timeout: float, ack: bool) -> None:
     if ack:
         job.ack()
     else:
-        data["token"] = job._token
+        data["token"] = job._token  # a friend of Job (SLF001): for the ack (_taken)
     command_output().show(data, job_view)
 
 
@@ -93,6 +96,13 @@ def _job_arguments(command: F) -> F:
     command = click.argument("token")(command)
     command = click.argument("job_id", metavar="ID", type=click.IntRange(min=1))(command)
     return click.argument("name")(command)
+
+
+def _taken(name: str, job_id: int, token: str) -> Job:
+    """Job ``job_id`` of queue ``name`` as the take that printed ``token`` holds it."""
+    # A friend of Queue (SLF001): resuming another process's take by its token is the command
+    # line's need, not an API (a program keeps its Job).
+    return command_state(create=True).queue(name)._job(job_id, token)
 
 
 @queue.command("ack")
@@ -104,7 +114,7 @@ def queue_ack(name: str, job_id: int, token: str) -> None:
     TOKEN is what 'reactor queue take' printed. Exit status 1 if that take's lease ran
     out (the job may be someone else's now): nothing changes then.
     """
-    command_state(create=True).queue(name)._job(job_id, token).ack()
+    _taken(name, job_id, token).ack()
     command_output().show(
         {"id": job_id, "acked": True}, lambda data: _said(f"job {data['id']} done")
     )
@@ -126,7 +136,7 @@ def queue_nack(name: str, job_id: int, token: str, delay: float | None) -> None:
     TOKEN is what 'reactor queue take' printed. Exit status 1 if that take's lease ran
     out: nothing changes then.
     """
-    command_state(create=True).queue(name)._job(job_id, token).nack(delay)
+    _taken(name, job_id, token).nack(delay)
     command_output().show(
         {"id": job_id, "nacked": True}, lambda data: _said(f"job {data['id']} given back")
     )
