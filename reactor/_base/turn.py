@@ -36,7 +36,7 @@ class Turn:
         self.give_back: Callable[[], None] = lock.release  # C: runs whole
         # Whether this thread holds the lock, asked in C: a private of the stdlib's
         # RLock, which threading.Condition calls the same way (there is no public one).
-        self._held: Callable[[], bool] = lock._is_owned  # type: ignore[attr-defined]
+        self._held: Callable[[], bool] = lock._is_owned  # type: ignore[attr-defined]  # noqa: SLF001
 
     def take(self, timeout: float) -> bool:
         """Wait up to ``timeout`` seconds (-1: for ever) for the turn; whether this

@@ -385,7 +385,7 @@ def _wait(queue: Queue, engine: EnginePort, lease: float, timeout: float | None)
         while True:
             ready.clear()  # before looking: a wake from now on sets it again
             # A friend of Queue (SLF001): its take's waiting, written once for both kinds.
-            job, next_at = queue._look(engine, lease)
+            job, next_at = queue._look(engine, lease)  # noqa: SLF001
             if job is not None:
                 return job
             if waiter.closing:
@@ -458,7 +458,7 @@ def _leave_joined(waiter: _takers.Waiter, joining: asyncio.Future[_takers.Line])
 async def _look_async(
     queue: Queue, engine: EnginePort, lease: float, run: Callable[..., Awaitable[Any]]
 ) -> tuple[Job | None, float | None]:
-    looking = asyncio.ensure_future(run(queue._look, engine, lease))  # a friend, as _wait
+    looking = asyncio.ensure_future(run(queue._look, engine, lease))  # noqa: SLF001 - a friend, as _wait
     try:
         found: tuple[Job | None, float | None] = await asyncio.shield(looking)
     except asyncio.CancelledError:
@@ -474,7 +474,7 @@ def _give_back(run: Callable[..., Awaitable[Any]], looking: asyncio.Future[Any])
     job: Job | None = looking.result()[0]
     if job is None:
         return
-    giving = asyncio.ensure_future(run(job._untake))  # a friend: the take's own undo
+    giving = asyncio.ensure_future(run(job._untake))  # noqa: SLF001 - a friend: the take's own undo
     giving.add_done_callback(functools.partial(_log_failure, job))
 
 

@@ -88,7 +88,7 @@ def queue_take(name: str, lease: float, timeout: float, ack: bool) -> None:
     if ack:
         job.ack()
     else:
-        data["token"] = job._token  # a friend of Job (SLF001): for the ack (_taken)
+        data["token"] = job._token  # noqa: SLF001 - a friend of Job (SLF001): for the ack (_taken)
     command_output().show(data, job_view)
 
 
@@ -102,7 +102,7 @@ def _taken(name: str, job_id: int, token: str) -> Job:
     """Job ``job_id`` of queue ``name`` as the take that printed ``token`` holds it."""
     # A friend of Queue (SLF001): resuming another process's take by its token is the command
     # line's need, not an API (a program keeps its Job).
-    return command_state(create=True).queue(name)._job(job_id, token)
+    return command_state(create=True).queue(name)._job(job_id, token)  # noqa: SLF001
 
 
 @queue.command("ack")
