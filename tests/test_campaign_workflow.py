@@ -861,7 +861,7 @@ async def test_async_waits_cancelled_in_a_storm_leave_nothing_behind(db_path: An
         assert [r for r in done if not isinstance(r, asyncio.CancelledError)] == [
             n % 7 for n in range(1, 200, 2)
         ]
-        sync = state._state
+        sync = state._link.state
         assert sync is not None
         poll(lambda: engine_of(sync).hub.listeners() == [])
 

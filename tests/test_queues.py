@@ -994,8 +994,8 @@ def test_verbs_are_timed_in_stats(state: reactor.State, q: reactor.Queue) -> Non
 
 # -- asyncio ---------------------------------------------------------------------------
 def async_engine(state: reactor.aio.AsyncState) -> Engine:
-    assert state._state is not None
-    return engine_of(state._state)
+    assert state._link.state is not None
+    return engine_of(state._link.state)
 
 
 async def eventually_async(condition: Callable[[], Any], timeout: float = PATIENCE) -> None:

@@ -600,8 +600,8 @@ def test_waiters_on_one_key_are_all_woken(scope: reactor.Scope, engine: Engine) 
 
 # -- asyncio -------------------------------------------------------------------------------------
 def async_engine(state: reactor.aio.AsyncState) -> Engine:
-    assert state._state is not None
-    return engine_of(state._state)
+    assert state._link.state is not None
+    return engine_of(state._link.state)
 
 
 async def eventually_async(condition: Callable[[], Any], timeout: float = PATIENCE) -> None:
@@ -728,10 +728,10 @@ async def test_1000_async_waiters_hold_no_thread(db_path: Any) -> None:
         await asyncio.gather(*(scope.get(f"warm-{i}") for i in range(200)))  # all workers
         engine = async_engine(state)
         before = receivers(engine)
-        assert state._workers is not None
+        assert state._link._workers is not None
         # The handle's few workers (for the reads that start each wait) may still grow.
-        workers = reactor.aio.state._WORKERS
-        threads = threading.active_count() + workers - len(state._workers._threads)
+        workers = reactor.aio.link._WORKERS
+        threads = threading.active_count() + workers - len(state._link._workers._threads)
         keys = [f"k-{i}" for i in range(1000)]
         tasks = [
             asyncio.ensure_future(scope.wait_for(key, lambda v: v >= 0, timeout=60)) for key in keys

@@ -375,6 +375,33 @@ def _closed(queue: Queue) -> ClosedError:
     return ClosedError(f"the engine closed while taking from queue {queue.name!r}")
 
 
+def _after(
+    queue: Queue,
+    engine: EnginePort,
+    line: _takers.Line,
+    waiter: _takers.Waiter,
+    found: tuple[Job | None, float | None],
+    deadline: float | None,
+    now: Callable[[], float],
+) -> tuple[bool, Job | None, float | None]:
+    """What a waiting take does after a look that ``found`` (a job, or when one may be
+    next), for threads and tasks alike: (whether it is over, the job, the pause before
+    it looks again unless woken; None: until woken).
+
+    Raises:
+        ClosedError: the engine is closing.
+    """
+    job, next_at = found
+    if job is not None:
+        return True, job, None
+    if waiter.closing:
+        raise _closed(queue)
+    left = None if deadline is None else deadline - now()
+    if left is not None and left <= 0:
+        return True, None, None
+    return False, None, _takers.pause(engine, line, waiter, next_at, left)
+
+
 def _wait(queue: Queue, engine: EnginePort, lease: float, timeout: float | None) -> Job | None:
     """``take`` that may wait: in the calling thread, on an event."""
     deadline = None if timeout is None else time.monotonic() + timeout
@@ -385,15 +412,10 @@ def _wait(queue: Queue, engine: EnginePort, lease: float, timeout: float | None)
         while True:
             ready.clear()  # before looking: a wake from now on sets it again
             # A friend of Queue (SLF001): its take's waiting, written once for both kinds.
-            job, next_at = queue._look(engine, lease)  # noqa: SLF001
-            if job is not None:
+            found = queue._look(engine, lease)  # noqa: SLF001
+            done, job, pause = _after(queue, engine, line, waiter, found, deadline, time.monotonic)
+            if done:
                 return job
-            if waiter.closing:
-                raise _closed(queue)
-            left = None if deadline is None else deadline - time.monotonic()
-            if left is not None and left <= 0:
-                return None
-            pause = _takers.pause(engine, line, waiter, next_at, left)
             ready.wait(None if pause is None else min(pause, threading.TIMEOUT_MAX))
     finally:
         line.remove(waiter)
@@ -430,15 +452,10 @@ async def take_async(
     try:
         while True:
             arrived.clear()  # before looking: a wake from now on sets it again
-            job, next_at = await _look_async(queue, engine, lease, run)
-            if job is not None:
+            found = await _look_async(queue, engine, lease, run)
+            done, job, pause = _after(queue, engine, line, waiter, found, deadline, loop.time)
+            if done:
                 return job
-            if waiter.closing:
-                raise _closed(queue)
-            left = None if deadline is None else deadline - loop.time()
-            if left is not None and left <= 0:
-                return None
-            pause = _takers.pause(engine, line, waiter, next_at, left)
             if pause is None:
                 await arrived.wait()
                 continue

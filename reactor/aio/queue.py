@@ -99,35 +99,22 @@ class AsyncJob:
     """A job taken from an ``AsyncQueue``, its ``ack``, ``nack`` and ``extend`` as
     coroutines (see ``reactor.Job``)."""
 
-    __slots__ = ("_job", "_link")
+    __slots__ = ("_job", "_link", "attempts", "id", "item", "queue")
 
     def __init__(self, link: Link, job: _queues.Job) -> None:
         self._link = link
         self._job = job
+        self.id: int = job.id
+        """The job's id in its queue."""
+        self.item: Any = job.item
+        """The job's item."""
+        self.attempts: int = job.attempts
+        """How many times it has been taken (1 at its first take)."""
+        self.queue: str = job.queue
+        """The name of the job's queue."""
 
     def __repr__(self) -> str:
-        job = self._job
-        return f"AsyncJob(id={job.id}, item={job.item!r}, attempts={job.attempts})"
-
-    @property
-    def id(self) -> int:
-        """The job's id in its queue."""
-        return self._job.id
-
-    @property
-    def item(self) -> Any:
-        """The job's item."""
-        return self._job.item
-
-    @property
-    def attempts(self) -> int:
-        """How many times it has been taken (1 at its first take)."""
-        return self._job.attempts
-
-    @property
-    def queue(self) -> str:
-        """The name of the job's queue."""
-        return self._job.queue
+        return f"AsyncJob(id={self.id}, item={self.item!r}, attempts={self.attempts})"
 
     async def ack(self) -> None:
         """``Job.ack``: done, removed. Raises ``LockNotOwnedError`` if the lease is lost."""

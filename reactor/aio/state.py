@@ -1,10 +1,6 @@
-"""``AsyncState``, the asyncio handle ``reactor.aio.open`` returns, and its worker
-threads.
-
-Only short blocking calls (reads, a transaction body's verbs, a lock's try, opening)
-run in threads: a few workers of the handle's own, not the loop's default executor, so
-the application's ``asyncio.to_thread`` work and reactor's never queue behind each
-other. Waits hold none (``bridge.py``). Closing runs in a thread of its own.
+"""``AsyncState``, the asyncio handle ``reactor.aio.open`` returns: the verbs that span
+scopes as coroutines, and the scopes, transactions, locks, queues and watches taken from
+it, all tied to the synchronous handle by one ``Link`` (its worker threads, its answers).
 """
 
 from __future__ import annotations
@@ -12,7 +8,7 @@ from __future__ import annotations
 import os
 import weakref
 from collections.abc import Callable
-from typing import Any, Final, TypeVar
+from typing import Any, TypeVar
 
 from reactor._base.clock import Clock
 from reactor._base.keys import check_key
@@ -34,8 +30,6 @@ __all__ = ["AsyncState", "open"]
 
 T = TypeVar("T")
 F = TypeVar("F", bound=Callable[[ChangeEvent], Any])  # a callback of one event
-# Worker threads per handle, for short blocking calls only: waits hold none.
-_WORKERS: Final = min(8, (os.cpu_count() or 1) + 2)
 
 
 def open(  # noqa: A001 - reactor.aio.open, as reactor.open
