@@ -48,6 +48,7 @@ from reactor.errors import (
 )
 
 from . import takers as _takers
+from .waiting import OnLoop
 
 if TYPE_CHECKING:
     from reactor._engine.port import EnginePort
@@ -426,23 +427,18 @@ async def take_async(
     engine: EnginePort,
     lease: float,
     timeout: float | None,
-    *,
-    call_soon: Callable[[Callable[[], None]], None],
-    run: Callable[..., Awaitable[Any]],
+    on_loop: OnLoop,
 ) -> Job | None:
-    """``take`` on the running event loop, holding no thread while it waits.
-
-    ``call_soon(callback)`` runs ``callback`` on the loop, called from any thread;
-    ``run(call, *args)`` runs a short blocking call in a worker thread (a look, joining
-    the line). Cancelling the task ends the wait; a job its look took meanwhile is
-    given back as it was.
-    """
+    """``take`` on the running event loop, holding no thread while it waits (``on_loop``
+    runs a look, or joining the line, in a worker thread). Cancelling the task ends the
+    wait; a job its look took meanwhile is given back as it was."""
+    run = on_loop.run
     if timeout == 0:
         return (await _look_async(queue, engine, lease, run))[0]
     loop = asyncio.get_running_loop()
     deadline = None if timeout is None else loop.time() + timeout
     arrived = asyncio.Event()
-    waiter = _takers.Waiter(_jobs.lock_name(queue.name), functools.partial(call_soon, arrived.set))
+    waiter = _takers.Waiter(_jobs.lock_name(queue.name), on_loop.waker(arrived.set))
     joining: asyncio.Future[_takers.Line] = asyncio.ensure_future(run(_takers.join, engine, waiter))
     try:
         line = await asyncio.shield(joining)

@@ -27,8 +27,8 @@ import math
 import threading
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, Final, TypeVar
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar
 
 from reactor._base.keys import check_key
 from reactor._base.values import decode
@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from reactor._engine.port import EnginePort
     from reactor._storage.records import ChangeRecord
 
-__all__ = ["Predicate", "Waiter", "check_wait", "wait", "wait_async"]
+__all__ = ["OnLoop", "Predicate", "Waiter", "check_wait", "wait", "wait_async"]
 
 T = TypeVar("T")
 Predicate = Callable[[Any], object]
@@ -231,27 +231,35 @@ def wait(
         end(engine, waiter)
 
 
+class OnLoop(Protocol):
+    """How a wait on an event loop reaches the loop and the blocking world."""
+
+    def waker(self, callback: Callable[[], None]) -> Callable[[], None]:
+        """(On the loop) a function that, called from any thread, runs ``callback`` on
+        the loop soon."""
+        ...
+
+    async def run(self, call: Callable[..., T], *args: Any) -> T:
+        """``call(*args)``, a short blocking call, in a worker thread."""
+        ...
+
+
 async def wait_async(
     engine: EnginePort,
     scope: str,
     key: str,
     predicate: Predicate | None,
     timeout: float | None,
-    *,
-    call_soon: Callable[[Callable[[], None]], None],
-    run: Callable[..., Awaitable[Any]],
+    on_loop: OnLoop,
 ) -> Any:
-    """``wait`` on the running event loop, holding no thread while it waits.
-
-    ``call_soon(callback)`` runs ``callback`` on the loop, called from any thread;
-    ``run(call, *args)`` runs a short blocking call in a worker thread (the start: the
-    dispatcher's lock, the read). Cancelling the task ends the waiter.
-    """
+    """``wait`` on the running event loop, holding no thread while it waits (``on_loop``
+    runs its start, the dispatcher's lock and the read, in a worker thread). Cancelling
+    the task ends the waiter."""
     loop = asyncio.get_running_loop()
     deadline = None if timeout is None else loop.time() + timeout
     arrived = asyncio.Event()
-    waiter = Waiter(scope, key, functools.partial(call_soon, arrived.set))
-    starting = asyncio.ensure_future(run(begin, engine, waiter))
+    waiter = Waiter(scope, key, on_loop.waker(arrived.set))
+    starting = asyncio.ensure_future(on_loop.run(begin, engine, waiter))
     try:
         text = await asyncio.shield(starting)
     except asyncio.CancelledError:

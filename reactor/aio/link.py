@@ -110,6 +110,11 @@ class Link:
             raise ClosedError("this reactor handle is closed") from None
         return await asyncio.wrap_future(future)
 
+    def waker(self, callback: Callable[[], None]) -> Callable[[], None]:
+        """(On the loop) a function that, called from any thread, runs ``callback`` on
+        this loop soon, through its bridge (one wake-up for a burst)."""
+        return functools.partial(bridge().call_soon, callback)
+
     def answer(self, engine: EnginePort, scope: str, future: Future[T]) -> asyncio.Future[T]:
         """The answer of ``scope``'s actor to a request, awaited on the loop with no
         thread waiting: ``OperationTimeout`` once the scope has not moved on for the

@@ -14,8 +14,6 @@ from reactor._handles import queues as _queues
 from reactor._handles.binding import binding_of
 from reactor._work import jobs as _jobs
 
-from .bridge import bridge
-
 if TYPE_CHECKING:
     from .link import Link
 
@@ -69,14 +67,7 @@ class AsyncQueue:
         engine = _queues.writable_engine(binding_of(await self._link.sync()))
         start = perf_counter()
         try:
-            job = await _queues.take_async(
-                queue,
-                engine,
-                seconds,
-                wait,
-                call_soon=bridge().call_soon,
-                run=self._link.run,
-            )
+            job = await _queues.take_async(queue, engine, seconds, wait, self._link)
         finally:
             engine.stats.record("queue.take", perf_counter() - start)
         return None if job is None else AsyncJob(self._link, job)

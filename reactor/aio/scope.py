@@ -16,7 +16,6 @@ from reactor._handles import waiting as _waiting
 from reactor._handles.binding import engine_of
 from reactor._handles.scope import Scope
 
-from .bridge import bridge
 from .exclusive import AsyncTransaction, check_not_held
 from .verbs import AsyncVerbs
 
@@ -127,13 +126,7 @@ class AsyncScope(AsyncVerbs):
         start = perf_counter()
         try:
             return await _waiting.wait_async(
-                engine,
-                self.name,
-                checked,
-                predicate,
-                seconds,
-                call_soon=bridge().call_soon,
-                run=self._link.run,
+                engine, self.name, checked, predicate, seconds, self._link
             )
         finally:
             engine.stats.record("wait_for", perf_counter() - start)
