@@ -93,14 +93,17 @@ class Hub:
             ClosedError: the engine is closed.
             InvalidArgumentError: ``durable`` names a subscriber listening already.
         """
+        if quiet:  # no dispatcher to connect: only the index's lock (a loop may call)
+            with self._lock:
+                if self._closed:
+                    raise ClosedError("the engine is closed")
+                self._quiet.add(listener)
+            return
         where = (scope, key if scope is not None else None)
         with self._joining:
             with self._lock:
                 if self._closed:
                     raise ClosedError("the engine is closed")
-                if quiet:
-                    self._quiet.add(listener)
-                    return
                 if durable is not None:
                     if durable in self._durable:
                         raise InvalidArgumentError(
@@ -117,11 +120,12 @@ class Hub:
     def remove(self, listener: Listener) -> None:
         """Stop offering ``listener`` anything; idempotent. The last one out
         disconnects the hub from the dispatcher."""
+        with self._lock:
+            if listener in self._quiet:
+                self._quiet.discard(listener)
+                return
         with self._joining:
             with self._lock:
-                if listener in self._quiet:
-                    self._quiet.discard(listener)
-                    return
                 where = self._where.pop(listener, None)
                 if where is None:
                     return
