@@ -63,7 +63,8 @@ TABLES = ("reactor_kv", "reactor_changes", "reactor_jobs", "reactor_queues", "re
 # -- helpers ---------------------------------------------------------------------------
 def _store(state: Any) -> Any:
     """The PostgreSQL store behind a handle (sync or asyncio)."""
-    sync = getattr(state, "_state", None) or state
+    link = getattr(state, "_link", None)  # an AsyncState's: its synchronous State
+    sync = state if link is None else link.state
     return pg_suite._store(sync)
 
 
