@@ -15,6 +15,7 @@ from collections.abc import Callable, Collection
 from concurrent.futures import Future
 from typing import Any, Protocol, TypeVar
 
+from reactor._base.results import Upkeep
 from reactor._storage.store import Store, Work, WriteTxn
 
 from .dispatch import Dispatcher
@@ -92,3 +93,8 @@ class EnginePort(Protocol):
     def wait(self, scope: str, future: Future[T]) -> T: ...
 
     def actors(self) -> int: ...
+
+    def upkeep(self, held: Collection[str] = ()) -> Upkeep:
+        """Run the sweeper's chores once, now, in this thread (``reactor.testing``);
+        ``held``: the scopes the caller's own transaction holds."""
+        ...
