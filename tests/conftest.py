@@ -1,5 +1,5 @@
-"""Fixtures shared by the suite: a real database for each test, an injectable clock,
-clean-up.
+"""Fixtures shared by the suite: a real database for each test, a manual clock,
+clean-up, and the one door to an engine's insides (``engine_of``).
 
 The suite runs on SQLite files by default; ``--backend=postgresql`` runs it again on
 the PostgreSQL server named by ``REACTOR_TEST_POSTGRES_URL``, each test in a schema of
@@ -27,7 +27,12 @@ import pytest
 import sqlalchemy as sa
 
 import reactor
+from reactor._engine.port import EnginePort
 from reactor._handles import registry as _registry
+from reactor._handles import takers as _takers
+from reactor._handles import waiting as _waiting
+from reactor._handles.binding import engine_of as _engine_of
+from reactor.testing import ManualClock
 
 POSTGRES_ENV = "REACTOR_TEST_POSTGRES_URL"
 
@@ -170,20 +175,30 @@ def raw_query(db: Any, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any
     return rows
 
 
-class FakeClock:
-    """A clock that moves only when told to."""
+def engine_of(state: reactor.State) -> EnginePort:
+    """The engine behind ``state``: the tests' one door to its insides (its store,
+    mailboxes and hub), for those that inject faults there or look at what only the
+    engine knows (a request deferred for a transaction, the hub's listeners). Every
+    other test uses the public API and ``reactor.testing`` (see ``tests/README.md``).
+    """
+    return _engine_of(state)
 
-    def __init__(self, start: float = 1_700_000_000.0) -> None:
-        self.now = start
-        self._lock = threading.Lock()
 
-    def time(self) -> float:
-        with self._lock:
-            return self.now
+def waiters(engine: EnginePort) -> list[Any]:
+    """The ``wait_for`` calls waiting on ``engine``'s changes (listeners of its hub)."""
+    return [found for found in engine.hub.listeners() if isinstance(found, _waiting.Waiter)]
 
-    def advance(self, seconds: float) -> None:
-        with self._lock:
-            self.now += seconds
+
+def take_lines(engine: EnginePort) -> list[Any]:
+    """The queues' lines of waiting takes that listen on ``engine``'s hub (each has
+    its ``scope``, ``queue:NAME``, and its ``len``, the takes waiting)."""
+    return [found for found in engine.hub.listeners() if isinstance(found, _takers.Line)]
+
+
+def engines_registered() -> list[str]:
+    """The keys of the engines the registry holds (running, opening or closing): empty
+    once every handle is closed."""
+    return sorted({*_registry._engines, *_registry._opening, *_registry._closing})
 
 
 def canon(value: Any) -> str:
@@ -228,8 +243,8 @@ def wait_for(predicate: Callable[[], Any], timeout: float = 5.0, interval: float
 
 
 @pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
+def clock() -> ManualClock:
+    return ManualClock()
 
 
 def _new_database(request: pytest.FixtureRequest, tmp_path: Path, name: str) -> Iterator[Any]:
@@ -260,6 +275,13 @@ def fresh_db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
     yield from _new_database(request, tmp_path, "fresh.db")
 
 
+@pytest.fixture(params=["database", "named memory"])
+def target(request: pytest.FixtureRequest, db_path: Any) -> Any:
+    """The test's database, or an in-memory database shared in this process by name
+    (each test runs once with either)."""
+    return db_path if request.param == "database" else f":memory:race-{uuid.uuid4().hex}"
+
+
 @pytest.fixture
 def open_state(db_path: Path) -> Iterator[Callable[..., reactor.State]]:
     """Open handles (on the test's database file by default); all closed afterwards."""
@@ -276,15 +298,22 @@ def open_state(db_path: Path) -> Iterator[Callable[..., reactor.State]]:
 
 
 @pytest.fixture
-def state(open_state: Callable[..., reactor.State], clock: FakeClock) -> reactor.State:
-    """A handle on a fresh database file, with the fake clock."""
+def state(open_state: Callable[..., reactor.State], clock: ManualClock) -> reactor.State:
+    """A handle on a fresh database file, with the manual clock."""
     return open_state(clock=clock)
+
+
+def close_every_engine() -> list[str]:
+    """Close every engine still running in this process (handles or not); the keys of
+    those there were."""
+    leftovers = list(_registry._live_engines)
+    for engine in leftovers:
+        engine.close()
+    return [engine.key for engine in leftovers]
 
 
 @pytest.fixture(autouse=True)
 def _no_engine_left_behind() -> Iterator[None]:
     yield
-    leftovers = list(_registry._live_engines)
-    for engine in leftovers:
-        engine.close()
-    assert not leftovers, f"a test left engines open: {[e.key for e in leftovers]}"
+    leftovers = close_every_engine()
+    assert not leftovers, f"a test left engines open: {leftovers}"

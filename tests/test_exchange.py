@@ -32,14 +32,14 @@ from reactor import ops
 from reactor._backup import exchange as _exchange
 from reactor._backup.exchange import Tally
 from reactor._backup.export import ExportView
-from reactor._handles.binding import engine_of
 from reactor._storage.records import Row
 from reactor._storage.sql_text import STREAMED_ROWS
 from reactor._storage.store import WriteTxn
 from reactor._work import jobs as _jobs
 from reactor.cli.progress import SHOW_FROM, Bar
 from reactor.errors import InvalidArgumentError, InvalidValueError
-from tests.conftest import CLI_ENV, FakeClock, raw_query, run_reactor, wait_for
+from reactor.testing import ManualClock, run_upkeep
+from tests.conftest import CLI_ENV, engine_of, raw_query, run_reactor, wait_for
 
 
 def _fill(state: reactor.State, *, ttl: float | None = 300) -> None:
@@ -805,7 +805,7 @@ def _export(state: reactor.State, *args: Any, **kwargs: Any) -> tuple[Tally, lis
 
 def test_keys_timers_and_queues_round_trip(
     state: reactor.State,
-    clock: FakeClock,
+    clock: ManualClock,
     open_state: Callable[..., reactor.State],
     fresh_db: Any,
 ) -> None:
@@ -829,7 +829,7 @@ def test_keys_timers_and_queues_round_trip(
     ]
 
     # Into another database, whose clock says another time: times count from it.
-    later = FakeClock(start=clock.time() + 86_400)
+    later = ManualClock(start=clock.time() + 86_400)
     restored = open_state(fresh_db, clock=later)
     assert _exchange.load(restored, lines) == Tally(keys=5, timers=3, queues=2, jobs=5)
     assert _export(restored, kinds=("keys", "timers")) == _export(state, kinds=("keys", "timers"))
@@ -856,14 +856,14 @@ def test_keys_timers_and_queues_round_trip(
     # A restored timer fires once, when its time comes on the new clock.
     orders = restored.scope("orders")
     later.advance(9)  # 29 s after the import
-    engine_of(restored).sweeper.fire_timers()
+    run_upkeep(restored)
     time.sleep(0.2)
     assert orders.get("reminder") is None
     later.advance(2)
     wait_for(lambda: orders.get("reminder") == {"due": True})
     later.advance(30)
     wait_for(lambda: orders.get("beats") == 1)
-    engine_of(restored).sweeper.fire_timers()
+    run_upkeep(restored)
     time.sleep(0.2)
     fired = [e.timer for e in restored.changes(scope="orders") if e.timer is not None]
     assert fired == [timers["once"].id, timers["beat"].id]
@@ -883,7 +883,7 @@ def test_an_export_of_some_scopes_has_their_timers_and_no_queue(state: reactor.S
 
 
 def test_an_overdue_timer_fires_once_at_once_after_an_import(
-    state: reactor.State, clock: FakeClock
+    state: reactor.State, clock: ManualClock
 ) -> None:
     late = {"timer": "late", "scope": "s", "key": "k", "value": 1, "due_in": -5}
     beat = {"timer": "beat", "scope": "s", "key": "n", "ops": [ops.increment("")], "due_in": -150}
@@ -893,13 +893,13 @@ def test_an_overdue_timer_fires_once_at_once_after_an_import(
     wait_for(lambda: scope.get("k") == 1 and scope.get("n") == 1)
     (pending,) = state.timers()
     assert pending.due == clock.time() + 30  # missed periods fire once, then it keeps its period
-    engine_of(state).sweeper.fire_timers()
+    run_upkeep(state)
     time.sleep(0.2)
     assert (scope.get("n"), len(state.changes(scope="s"))) == (1, 2)
 
 
 def test_a_timer_imported_again_replaces_the_timer_of_its_id(
-    state: reactor.State, clock: FakeClock
+    state: reactor.State, clock: ManualClock
 ) -> None:
     timer = state.scope("s").schedule("k", 1, after=30)
     _, lines = _export(state)

@@ -9,8 +9,7 @@ import threading
 from typing import Any
 
 import reactor
-from reactor._handles.binding import engine_of
-from tests.conftest import wait_for
+from tests.conftest import engine_of, wait_for
 
 
 def test_listeners_joining_and_leaving_during_writes_lose_no_event_and_leave_none(
