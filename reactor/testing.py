@@ -6,7 +6,7 @@ import reactor
 from reactor.testing import ManualClock, run_upkeep
 
 clock = ManualClock()
-with reactor.open(":memory:", clock=clock) as state:
+with reactor.open(":memory:", clock=clock, sweep_interval=1e6) as state:
     state.scope("cache").set("quote", 1.08, ttl=30)
     clock.advance(31)
     assert run_upkeep(state).keys_expired == 1   # gone, its `expired` event published
@@ -16,7 +16,8 @@ An engine's background sweeper runs the same chores every ``sweep_interval`` sec
 (an option of ``open``); ``run_upkeep`` runs them at once and waits for them, so a
 test needs no sleep. Its counts are what that call did: the sweeper may have done
 some of it first. Open with a long ``sweep_interval`` (``1e6``, say) to leave it all to
-``run_upkeep`` (timers due at the clock's time still wake the sweeper).
+``run_upkeep`` (timers due at the clock's time still wake the sweeper). The guide:
+docs/guides/testing.md.
 """
 
 from __future__ import annotations
@@ -30,10 +31,10 @@ from ._handles.binding import engine_of
 from ._handles.state import State
 from ._handles.transaction import held_scopes
 from .aio.exclusive import held_scopes as task_held_scopes
+from .aio.state import AsyncState
 
 if TYPE_CHECKING:
     from ._engine.port import EnginePort
-    from .aio.state import AsyncState
 
 __all__ = ["ManualClock", "Upkeep", "run_upkeep", "run_upkeep_async"]
 
@@ -63,9 +64,12 @@ async def run_upkeep_async(state: AsyncState) -> Upkeep:
     a thread of the loop's default executor).
 
     Raises:
-        The errors of ``run_upkeep``; ``ReentrancyError`` in a transaction body of
-        this task.
+        TypeError: ``state`` is not a ``reactor.aio`` handle.
+        ReentrancyError: as ``run_upkeep``, for a transaction body of this task; and
+            the other errors of ``run_upkeep``.
     """
+    if not isinstance(state, AsyncState):
+        raise TypeError(f"expected a reactor.aio.AsyncState, not {type(state).__name__}")
     engine = _engine(await state._sync())
     return await asyncio.to_thread(engine.upkeep, _held(engine))
 

@@ -5,6 +5,9 @@ and, to inject faults, ``tests.conftest.engine_of`` (see ``tests/README.md``).""
 
 from __future__ import annotations
 
+import io
+import json
+import sqlite3
 import subprocess
 import sys
 import textwrap
@@ -16,17 +19,21 @@ from typing import Any, get_args
 
 import pytest
 from hypothesis import given, settings
+from rich.console import Console
 
 import reactor
 import reactor.aio
 from reactor import ops
 from reactor._base.keys import compile_pattern
+from reactor._bench import writers
+from reactor._bench.report import render
 from reactor._engine import engine as _engine
 from reactor._handles import registry as _registry
 from reactor._storage import schema as _schema
 from reactor._storage import sql_text as _sql
 from reactor._storage import sqlite as _sqlite
 from reactor._storage.sql_text import TIMERS_DUE
+from reactor._storage.sqlite import use_wal
 from reactor._work import jobs as _jobs
 from reactor._work import timers as _timers
 from reactor._work import writes as _writes
@@ -41,8 +48,18 @@ from tests.conftest import (
     wait_for,
 )
 from tests.conftest import wait_for as poll
+from tests.test_bench import (
+    REQUIRED,
+    VERBS,
+    assert_scaling,
+    assert_workflow,
+    bench,
+    too_wide,
+)
 from tests.test_campaign_queues import _median_take
 from tests.test_campaign_workflow import PATIENCE, _elsewhere
+from tests.test_files import _at_once, _reactor_database
+from tests.test_files import _sqlite as _sqlite_file
 from tests.test_keys import (
     ALL_MATCHES,
     ASCII_GLOB_ALPHABET,
@@ -62,6 +79,7 @@ from tests.test_timers import _refuse_key
 Opener = Callable[..., reactor.State]
 
 
+# -- the sweeper's chores one at a time (tests/test_model.py) --------------------------
 def test_an_expiry_a_timer_meets_is_not_the_timers(
     state: reactor.State, clock: ManualClock
 ) -> None:
@@ -86,6 +104,7 @@ def test_an_expiry_a_timer_meets_is_not_the_timers(
     assert got == [("created", 1, None), ("expired", None, None), ("created", 2, timer.id)]
 
 
+# -- the public Literal types against their runtime checks (tests/test_api.py) ---------
 def test_literal_types_are_the_values_checked_at_run_time() -> None:
     from reactor._engine.events import EVENT_TYPES
     from reactor._engine.options import DURABILITIES
@@ -94,6 +113,7 @@ def test_literal_types_are_the_values_checked_at_run_time() -> None:
     assert get_args(reactor.Durability) == DURABILITIES == ("normal", "full", "memory")
 
 
+# -- the glob matcher and its SQL bounds (tests/test_keys.py) --------------------------
 @pytest.mark.parametrize(("pattern", "yes", "no"), ALL_MATCHES)
 def test_glob_patterns_match_as_redis_keys_does_on_characters(
     pattern: str, yes: list[str], no: list[str]
@@ -226,6 +246,7 @@ def test_abusive_patterns_match_in_linear_time() -> None:
         assert time.perf_counter() - started < 2, pattern
 
 
+# -- the schema's versions (tests/test_open.py, tests/test_versions.py) ----------------
 def test_a_new_database_has_the_current_schema_version(open_state: Opener, db_path: Path) -> None:
     open_state()
     assert _raw_version(db_path) == _schema.SCHEMA_VERSION
@@ -277,6 +298,7 @@ def test_a_version_4_database_gets_versions(tmp_path: Path) -> None:
         assert scope.get("k", at_revision=1) == 1
 
 
+# -- one chore alone; races inside wait_for and a replay (test_campaign_workflow, test_aio) ---
 def test_at_revision_at_the_compaction_horizon_after_a_deadline(
     open_state: Opener, clock: ManualClock
 ) -> None:
@@ -372,6 +394,7 @@ async def test_a_replay_that_fails_gives_what_it_read_then_the_error_and_ends(
             await watch.__anext__()
 
 
+# -- the registry's close races (tests/test_lifecycle.py) ------------------------------
 def test_open_while_the_last_handle_is_closing_returns_a_working_handle(
     target: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -428,6 +451,7 @@ def test_open_after_the_engine_is_marked_closed_but_not_yet_forgotten(
         _join_all([closer])
 
 
+# -- queues: query plans, the sweeper's look (tests/test_campaign_queues.py) -----------
 def _plans(config: pytest.Config, db: Any) -> list[str]:
     """The plans of the statements a take, a wait, the sweeper and stats run, on a
     queue called "big" (SQLite: EXPLAIN QUERY PLAN's details; PostgreSQL: EXPLAIN)."""
@@ -508,6 +532,7 @@ def test_stats_and_the_sweeper_look_stay_cheap_on_a_big_queue(
     assert time.perf_counter() - started < 1
 
 
+# -- timers: periods, the due index, refused writes (tests/test_timers.py) -------------
 def test_next_due_skips_missed_periods() -> None:
     assert _timers.next_due(100.0, 10.0, 100.0) == 110.0
     assert _timers.next_due(100.0, 10.0, 105.0) == 110.0
@@ -633,6 +658,7 @@ def test_a_refused_write_is_told_from_a_failed_database(error: str, refused: boo
     assert isinstance(translated, RefusedError) is refused
 
 
+# -- SQLite's probe and snapshot; older schemas (test_startup, test_readonly) ----------
 @pytest.mark.sqlite_only("SQLite's schema check")
 def test_a_file_changed_after_the_probe_is_migrated(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -725,3 +751,222 @@ def test_a_reading_command_still_migrates_an_older_database_it_may_write(
     assert (done.returncode, done.stdout) == (0, "[]\n"), done.stderr
     version = "SELECT value FROM reactor_meta WHERE name = 'schema_version'"
     assert raw_query(older, version) == [(_schema.SCHEMA_VERSION,)]
+
+
+# -- SQLite's files (tests/test_files.py) --------------------------------------------
+@pytest.mark.sqlite_only("database files")
+def test_a_version_check_that_another_connection_overtook_reads_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With no WAL there, the check reads the database file alone (no lock): when
+    another connection opens the database meanwhile, what it read may be torn, so it
+    reads again, through the WAL, rather than refuse a good database."""
+    from reactor._storage import sqlite as _sqlite
+
+    path = tmp_path / "state.db"
+    _reactor_database(path)
+    read = _sqlite._read_version
+    others: list[sqlite3.Connection] = []
+
+    def overtaken(at: Path, conn: sqlite3.Connection) -> int | None:
+        if not others:  # the first read: another connection opens it, and commits
+            other = sqlite3.connect(path, isolation_level=None)
+            other.execute("UPDATE reactor_kv SET value = '\"other\"'")
+            others.append(other)
+            raise reactor.StorageError("the database failed: database disk image is malformed")
+        return read(at, conn)
+
+    monkeypatch.setattr(_sqlite, "_read_version", overtaken)
+    try:
+        assert _sqlite._probe(path, 5.0) == _schema.SCHEMA_VERSION
+    finally:
+        for other in others:
+            other.close()
+    monkeypatch.undo()
+    with reactor.open(path) as state:
+        assert state.scope("s").get("k") == "other"
+
+
+@pytest.mark.sqlite_only("database files")
+def test_databases_of_every_older_version_still_open(tmp_path: Path) -> None:
+    import sqlalchemy as sa
+
+    for version in range(1, _schema.SCHEMA_VERSION):
+        path = tmp_path / f"v{version}.db"
+        engine = sa.create_engine(f"sqlite:///{path}")
+        _schema.migrate(engine, target=version)
+        engine.dispose()
+        with reactor.open(path) as state:
+            assert state.scope("s").increment("n") == 1
+
+
+@pytest.mark.sqlite_only("database files")
+def test_processes_creating_one_new_database_at_once(tmp_path: Path) -> None:
+    path = tmp_path / "new" / "state.db"
+    _at_once(path, 4)
+    with reactor.open(path) as state:
+        assert state.scope("s").get("opened") == 4
+        assert sorted(state.scope("s").keys("p*")) == [f"p{i}" for i in range(4)]
+    version = sqlite3.connect(path).execute(
+        "SELECT value FROM reactor_meta WHERE name = 'schema_version'"
+    )
+    assert version.fetchall() == [(_schema.SCHEMA_VERSION,)]
+
+
+@pytest.mark.sqlite_only("database files")
+def test_processes_migrating_one_old_database_at_once(tmp_path: Path) -> None:
+    import sqlalchemy as sa
+
+    path = tmp_path / "state.db"
+    engine = sa.create_engine(f"sqlite:///{path}")
+    _schema.migrate(engine, target=1)
+    with engine.begin() as conn:
+        conn.execute(_schema.kv.insert().values(scope="s", key="opened", value="0", revision=0))
+    engine.dispose()
+    _at_once(path, 4)
+    with reactor.open(path) as state:
+        assert state.scope("s").get("opened") == 4
+
+
+@pytest.mark.sqlite_only("database files")
+def test_connections_switching_a_new_file_to_wal_together_all_succeed(tmp_path: Path) -> None:
+    # Raw sqlite3 fails here about one round in ten ("database is locked" at once, the
+    # busy handler skipped); use_wal retries within the timeout.
+
+    failures: list[BaseException] = []
+    for round_ in range(60):
+        path = tmp_path / f"r{round_}.db"
+        _sqlite_file(path, "CREATE TABLE t (x)")
+        start = threading.Barrier(4)
+
+        def switch(path: Path = path, start: threading.Barrier = start) -> None:
+            conn = sqlite3.connect(path, timeout=5, isolation_level=None)
+            try:
+                start.wait(timeout=10)
+                use_wal(conn, 5.0)
+                assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+            except BaseException as exc:  # collected for the assertion
+                failures.append(exc)
+            finally:
+                conn.close()
+
+        threads = [threading.Thread(target=switch) for _ in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=30)
+    assert failures == []
+
+
+# -- the benchmark's writers and report (tests/test_bench.py) ----------------------------
+def rendered(result: dict[str, Any]) -> list[str]:
+    """The result's tables as an 80-column terminal shows them."""
+    console = Console(width=80, record=True, force_terminal=True, file=io.StringIO())
+    render(result, console)
+    return console.export_text().splitlines()
+
+
+@pytest.mark.timeout(200)
+def test_quick_bench_on_a_terminal_fits_80_columns(tmp_path: Path) -> None:
+    pytest.importorskip("diskcache")
+    done = bench(
+        "bench", "--quick", "--table", "--output", "out.json", "--db-dir", "dbs", cwd=tmp_path
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert "reactor on SQLite against its peers" in done.stdout
+    assert "how writes scale: reactor on SQLite" in done.stdout
+    assert too_wide(lines) == []
+    result = json.loads((tmp_path / "out.json").read_text())
+    figures = result["figures"]
+    for peer in REQUIRED:
+        assert peer in figures, (peer, result["skipped"], result["errors"])
+        for mode in ("1t", "4t"):
+            for verb in VERBS:
+                assert figures[peer][mode][verb]["ops_per_s"] > 0, (peer, mode, verb)
+    for verb in VERBS:
+        assert figures["reactor"]["1p"][verb]["ops_per_s"] > 0
+        assert figures["reactor"]["aio100"][verb]["ops_per_s"] > 0
+    assert figures["reactor"]["4t"]["increment"]["count_exact"] is True
+    assert result["events"]["in_process"]["delivered"] > 0
+    assert result["machine"]["sqlite"]
+    section = assert_scaling(result, "sqlite")
+    assert "pgbench" not in section, "pgbench runs beside PostgreSQL only"
+    assert too_wide(rendered(result)) == []
+    assert list((tmp_path / "dbs").iterdir()) == [], "bench leaves no file behind"
+    assert_workflow(result)
+
+
+def full_section(*, pgbench: bool) -> dict[str, Any]:
+    """A writers section as the full plan makes it, with made-up figures."""
+    plan = writers.plan_for(quick=False, rounds=3)
+    measured: dict[tuple[int, int, str], list[dict[str, Any]]] = {}
+    for processes, threads in plan.cells():
+        for layout in writers.LAYOUTS:
+            figure = {"ops_per_s": 123_456.0 * threads, "p50_us": 1234.5, "p99_us": 98_765.0}
+            measured[processes, threads, layout] = [figure, figure, figure]
+    section = writers.summarize(measured, plan.cells())
+    section["settings"] = {"rounds": 3, "seconds_per_cell": 2.0, "cells": plan.cells()}
+    if pgbench:
+        section["pgbench"] = {
+            "available": True,
+            "clients": {str(n): {"tps": 1500.0 * n, "latency_ms": 0.7} for n in plan.clients()},
+        }
+        writers.beside_pgbench(section)
+    section["targets"] = writers.writer_targets(section, "postgresql" if pgbench else "sqlite")
+    return section
+
+
+def test_full_writers_table_fits_80_columns() -> None:
+    section = full_section(pgbench=True)
+    result = {
+        "scaling": {"postgresql": section},
+        "skipped": {},
+        "peers": {},
+        "notes": [],
+        "machine": {"platform": "Linux", "cpu_count": 2, "python": "CPython", "sqlite": "3"},
+        "seconds": 1.0,
+    }
+    lines = rendered(result)
+    assert too_wide(lines) == []
+    text = "\n".join(lines)
+    for label in ("1p x 8t", "8p x 1t", "4p x 4t", "pgbench", "÷pgb"):
+        assert label in text
+    assert "not measured" not in text, "the full plan measures every target"
+
+
+def test_writer_targets_per_backend() -> None:
+    on_pg = {t["target"]: t for t in full_section(pgbench=True)["targets"]}
+    assert set(on_pg) == {
+        "1 process >= 0.8x pgbench -N -c1",
+        "1 process x 4 threads >= 2.5x one thread",
+        "4 processes >= 1.0x one process",
+        "4 processes x 4 threads >= 1.0x pgbench -N -c4",
+    }
+    # made-up figures: writes/s grow with threads, not with processes
+    assert on_pg["1 process x 4 threads >= 2.5x one thread"]["measured"] == pytest.approx(4.0)
+    assert on_pg["4 processes >= 1.0x one process"]["ok"] is True
+    assert on_pg["4 processes x 4 threads >= 1.0x pgbench -N -c4"]["measured"] == pytest.approx(
+        123_456.0 * 4 / 6000.0
+    )
+    (on_sqlite,) = full_section(pgbench=False)["targets"]
+    assert on_sqlite["target"] == "4 threads >= 1.5x one thread"
+    assert on_sqlite["ok"] is True
+
+
+def test_missing_pgbench_is_a_note_not_a_failure(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(writers, "find_pgbench", lambda: None)
+    about = writers.run_pgbench(None, "unused", [1, 2], seconds=1, rounds=1)  # type: ignore[arg-type]
+    assert about["available"] is False
+    assert "pgbench not found" in about["note"]
+    section = full_section(pgbench=False)
+    section["pgbench"] = about
+    result = {
+        "scaling": {"postgresql": section},
+        "skipped": {},
+        "peers": {},
+        "notes": [],
+        "machine": {"platform": "Linux", "cpu_count": 2, "python": "CPython", "sqlite": "3"},
+        "seconds": 1.0,
+    }
+    assert "pgbench not found" in "\n".join(rendered(result))

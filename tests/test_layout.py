@@ -47,9 +47,7 @@ def _private(module: str) -> bool:
 # what each tests): the list only shrinks.
 PENDING: Final = {
     "_ui_support.py",
-    "test_bench.py",
     "test_exchange.py",
-    "test_files.py",
     "test_redis_differential.py",
     "test_ui.py",
 }

@@ -223,6 +223,25 @@ def test_in_a_transaction_body_it_raises_instead_of_waiting(
     assert scope.get("k") is None  # rewritten by the body's commit: expired there
 
 
+def test_in_a_body_it_raises_for_what_the_sweeper_sent_there_too(
+    open_state: Opener, clock: ManualClock
+) -> None:
+    """The sweeper's own request for a held scope waits for the body: run_upkeep must
+    not wait for it (up to the timeout) either."""
+    state = open_state(clock=clock, sweep_interval=0.01, timeout=60)
+    scope = state.scope("s")
+    scope.set("k", 1, ttl=1)
+    with scope.transaction() as tx:
+        tx.set("other", 1)
+        clock.advance(1)
+        time.sleep(0.2)  # rounds of the sweeper: k's expiry is sent, deferred behind us
+        started = time.monotonic()
+        with pytest.raises(reactor.ReentrancyError):
+            run_upkeep(state)
+        assert time.monotonic() - started < 5
+    wait_for(lambda: scope.history("k")[-1].type == "expired")
+
+
 def test_in_a_transaction_body_with_nothing_due_there_it_runs(
     open_state: Opener, clock: ManualClock
 ) -> None:
@@ -280,6 +299,11 @@ def test_a_read_only_or_closed_handle_or_another_object_is_refused(
         run_upkeep(reader)
     with pytest.raises(TypeError, match=r"reactor\.State"):
         run_upkeep(object())  # type: ignore[arg-type]
+
+
+async def test_the_async_twin_takes_an_async_handle_only(quiet: reactor.State) -> None:
+    with pytest.raises(TypeError, match=r"reactor\.aio\.AsyncState"):
+        await run_upkeep_async(quiet)  # type: ignore[arg-type]
 
 
 # -- asyncio -----------------------------------------------------------------------

@@ -140,8 +140,9 @@ class Sweeper:
         never answer it.
 
         Raises:
-            ReentrancyError: a key or timer of a scope in ``held`` is due (nothing of
-                that round was sent).
+            ReentrancyError: a key or timer of a scope in ``held`` is due, or the
+                thread's last round sent it work not yet done (nothing of that round
+                was sent).
             ClosedError: the engine is closed.
             OperationTimeout: a scope's actor did not answer within the engine's timeout
                 (held by a transaction, say).
@@ -150,6 +151,9 @@ class Sweeper:
         with self._round:
             with self._lock:
                 in_flight = [*self._sweeping.items(), *self._firing.items()]
+            _check_not_held(
+                [scope for scope, future in in_flight if not future.done()], held, "work"
+            )
             for scope, future in in_flight:
                 with contextlib.suppress(Exception):  # the thread's own: it logs them
                     self._answer(scope, future)
@@ -402,11 +406,11 @@ class Sweeper:
             self._again.set()  # no need to wait for the next round
 
 
-def _check_not_held(by_scope: Collection[str], held: Collection[str], what: str) -> None:
+def _check_not_held(scopes: Collection[str], held: Collection[str], what: str) -> None:
     """Raises:
-    ReentrancyError: a scope of ``by_scope`` is in ``held``.
+    ReentrancyError: a scope of ``scopes`` is in ``held``.
     """
-    clash = sorted(set(by_scope).intersection(held))
+    clash = sorted(set(scopes).intersection(held))
     if clash:
         raise ReentrancyError(
             f"{what} of scope {clash[0]!r} is due, and this thread's (or task's) own "
