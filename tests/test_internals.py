@@ -113,6 +113,13 @@ def test_literal_types_are_the_values_checked_at_run_time() -> None:
     assert get_args(reactor.Durability) == DURABILITIES == ("normal", "full", "memory")
 
 
+def glob_matches(pattern: str, key: str) -> bool:
+    """Whether the glob matcher matches ``key`` to ``pattern``, as ``keys()``, ``clear()``
+    and subscriptions decide (after a prefix narrowed the rows): the matcher alone, for
+    ``tests/test_redis_differential.py`` to hold it, as well as ``keys()``, to Redis."""
+    return compile_pattern(pattern).matches(key)
+
+
 # -- the glob matcher and its SQL bounds (tests/test_keys.py) --------------------------
 @pytest.mark.parametrize(("pattern", "yes", "no"), ALL_MATCHES)
 def test_glob_patterns_match_as_redis_keys_does_on_characters(

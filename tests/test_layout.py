@@ -48,7 +48,6 @@ def _private(module: str) -> bool:
 PENDING: Final = {
     "_ui_support.py",
     "test_exchange.py",
-    "test_redis_differential.py",
     "test_ui.py",
 }
 
