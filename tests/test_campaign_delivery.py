@@ -38,7 +38,7 @@ CONSUMER = """
     import json, random, sys, threading, time
     from pathlib import Path
     import reactor
-    from tests.conftest import engine_of
+    from reactor._handles.binding import engine_of
     from reactor.errors import StorageError
 
     db, out, seed, patience = sys.argv[1], Path(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
@@ -95,7 +95,7 @@ CONSUMER = """
 WRITER = """
     import random, sys, time
     import reactor
-    from tests.conftest import engine_of
+    from reactor._handles.binding import engine_of
 
     db, role, seconds = sys.argv[1], sys.argv[2], float(sys.argv[3])
     rng = random.Random(role)

@@ -533,7 +533,7 @@ def test_a_keys_history_says_where_the_log_was_compacted(client: Client, db_path
     write_elsewhere(
         db_path,
         """
-        from tests.conftest import engine_of
+        from reactor.testing import run_upkeep
 
         for n in range(6):
             state.scope("s").set("k", n)
@@ -1154,7 +1154,7 @@ def test_the_feed_from_a_revision_the_log_no_longer_holds(db_path: Any) -> None:
     write_elsewhere(
         db_path,
         """
-        from tests.conftest import engine_of
+        from reactor.testing import run_upkeep
 
         for n in range(6):
             state.scope('s').set('k', n)
