@@ -1,5 +1,7 @@
 """Fixtures shared by the suite: a real database for each test, a manual clock,
-clean-up, and the one door to an engine's insides (``engine_of``).
+clean-up, and the one door to reactor's insides for the tests that need them: an
+engine's (``engine_of``, to inject faults into its store or mailboxes, and what its hub
+holds), the registry's, and the dashboard's server in a thread (``dashboard_thread``).
 
 The suite runs on SQLite files by default; ``--backend=postgresql`` runs it again on
 the PostgreSQL server named by ``REACTOR_TEST_POSTGRES_URL``, each test in a schema of
@@ -199,6 +201,42 @@ def engines_registered() -> list[str]:
     """The keys of the engines the registry holds (running, opening or closing): empty
     once every handle is closed."""
     return sorted({*_registry._engines, *_registry._opening, *_registry._closing})
+
+
+@contextlib.contextmanager
+def dashboard_thread(
+    db: Any, *, write: bool = False, hosts: list[str] | None = None, ping: float = 0.2
+) -> Iterator[str]:
+    """The dashboard of ``db`` under uvicorn in a thread, on a free port: its URL.
+
+    Stopped (and the thread joined) afterwards; a stop that hangs fails the test. (The
+    dashboard's server is reactor's, private: this is the tests' door to it.)
+    """
+    import uvicorn  # the dashboard's: imported by the tests that start one only
+
+    from reactor._ui import server
+
+    listener = server.listen("127.0.0.1", 0)
+    config = server.config(
+        listener, db, write=write, hosts=hosts or server.allowed_hosts("127.0.0.1"), ping=ping
+    )
+    running = uvicorn.Server(config)
+    thread = threading.Thread(
+        target=running.run, kwargs={"sockets": [listener]}, name="test-dashboard"
+    )
+    thread.start()
+    try:
+        deadline = time.monotonic() + 15
+        while not running.started:
+            if not thread.is_alive() or time.monotonic() > deadline:
+                pytest.fail("the dashboard did not start")
+            time.sleep(0.01)
+        yield server.url_of(listener)
+    finally:
+        running.should_exit = True
+        thread.join(server.GRACE + 10)
+        listener.close()
+        assert not thread.is_alive(), "the dashboard did not stop"
 
 
 def canon(value: Any) -> str:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import json
+import socket
 import sqlite3
 import subprocess
 import sys
@@ -17,6 +18,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, get_args
 
+import jsonpatch
 import pytest
 from hypothesis import given, settings
 from rich.console import Console
@@ -34,6 +36,10 @@ from reactor._storage import sql_text as _sql
 from reactor._storage import sqlite as _sqlite
 from reactor._storage.sql_text import TIMERS_DUE
 from reactor._storage.sqlite import use_wal
+from reactor._ui import server
+from reactor._ui.app import JOB_TEXT_MAX, QUEUES_MAX, TIMER_TEXT_MAX, TIMERS_MAX
+from reactor._ui.changes import MAX_DIFF_CHARS, MAX_DIFF_OPS, diff
+from reactor._ui.guard import allowed_hosts, host_refusal, is_loopback
 from reactor._work import jobs as _jobs
 from reactor._work import timers as _timers
 from reactor._work import writes as _writes
@@ -977,3 +983,94 @@ def test_missing_pgbench_is_a_note_not_a_failure(monkeypatch: pytest.MonkeyPatch
         "seconds": 1.0,
     }
     assert "pgbench not found" in "\n".join(rendered(result))
+
+
+# -- the dashboard: its host guard and its diffs (tests/test_ui.py) --------------------
+def test_the_host_names_the_guard_allows() -> None:
+    assert is_loopback("127.0.0.1")
+    assert is_loopback("127.8.0.1")
+    assert is_loopback("::1")
+    assert is_loopback("[::1]")
+    assert is_loopback("localhost")
+    assert not is_loopback("0.0.0.0")  # noqa: S104
+    assert not is_loopback("192.168.1.5")
+    assert not is_loopback("example.com")
+    assert allowed_hosts("127.0.0.1") == ["127.0.0.1", "localhost", "::1", "[::1]"]
+    assert "192.168.1.5" in allowed_hosts("192.168.1.5")
+    assert socket.gethostname() in allowed_hosts("0.0.0.0")  # noqa: S104
+    assert "dash.internal" in allowed_hosts("0.0.0.0", ["dash.internal"])  # noqa: S104
+    # What test_ui.py's test_the_host_names_allowed gives its dashboard:
+    assert allowed_hosts("127.0.0.1", ["dash.internal"]) == [
+        "127.0.0.1",
+        "localhost",
+        "::1",
+        "[::1]",
+        "dash.internal",
+    ]
+    assert host_refusal("") == "Invalid host header: the request names no host"
+
+
+def test_the_dashboard_s_limits_are_the_documented_ones() -> None:
+    """tests/test_ui.py checks the dashboard against the limits its guide gives."""
+    from tests import test_ui
+
+    assert (TIMERS_MAX, QUEUES_MAX) == (test_ui.TIMERS_MAX, test_ui.QUEUES_MAX)
+    assert (TIMER_TEXT_MAX, JOB_TEXT_MAX) == (test_ui.TIMER_TEXT_MAX, test_ui.JOB_TEXT_MAX)
+    assert MAX_DIFF_CHARS == test_ui.MAX_DIFF_CHARS
+    assert server.GRACE == test_ui.GRACE
+
+
+def test_the_diff_of_an_update_is_a_json_patch_with_values_as_text() -> None:
+    assert diff({"n": 1}, {"n": 2}) == {
+        "ops": [{"op": "replace", "path": "/n", "old": "1", "value": "2"}],
+        "more": 0,
+    }
+    # JSON's types, not Python's ==: 1, 1.0 and true differ.
+    assert diff({"n": 1}, {"n": 1.0})["ops"] == [
+        {"op": "replace", "path": "/n", "old": "1", "value": "1.0"}
+    ]
+    assert diff([1], [True])["ops"] == [
+        {"op": "replace", "path": "/0", "old": "1", "value": "true"}
+    ]
+    assert diff(1, "x")["ops"] == [{"op": "replace", "path": "", "old": "1", "value": '"x"'}]
+    assert diff({"a": 1, "b": 2}, {"b": 2, "a": 1}) == {"ops": [], "more": 0}  # keys reordered
+    assert diff({"é": "ü"}, {"é": "ö"})["ops"][0]["value"] == '"ö"'
+    # Each op's old value is read where it applies, after the ops before it.
+    patch = diff({"a": [1, 2, 3, 4]}, {"a": [4]})["ops"]
+    document = [1, 2, 3, 4]
+    for op in patch:
+        index = int(op["path"].rpartition("/")[2])
+        assert json.loads(op["old"]) == document[index]
+        if op["op"] == "remove":
+            del document[index]
+        else:
+            document[index] = json.loads(op["value"])
+    assert document == [4]
+    many = diff({f"k{n}": n for n in range(80)}, {f"k{n}": n + 1 for n in range(80)})
+    assert (len(many["ops"]), many["more"]) == (MAX_DIFF_OPS, 80 - MAX_DIFF_OPS)
+    # Neither value is changed; a value nested as deep as reactor allows still diffs.
+    old, new = {"a": [1, {"b": 2}]}, {"a": [{"b": 3}, 1], "c": {"d": [4]}}
+    diff(old, new)
+    assert (old, new) == ({"a": [1, {"b": 2}]}, {"a": [{"b": 3}, 1], "c": {"d": [4]}})
+    deep_old: Any = 1
+    deep_new: Any = 2
+    for _ in range(249):
+        deep_old, deep_new = {"a": deep_old}, {"a": deep_new}
+    (op,) = diff(deep_old, deep_new)["ops"]
+    assert (op["old"], op["value"]) == ("1", "2")
+
+
+def test_a_patch_that_does_not_give_the_new_value_is_not_shown(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """What the page shows must be what happened: a patch from jsonpatch that does not
+    lead to the new value (not expected) gives way to a replace of the whole value."""
+    wrong = jsonpatch.JsonPatch([{"op": "add", "path": "/x", "value": 1}])
+    monkeypatch.setattr(jsonpatch, "make_patch", lambda *_: wrong)
+    assert diff({"n": 1}, {"n": 2}) == {
+        "ops": [{"op": "replace", "path": "", "old": '{"n":1}', "value": '{"n":2}'}],
+        "more": 0,
+    }
+    broken = jsonpatch.JsonPatch([{"op": "remove", "path": "/nothing"}])
+    monkeypatch.setattr(jsonpatch, "make_patch", lambda *_: broken)
+    assert diff([1], [2])["ops"] == [{"op": "replace", "path": "", "old": "[1]", "value": "[2]"}]

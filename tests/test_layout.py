@@ -46,9 +46,7 @@ def _private(module: str) -> bool:
 # Not yet moved onto the public API or into the files above (tests/README.md says
 # what each tests): the list only shrinks.
 PENDING: Final = {
-    "_ui_support.py",
     "test_exchange.py",
-    "test_ui.py",
 }
 
 
