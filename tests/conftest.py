@@ -321,6 +321,14 @@ def target(request: pytest.FixtureRequest, db_path: Any) -> Any:
 
 
 @pytest.fixture
+def out_dir(tmp_path: Path) -> Path:
+    """A directory for export targets, apart from the database file."""
+    path = tmp_path / "out"
+    path.mkdir()
+    return path
+
+
+@pytest.fixture
 def open_state(db_path: Path) -> Iterator[Callable[..., reactor.State]]:
     """Open handles (on the test's database file by default); all closed afterwards."""
     handles: list[reactor.State] = []

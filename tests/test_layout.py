@@ -43,17 +43,9 @@ def _private(module: str) -> bool:
     return parts[0] == "reactor" and any(part.startswith("_") for part in parts[1:])
 
 
-# Not yet moved onto the public API or into the files above (tests/README.md says
-# what each tests): the list only shrinks.
-PENDING: Final = {
-    "test_exchange.py",
-}
-
-
 def test_only_the_files_listed_import_private_modules() -> None:
     importing = {path.name for path in TESTS.glob("*.py") if private_imports(path)}
-    assert sorted(importing - ON_PURPOSE - PENDING) == []
-    assert sorted(PENDING - importing) == []  # one moved: strike it off
+    assert sorted(importing - ON_PURPOSE) == []
 
 
 def test_the_check_sees_every_kind_of_private_import(tmp_path: Path) -> None:
@@ -79,4 +71,4 @@ def test_the_check_sees_every_kind_of_private_import(tmp_path: Path) -> None:
 def test_the_readme_lists_the_files_that_import_private_modules() -> None:
     readme = (TESTS / "README.md").read_text()
     listed = set(re.findall(r"^- `([\w.]+\.py)`", readme, flags=re.MULTILINE))
-    assert listed == ON_PURPOSE | PENDING
+    assert listed == ON_PURPOSE
