@@ -22,25 +22,10 @@ import threading
 from pathlib import Path
 
 import reactor
+from reactor.testing import ManualClock
 
 LIMIT = 5  # requests per window
 WINDOW = 1.0  # seconds
-
-
-class FakeClock:
-    """A clock that moves only when told to (thread-safe: the sweeper reads it too)."""
-
-    def __init__(self, start: float = 1_700_000_000.0) -> None:
-        self._now = start
-        self._lock = threading.Lock()
-
-    def time(self) -> float:
-        with self._lock:
-            return self._now
-
-    def advance(self, seconds: float) -> None:
-        with self._lock:
-            self._now += seconds
 
 
 def allow(rate: reactor.Scope, clock: reactor.Clock, client: str) -> bool:
@@ -63,7 +48,7 @@ def burst(rate: reactor.Scope, clock: reactor.Clock, client: str, requests: int)
 
 
 def run(path: Path) -> None:
-    clock = FakeClock()
+    clock = ManualClock()
     with reactor.open(path, clock=clock) as state:
         rate = state.scope("rate")
         rate.clear()  # start afresh when the same file is used twice

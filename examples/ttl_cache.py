@@ -1,37 +1,22 @@
-"""A cache with a time to live, tested with a fake clock: no sleeping.
+"""A cache with a time to live, tested with a manual clock: no sleeping.
 
     python examples/ttl_cache.py
 
 ``reactor.open(..., clock=...)`` takes any object with ``time()`` returning epoch
-seconds. Deadlines, reads and the expiry sweeper all use it, so moving the fake clock
-forward expires keys at once.
+seconds; ``reactor.testing.ManualClock`` is one that moves only when told to.
+Deadlines, reads and the expiry sweeper all use it, so moving the clock forward expires
+keys at once.
 """
 
 from __future__ import annotations
 
 import tempfile
-import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import reactor
-
-
-class FakeClock:
-    """A clock that moves only when told to (thread-safe: the sweeper reads it too)."""
-
-    def __init__(self, start: float = 1_700_000_000.0) -> None:
-        self._now = start
-        self._lock = threading.Lock()
-
-    def time(self) -> float:
-        with self._lock:
-            return self._now
-
-    def advance(self, seconds: float) -> None:
-        with self._lock:
-            self._now += seconds
+from reactor.testing import ManualClock
 
 
 def get_cached(
@@ -51,7 +36,7 @@ def get_cached(
 
 
 def main() -> None:
-    clock = FakeClock()
+    clock = ManualClock()
     fetches = 0
 
     def fetch_rates() -> dict[str, Any]:

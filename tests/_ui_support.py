@@ -10,7 +10,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -19,45 +18,12 @@ from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 from httpx_sse import ServerSentEvent, connect_sse
 
-from reactor._ui import server
 from tests.conftest import CLI_ENV
 
 HEADERS = {"Content-Type": "application/json", "X-Reactor-UI": "1"}
 TIMEOUT = httpx.Timeout(10.0)  # no read waits longer: the feed pings every 0.2 s here
-
-
-@contextmanager
-def dashboard_thread(
-    db: Any, *, write: bool = False, hosts: list[str] | None = None, ping: float = 0.2
-) -> Iterator[str]:
-    """The dashboard of ``db`` under uvicorn in a thread, on a free port: its URL.
-
-    Stopped (and the thread joined) afterwards; a stop that hangs fails the test.
-    """
-    listener = server.listen("127.0.0.1", 0)
-    config = server.config(
-        listener, db, write=write, hosts=hosts or server.allowed_hosts("127.0.0.1"), ping=ping
-    )
-    running = uvicorn.Server(config)
-    thread = threading.Thread(
-        target=running.run, kwargs={"sockets": [listener]}, name="test-dashboard"
-    )
-    thread.start()
-    try:
-        deadline = time.monotonic() + 15
-        while not running.started:
-            if not thread.is_alive() or time.monotonic() > deadline:
-                pytest.fail("the dashboard did not start")
-            time.sleep(0.01)
-        yield server.url_of(listener)
-    finally:
-        running.should_exit = True
-        thread.join(server.GRACE + 10)
-        listener.close()
-        assert not thread.is_alive(), "the dashboard did not stop"
 
 
 def start_cli(db: Any, *args: str, cwd: Path) -> tuple[subprocess.Popen[bytes], str, str]:

@@ -1,5 +1,7 @@
-"""Fixtures shared by the suite: a real database for each test, an injectable clock,
-clean-up.
+"""Fixtures shared by the suite: a real database for each test, a manual clock,
+clean-up, and the one door to reactor's insides for the tests that need them: an
+engine's (``engine_of``, to inject faults into its store or mailboxes, and what its hub
+holds), the registry's, and the dashboard's server in a thread (``dashboard_thread``).
 
 The suite runs on SQLite files by default; ``--backend=postgresql`` runs it again on
 the PostgreSQL server named by ``REACTOR_TEST_POSTGRES_URL``, each test in a schema of
@@ -27,7 +29,12 @@ import pytest
 import sqlalchemy as sa
 
 import reactor
+from reactor._engine.port import EnginePort
 from reactor._handles import registry as _registry
+from reactor._handles import takers as _takers
+from reactor._handles import waiting as _waiting
+from reactor._handles.binding import engine_of as _engine_of
+from reactor.testing import ManualClock
 
 POSTGRES_ENV = "REACTOR_TEST_POSTGRES_URL"
 
@@ -170,20 +177,66 @@ def raw_query(db: Any, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any
     return rows
 
 
-class FakeClock:
-    """A clock that moves only when told to."""
+def engine_of(state: reactor.State) -> EnginePort:
+    """The engine behind ``state``: the tests' one door to its insides (its store,
+    mailboxes and hub), for those that inject faults there or look at what only the
+    engine knows (a request deferred for a transaction, the hub's listeners). Every
+    other test uses the public API and ``reactor.testing`` (see ``tests/README.md``).
+    """
+    return _engine_of(state)
 
-    def __init__(self, start: float = 1_700_000_000.0) -> None:
-        self.now = start
-        self._lock = threading.Lock()
 
-    def time(self) -> float:
-        with self._lock:
-            return self.now
+def waiters(engine: EnginePort) -> list[Any]:
+    """The ``wait_for`` calls waiting on ``engine``'s changes (listeners of its hub)."""
+    return [found for found in engine.hub.listeners() if isinstance(found, _waiting.Waiter)]
 
-    def advance(self, seconds: float) -> None:
-        with self._lock:
-            self.now += seconds
+
+def take_lines(engine: EnginePort) -> list[Any]:
+    """The queues' lines of waiting takes that listen on ``engine``'s hub (each has
+    its ``scope``, ``queue:NAME``, and its ``len``, the takes waiting)."""
+    return [found for found in engine.hub.listeners() if isinstance(found, _takers.Line)]
+
+
+def engines_registered() -> list[str]:
+    """The keys of the engines the registry holds (running, opening or closing): empty
+    once every handle is closed."""
+    return sorted({*_registry._engines, *_registry._opening, *_registry._closing})
+
+
+@contextlib.contextmanager
+def dashboard_thread(
+    db: Any, *, write: bool = False, hosts: list[str] | None = None, ping: float = 0.2
+) -> Iterator[str]:
+    """The dashboard of ``db`` under uvicorn in a thread, on a free port: its URL.
+
+    Stopped (and the thread joined) afterwards; a stop that hangs fails the test. (The
+    dashboard's server is reactor's, private: this is the tests' door to it.)
+    """
+    import uvicorn  # the dashboard's: imported by the tests that start one only
+
+    from reactor._ui import server
+
+    listener = server.listen("127.0.0.1", 0)
+    config = server.config(
+        listener, db, write=write, hosts=hosts or server.allowed_hosts("127.0.0.1"), ping=ping
+    )
+    running = uvicorn.Server(config)
+    thread = threading.Thread(
+        target=running.run, kwargs={"sockets": [listener]}, name="test-dashboard"
+    )
+    thread.start()
+    try:
+        deadline = time.monotonic() + 15
+        while not running.started:
+            if not thread.is_alive() or time.monotonic() > deadline:
+                pytest.fail("the dashboard did not start")
+            time.sleep(0.01)
+        yield server.url_of(listener)
+    finally:
+        running.should_exit = True
+        thread.join(server.GRACE + 10)
+        listener.close()
+        assert not thread.is_alive(), "the dashboard did not stop"
 
 
 def canon(value: Any) -> str:
@@ -228,8 +281,8 @@ def wait_for(predicate: Callable[[], Any], timeout: float = 5.0, interval: float
 
 
 @pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
+def clock() -> ManualClock:
+    return ManualClock()
 
 
 def _new_database(request: pytest.FixtureRequest, tmp_path: Path, name: str) -> Iterator[Any]:
@@ -260,6 +313,21 @@ def fresh_db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
     yield from _new_database(request, tmp_path, "fresh.db")
 
 
+@pytest.fixture(params=["database", "named memory"])
+def target(request: pytest.FixtureRequest, db_path: Any) -> Any:
+    """The test's database, or an in-memory database shared in this process by name
+    (each test runs once with either)."""
+    return db_path if request.param == "database" else f":memory:race-{uuid.uuid4().hex}"
+
+
+@pytest.fixture
+def out_dir(tmp_path: Path) -> Path:
+    """A directory for export targets, apart from the database file."""
+    path = tmp_path / "out"
+    path.mkdir()
+    return path
+
+
 @pytest.fixture
 def open_state(db_path: Path) -> Iterator[Callable[..., reactor.State]]:
     """Open handles (on the test's database file by default); all closed afterwards."""
@@ -276,15 +344,22 @@ def open_state(db_path: Path) -> Iterator[Callable[..., reactor.State]]:
 
 
 @pytest.fixture
-def state(open_state: Callable[..., reactor.State], clock: FakeClock) -> reactor.State:
-    """A handle on a fresh database file, with the fake clock."""
+def state(open_state: Callable[..., reactor.State], clock: ManualClock) -> reactor.State:
+    """A handle on a fresh database file, with the manual clock."""
     return open_state(clock=clock)
+
+
+def close_every_engine() -> list[str]:
+    """Close every engine still running in this process (handles or not); the keys of
+    those there were."""
+    leftovers = list(_registry._live_engines)
+    for engine in leftovers:
+        engine.close()
+    return [engine.key for engine in leftovers]
 
 
 @pytest.fixture(autouse=True)
 def _no_engine_left_behind() -> Iterator[None]:
     yield
-    leftovers = list(_registry._live_engines)
-    for engine in leftovers:
-        engine.close()
-    assert not leftovers, f"a test left engines open: {[e.key for e in leftovers]}"
+    leftovers = close_every_engine()
+    assert not leftovers, f"a test left engines open: {leftovers}"

@@ -6,15 +6,13 @@ import asyncio
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 import reactor
 import reactor.aio
-from reactor._handles.binding import engine_of
-from tests.conftest import held_elsewhere
+from tests.conftest import engine_of, held_elsewhere
 
 
 async def test_verbs_as_coroutines(db_path: Path) -> None:
@@ -546,31 +544,3 @@ async def test_closing_a_watch_ends_an_idle_iteration_at_once(db_path: Path) -> 
         await asyncio.wait_for(task, 1)
         assert time.monotonic() - started < 0.2
         assert seen == []
-
-
-async def test_a_replay_that_fails_gives_what_it_read_then_the_error_and_ends(
-    db_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Read a page at a time in a worker, a replay overtaken by compaction (say) still
-    yields the events read before the error, then raises it, and the watch ends."""
-    from reactor._handles import subscriptions as _subscriptions
-
-    async with reactor.aio.open(db_path) as state:
-        await state.scope("s").set_many({"a": 1, "b": 2, "c": 3})
-        replay = _subscriptions._Feed.replay
-
-        def failing(self: _subscriptions._Feed) -> Iterator[reactor.ChangeEvent]:
-            for i, event in enumerate(replay(self)):
-                if i == 2:
-                    raise reactor.RevisionCompactedError("compacted meanwhile")
-                yield event
-
-        monkeypatch.setattr(_subscriptions._Feed, "replay", failing)
-        watch = state.watch(since=0, scope="s")
-        keys: list[str] = []
-        with pytest.raises(reactor.RevisionCompactedError):
-            async for event in watch:
-                keys.append(event.key)  # noqa: PERF401 - the loop is what is tested
-        assert len(keys) == 2
-        with pytest.raises(StopAsyncIteration):
-            await watch.__anext__()

@@ -25,9 +25,7 @@ import pytest
 
 import reactor
 import reactor.aio
-from reactor._handles import binding
-from reactor._handles import locks as _locks
-from reactor._handles import registry as _registry
+from tests.conftest import close_every_engine, engine_of
 
 MAX_LAG = 0.5  # seconds: generous, for a shared 2-core machine
 EXTRA_THREADS = 16  # threads reactor.aio may add, whatever the number of waiting tasks
@@ -91,8 +89,7 @@ async def opened(db_path: Any, **options: Any) -> AsyncIterator[reactor.aio.Asyn
         try:
             await asyncio.wait_for(state.close(), 10)
         except TimeoutError:
-            for engine in list(_registry._live_engines):
-                engine.close()
+            close_every_engine()
             raise
 
 
@@ -106,7 +103,7 @@ async def until(predicate: Callable[[], bool], timeout: float = 10.0) -> None:
 
 
 async def engine_behind(state: reactor.aio.AsyncState) -> Any:
-    return binding.engine_of(await state._sync())
+    return engine_of(await state._sync())
 
 
 # -- idle watchers -------------------------------------------------------------------
@@ -308,14 +305,14 @@ async def test_100_lock_waiters_each_get_the_lock_once_holding_no_thread(
     db_path: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     tries = 0
-    real_try = _locks.Lock._try
+    real_try = reactor.Lock._try
 
-    def counted(self: _locks.Lock) -> int | None:
+    def counted(self: reactor.Lock) -> int | None:
         nonlocal tries
         tries += 1
         return real_try(self)
 
-    monkeypatch.setattr(_locks.Lock, "_try", counted)
+    monkeypatch.setattr(reactor.Lock, "_try", counted)
     async with opened(db_path) as state, LoopLag() as lag:
         baseline = threading.active_count()
         blocker = state.lock("one", ttl=30)

@@ -11,7 +11,7 @@ import textwrap
 import types
 import typing
 from pathlib import Path
-from typing import Any, get_args
+from typing import Any
 
 import pytest
 
@@ -21,7 +21,7 @@ from reactor import errors
 
 def test_all_lists_exactly_the_public_names() -> None:
     public = {name for name in vars(reactor) if not name.startswith("_")}
-    modules = {"cli"}  # public submodules that are imported on demand only
+    modules = {"cli", "testing"}  # public submodules that are imported on demand only
     assert set(reactor.__all__) - {"__version__"} == public - modules
 
 
@@ -60,14 +60,6 @@ def test_aio_open_takes_the_options_of_open() -> None:
     sync = inspect.signature(reactor.open, eval_str=True).parameters
     asynchronous = inspect.signature(reactor.aio.open, eval_str=True).parameters
     assert list(asynchronous.values()) == list(sync.values())
-
-
-def test_literal_types_are_the_values_checked_at_run_time() -> None:
-    from reactor._engine.events import EVENT_TYPES
-    from reactor._engine.options import DURABILITIES
-
-    assert set(get_args(reactor.EventType)) == EVENT_TYPES
-    assert get_args(reactor.Durability) == DURABILITIES == ("normal", "full", "memory")
 
 
 def test_public_classes_say_where_users_find_them() -> None:

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import subprocess
@@ -12,10 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from rich.console import Console
-
-from reactor._bench import writers
-from reactor._bench.report import render
 
 VERBS = ("set", "get", "update", "increment", "delete")
 REQUIRED = ("reactor", "dict+lock", "sqlite3", "diskcache")
@@ -37,13 +32,6 @@ def bench(*args: str, cwd: Path, timeout: float = 180) -> subprocess.CompletedPr
     )
 
 
-def rendered(result: dict[str, Any]) -> list[str]:
-    """The result's tables as an 80-column terminal shows them."""
-    console = Console(width=80, record=True, force_terminal=True, file=io.StringIO())
-    render(result, console)
-    return console.export_text().splitlines()
-
-
 def too_wide(lines: list[str]) -> list[str]:
     return [line for line in lines if len(line) > 80]
 
@@ -63,37 +51,6 @@ def assert_scaling(result: dict[str, Any], backend: str) -> dict[str, Any]:
     assert section["settings"]["rounds"] == 1
     assert section["targets"], "each backend has its targets"
     return section
-
-
-@pytest.mark.timeout(200)
-def test_quick_bench_on_a_terminal_fits_80_columns(tmp_path: Path) -> None:
-    pytest.importorskip("diskcache")
-    done = bench(
-        "bench", "--quick", "--table", "--output", "out.json", "--db-dir", "dbs", cwd=tmp_path
-    )
-    assert done.returncode == 0, done.stderr
-    lines = done.stdout.splitlines()
-    assert "reactor on SQLite against its peers" in done.stdout
-    assert "how writes scale: reactor on SQLite" in done.stdout
-    assert too_wide(lines) == []
-    result = json.loads((tmp_path / "out.json").read_text())
-    figures = result["figures"]
-    for peer in REQUIRED:
-        assert peer in figures, (peer, result["skipped"], result["errors"])
-        for mode in ("1t", "4t"):
-            for verb in VERBS:
-                assert figures[peer][mode][verb]["ops_per_s"] > 0, (peer, mode, verb)
-    for verb in VERBS:
-        assert figures["reactor"]["1p"][verb]["ops_per_s"] > 0
-        assert figures["reactor"]["aio100"][verb]["ops_per_s"] > 0
-    assert figures["reactor"]["4t"]["increment"]["count_exact"] is True
-    assert result["events"]["in_process"]["delivered"] > 0
-    assert result["machine"]["sqlite"]
-    section = assert_scaling(result, "sqlite")
-    assert "pgbench" not in section, "pgbench runs beside PostgreSQL only"
-    assert too_wide(rendered(result)) == []
-    assert list((tmp_path / "dbs").iterdir()) == [], "bench leaves no file behind"
-    assert_workflow(result)
 
 
 def assert_workflow(result: dict[str, Any]) -> None:
@@ -156,81 +113,6 @@ def test_bench_options_that_do_not_go_together(tmp_path: Path) -> None:
     done = bench("bench", "--postgres-url", "postgresql://x@y/z", cwd=tmp_path, timeout=60)
     assert done.returncode == 2
     assert "--backend postgresql" in done.stderr
-
-
-def full_section(*, pgbench: bool) -> dict[str, Any]:
-    """A writers section as the full plan makes it, with made-up figures."""
-    plan = writers.plan_for(quick=False, rounds=3)
-    measured: dict[tuple[int, int, str], list[dict[str, Any]]] = {}
-    for processes, threads in plan.cells():
-        for layout in writers.LAYOUTS:
-            figure = {"ops_per_s": 123_456.0 * threads, "p50_us": 1234.5, "p99_us": 98_765.0}
-            measured[processes, threads, layout] = [figure, figure, figure]
-    section = writers.summarize(measured, plan.cells())
-    section["settings"] = {"rounds": 3, "seconds_per_cell": 2.0, "cells": plan.cells()}
-    if pgbench:
-        section["pgbench"] = {
-            "available": True,
-            "clients": {str(n): {"tps": 1500.0 * n, "latency_ms": 0.7} for n in plan.clients()},
-        }
-        writers.beside_pgbench(section)
-    section["targets"] = writers.writer_targets(section, "postgresql" if pgbench else "sqlite")
-    return section
-
-
-def test_full_writers_table_fits_80_columns() -> None:
-    section = full_section(pgbench=True)
-    result = {
-        "scaling": {"postgresql": section},
-        "skipped": {},
-        "peers": {},
-        "notes": [],
-        "machine": {"platform": "Linux", "cpu_count": 2, "python": "CPython", "sqlite": "3"},
-        "seconds": 1.0,
-    }
-    lines = rendered(result)
-    assert too_wide(lines) == []
-    text = "\n".join(lines)
-    for label in ("1p x 8t", "8p x 1t", "4p x 4t", "pgbench", "÷pgb"):
-        assert label in text
-    assert "not measured" not in text, "the full plan measures every target"
-
-
-def test_writer_targets_per_backend() -> None:
-    on_pg = {t["target"]: t for t in full_section(pgbench=True)["targets"]}
-    assert set(on_pg) == {
-        "1 process >= 0.8x pgbench -N -c1",
-        "1 process x 4 threads >= 2.5x one thread",
-        "4 processes >= 1.0x one process",
-        "4 processes x 4 threads >= 1.0x pgbench -N -c4",
-    }
-    # made-up figures: writes/s grow with threads, not with processes
-    assert on_pg["1 process x 4 threads >= 2.5x one thread"]["measured"] == pytest.approx(4.0)
-    assert on_pg["4 processes >= 1.0x one process"]["ok"] is True
-    assert on_pg["4 processes x 4 threads >= 1.0x pgbench -N -c4"]["measured"] == pytest.approx(
-        123_456.0 * 4 / 6000.0
-    )
-    (on_sqlite,) = full_section(pgbench=False)["targets"]
-    assert on_sqlite["target"] == "4 threads >= 1.5x one thread"
-    assert on_sqlite["ok"] is True
-
-
-def test_missing_pgbench_is_a_note_not_a_failure(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(writers, "find_pgbench", lambda: None)
-    about = writers.run_pgbench(None, "unused", [1, 2], seconds=1, rounds=1)  # type: ignore[arg-type]
-    assert about["available"] is False
-    assert "pgbench not found" in about["note"]
-    section = full_section(pgbench=False)
-    section["pgbench"] = about
-    result = {
-        "scaling": {"postgresql": section},
-        "skipped": {},
-        "peers": {},
-        "notes": [],
-        "machine": {"platform": "Linux", "cpu_count": 2, "python": "CPython", "sqlite": "3"},
-        "seconds": 1.0,
-    }
-    assert "pgbench not found" in "\n".join(rendered(result))
 
 
 @pytest.mark.timeout(300)

@@ -30,7 +30,7 @@ import pytest
 import sqlalchemy as sa
 
 import reactor
-from reactor._handles.binding import engine_of
+from tests.conftest import engine_of
 
 RETENTION = 10_000
 

@@ -44,10 +44,11 @@ import sqlalchemy as sa
 
 import reactor
 import reactor.aio
+from reactor.testing import ManualClock
 from tests import test_postgres as pg_suite
 from tests.test_faults import FaultyConnection, _Counter
 
-from .conftest import FakeClock, PostgresSchemas, wait_for
+from .conftest import PostgresSchemas, wait_for
 
 pytestmark = pytest.mark.postgresql_only
 
@@ -700,7 +701,7 @@ def _run_steps_with_faults(
 def _reference(schemas: PostgresSchemas, admin: Admin) -> list[list[tuple[Any, ...]]]:
     """The tables after the steps ran once with no fault, on the same clock."""
     url = schemas.create()
-    with reactor.open(url, clock=FakeClock()) as state:
+    with reactor.open(url, clock=ManualClock()) as state:
         held: dict[str, Any] = {}
         for _, step, _ in _queue_steps(state, held):
             step()
@@ -740,7 +741,7 @@ def test_a_fault_at_any_statement_of_a_queue_write_changes_nothing_until_it_succ
     and many more writes go through."""
     url = schemas.create()
     schema = _schema(url)
-    with reactor.open(url, clock=FakeClock()) as state:
+    with reactor.open(url, clock=ManualClock()) as state:
         store = _store(state)
 
         def arm(n: int | None) -> None:
@@ -793,7 +794,7 @@ def test_a_server_error_in_any_pending_queue_write_surfaces_and_changes_nothing(
     in step; each step then succeeds, ending as a run without faults."""
     url = schemas.create()
     schema = _schema(url)
-    with reactor.open(url, clock=FakeClock()) as state:
+    with reactor.open(url, clock=ManualClock()) as state:
         store = _store(state)
         arm = _install_server_faults(admin, schema)
         failures = _run_steps_with_faults(state, admin, schema, arm, server_refused=True)

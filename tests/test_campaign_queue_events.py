@@ -33,7 +33,8 @@ from typing import Any
 import pytest
 
 import reactor
-from tests.conftest import FakeClock, backend, raw_query
+from reactor.testing import ManualClock
+from tests.conftest import backend, raw_query
 from tests.conftest import wait_for as eventually
 from tests.test_campaign_queues import _finish, _python
 from tests.test_campaign_workflow import _in_other_process
@@ -573,7 +574,7 @@ class _Quiet:
 
 
 def test_an_operation_that_does_not_commit_publishes_nothing(
-    state: reactor.State, clock: FakeClock, db_path: Any
+    state: reactor.State, clock: ManualClock, db_path: Any
 ) -> None:
     live: list[list[Any]] = []
     durable: list[list[Any]] = []

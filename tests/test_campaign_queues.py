@@ -20,8 +20,6 @@ from typing import Any
 import pytest
 
 import reactor
-from reactor._storage import sql_text as _sql
-from reactor._work import jobs as _jobs
 from tests.conftest import backend, raw_query
 from tests.conftest import wait_for as eventually
 
@@ -193,7 +191,7 @@ def test_sweepers_of_several_processes_turn_each_lease_back_once(
 def _histories(state: reactor.State, name: str) -> dict[str, list[str]]:
     """The states each job of queue ``name`` went through, in order."""
     found: dict[str, list[str]] = {}
-    for event in state.changes(scope=_jobs.lock_name(name)):
+    for event in state.changes(scope=f"queue:{name}"):
         found.setdefault(event.key, []).append(event.new_value["state"])
     return found
 
@@ -202,39 +200,12 @@ def _turns(state: reactor.State, name: str) -> int:
     """How many leases of queue ``name`` have been turned back."""
     return sum(
         1
-        for event in state.changes(scope=_jobs.lock_name(name))
+        for event in state.changes(scope=f"queue:{name}")
         if event.type == "updated" and event.old_value["state"] == "taken"
     )
 
 
 # -- scale -----------------------------------------------------------------------------
-def _plans(config: pytest.Config, db: Any) -> list[str]:
-    """The plans of the statements a take, a wait, the sweeper and stats run, on a
-    queue called "big" (SQLite: EXPLAIN QUERY PLAN's details; PostgreSQL: EXPLAIN)."""
-    now = time.time()
-    statements = [
-        (_sql.FIRST_READY, ("big", now)),
-        (_sql.NEXT_TIMES, ("big", "big")),
-        (_sql.DUE_JOBS, ("big", "taken", now, 1000)),
-        (_sql.JOBS_IN_STATE, ("big", "dead", 1000)),
-        (_sql.QUEUES_DUE, (now,)),
-        (_sql.JOB, ("big", 5)),
-        (_sql.JOBS_BY_KEY.format("?"), ("big", "some key")),
-        (_sql.SET_JOB, ("taken", now, 1, "token", "big", 5)),
-    ]
-    plans = []
-    for sql, params in statements:
-        if backend(config) == "postgresql":
-            from reactor._storage.postgres_text import pg as _pg  # names as the indexes hold them
-
-            rows = raw_query(db, "EXPLAIN " + _pg(sql), params)
-            plans.append("\n".join(str(row[0]) for row in rows))
-        else:
-            rows = raw_query(db, "EXPLAIN QUERY PLAN " + sql, params)
-            plans.append("\n".join(str(row[-1]) for row in rows))
-    return plans
-
-
 def _median_take(queue: reactor.Queue) -> float:
     times = []
     for _ in range(15):
@@ -244,56 +215,3 @@ def _median_take(queue: reactor.Queue) -> float:
         assert job is not None
         job.nack()
     return sorted(times)[len(times) // 2]
-
-
-def test_a_queue_of_100000_jobs_takes_in_log_time(
-    open_state: Callable[..., reactor.State], db_path: Any, request: pytest.FixtureRequest
-) -> None:
-    state = open_state()
-    started = time.monotonic()
-    for batch in range(10):
-        with state.scope("load").transaction() as tx:
-            for n in range(10_000):
-                tx.enqueue("big", batch * 10_000 + n)
-    loaded = time.monotonic() - started
-    big, small = state.queue("big"), state.queue("small")
-    for n in range(10):
-        small.put(n)
-    assert big.stats() == {"ready": 100_000, "delayed": 0, "taken": 0, "dead": 0}
-    for plan in _plans(request.config, db_path):
-        indexes = ("reactor_jobs_ready", "reactor_jobs_key", "reactor_jobs_pkey", "reactor_jobs_id")
-        indexes += ("autoindex",)
-        assert any(index in plan for index in indexes), plan
-        assert "SCAN reactor_jobs" not in plan, plan  # SQLite: a full scan
-        assert "Seq Scan on reactor_jobs" not in plan, plan  # PostgreSQL: the same
-        assert "Sort" not in plan, plan  # PostgreSQL: no sort of the jobs found
-        assert "TEMP B-TREE" not in plan, plan  # SQLite: the same
-    _median_take(small)  # warm both up
-    _median_take(big)
-    on_big, on_small = _median_take(big), _median_take(small)
-    # Loose: as fast as on a queue of ten, give or take a loaded machine.
-    assert on_big < 5 * on_small + 0.05, (on_big, on_small)
-    first = big.take(timeout=0)
-    assert first is not None
-    assert first.item == 30  # 0-29 were taken and nacked: in line again, behind the rest
-    assert loaded < 120
-    print(f"100,000 jobs in {loaded:.1f} s; take {on_big * 1e3:.2f} vs {on_small * 1e3:.2f} ms")
-
-
-def test_stats_and_the_sweeper_look_stay_cheap_on_a_big_queue(
-    open_state: Callable[..., reactor.State],
-) -> None:
-    state = open_state()
-    with state.scope("load").transaction() as tx:
-        for n in range(20_000):
-            tx.enqueue("big", n, delay=n % 2 * 60)
-    queue = state.queue("big")
-    started = time.perf_counter()
-    assert queue.stats() == {"ready": 10_000, "delayed": 10_000, "taken": 0, "dead": 0}
-    assert time.perf_counter() - started < 5
-    from reactor._handles.binding import engine_of
-
-    engine = engine_of(state)
-    started = time.perf_counter()
-    assert _jobs.expire_leases(engine) == 0
-    assert time.perf_counter() - started < 1

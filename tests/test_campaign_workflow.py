@@ -33,9 +33,9 @@ from hypothesis import strategies as st
 import reactor
 import reactor.aio
 from reactor import ops
-from reactor._handles.binding import engine_of
+from reactor.testing import ManualClock, run_upkeep
+from tests.conftest import engine_of
 
-from .conftest import FakeClock
 from .conftest import wait_for as poll
 
 Opener = Callable[..., reactor.State]
@@ -340,7 +340,7 @@ def _expect(  # noqa: PLR0911
 
 
 def test_at_revision_after_a_deadline_whose_expiry_was_recorded_later(
-    state: reactor.State, clock: FakeClock
+    state: reactor.State, clock: ManualClock
 ) -> None:
     """SPEC §3: 'From its deadline on, every read treats a key as absent'; §13:
     get(key, at_revision=R) 'returns the value the key had at revision R (default if
@@ -358,28 +358,8 @@ def test_at_revision_after_a_deadline_whose_expiry_was_recorded_later(
     assert ttl_scope.get("k", "gone", at_revision=revision) == "gone"
 
 
-def test_at_revision_at_the_compaction_horizon_after_a_deadline(
-    open_state: Opener, clock: FakeClock
-) -> None:
-    """SPEC §3 and §13, as above: the oldest revision still readable is R = the
-    compaction horizon; a key past its deadline at R must read as absent."""
-    state = open_state(clock=clock, log_retention=2)
-    ttl_scope, other = state.scope("ttl"), state.scope("other")
-    ttl_scope.set("k", "v", ttl=10)
-    with ttl_scope.transaction():  # the sweeper cannot record k's expiry meanwhile
-        clock.advance(20)
-        for n in range(5):
-            other.set("x", n)
-        engine_of(state).sweeper.compact()
-        horizon = engine_of(state).store.compacted()
-        assert horizon > 1
-        assert _elsewhere(lambda: ttl_scope.get("k", "gone")) == "gone"
-        # Read from another thread while the key's expiry is still unrecorded.
-        assert _elsewhere(lambda: ttl_scope.get("k", "gone", at_revision=horizon)) == "gone"
-
-
 def test_versions_of_events_agree_with_entries_through_expiry(
-    state: reactor.State, clock: FakeClock
+    state: reactor.State, clock: ManualClock
 ) -> None:
     """SPEC §13: ChangeEvent gains version; versions.md: '0 when the key was deleted or
     expired', 'a deleted key starts again at 1', TTL-only changes record nothing."""
@@ -573,7 +553,7 @@ def test_clear_if_revision_never_removes_a_key_changed_after_the_snapshot(db_pat
 
 
 def test_history_and_at_revision_at_the_compaction_horizon(
-    open_state: Opener, clock: FakeClock
+    open_state: Opener, clock: ManualClock
 ) -> None:
     """SPEC §13: RevisionCompactedError 'if the log no longer covers R'; nothing
     retained is lost; a revision still covered reads as it was."""
@@ -581,8 +561,8 @@ def test_history_and_at_revision_at_the_compaction_horizon(
     scope = state.scope("h")
     for n in range(12):
         scope.set("k", n)
-    engine_of(state).sweeper.compact()
-    horizon = engine_of(state).store.compacted()
+    run_upkeep(state)
+    horizon = state.changes(limit=1)[0].revision - 1  # what the log no longer covers
     last = _last_revision(state)
     assert 0 < horizon < last
     retained = scope.history("k")
@@ -670,53 +650,6 @@ def test_wait_for_sees_a_transient_value_of_a_burst_from_another_process(db_path
         assert scope.get("k") == 199
 
 
-def test_a_write_then_close_racing_a_waiter_always_returns_the_value(
-    db_path: Any, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """waiting.md: 'Changes committed before the close are delivered first: a wait they
-    satisfy returns their value.' The waiter thread is made to lose the CPU right after
-    it found nothing new (``Waiter.match`` returning None), which any thread switch can
-    do; meanwhile a satisfying write commits and the engine closes."""
-    from reactor._handles import waiting as _waiting
-
-    original = _waiting.Waiter.match
-    slow = threading.Event()
-    looked = threading.Event()
-
-    def match(self: Any, predicate: Any) -> Any:
-        found = original(self, predicate)
-        if found is None and slow.is_set():
-            looked.set()
-            time.sleep(0.3)  # preempted here
-        return found
-
-    monkeypatch.setattr(_waiting.Waiter, "match", match)
-    state = reactor.open(db_path)
-    scope = state.scope("w")
-    scope.set("k", "wait")
-    outcome: list[Any] = []
-
-    def waiter() -> None:
-        try:
-            outcome.append(scope.wait_for("k", lambda v: v == "go", timeout=PATIENCE))
-        except Exception as exc:
-            outcome.append(exc)
-
-    thread = threading.Thread(target=waiter)
-    thread.start()
-    try:
-        poll(engine_of(state).hub.listeners)  # the waiter listens
-        slow.set()
-        scope.set("k", "not yet")  # wakes the waiter: it looks, finds nothing, is preempted
-        assert looked.wait(PATIENCE)
-        scope.set("k", "go")
-        state.close()
-        thread.join(PATIENCE)
-    finally:
-        state.close()
-    assert outcome == ["go"]
-
-
 def test_close_right_after_a_satisfying_write_returns_the_value_repeatedly(db_path: Any) -> None:
     """waiting.md: changes committed before the close are delivered first; the wait
     returns their value (no monkeypatching: real races, 15 rounds)."""
@@ -748,7 +681,7 @@ def test_closing_one_of_two_handles_does_not_end_a_wait_on_the_other(open_state:
 
 
 def test_wait_for_in_a_subscription_callback_and_woken_by_a_timer(
-    state: reactor.State, clock: FakeClock
+    state: reactor.State, clock: ManualClock
 ) -> None:
     """waiting.md: 'A subscription's callback runs on a thread of its own and may
     wait'; timers.md: a timer's write is an ordinary write (it wakes waiters)."""
@@ -870,7 +803,7 @@ async def test_async_waits_cancelled_in_a_storm_leave_nothing_behind(db_path: An
 
 
 def test_timers_of_a_free_scope_fire_while_another_scope_with_many_due_timers_is_held(
-    state: reactor.State, clock: FakeClock
+    state: reactor.State, clock: ManualClock
 ) -> None:
     """SPEC §13: a timer's write is applied 'within one second of its due time' (and
     §3 promises the same of expiry 'while other scopes run long transactions')."""
@@ -913,7 +846,7 @@ def test_a_timer_is_cancelled_inside_a_transaction_atomically(open_state: Opener
     assert scope.get("o-1") == "paid"
 
 
-def test_a_timers_write_is_an_ordinary_write(state: reactor.State, clock: FakeClock) -> None:
+def test_a_timers_write_is_an_ordinary_write(state: reactor.State, clock: ManualClock) -> None:
     """timers.md: 'value (as set(key, value) would, which drops an expiry), or ops ...
     (as update(key, ops) would)'; 'the same result and the same change event as if it
     were called then, and the event's timer is the timer's id'."""
@@ -945,7 +878,7 @@ def test_a_timers_write_is_an_ordinary_write(state: reactor.State, clock: FakeCl
 
 
 def test_a_recurring_timer_whose_write_fails_keeps_its_period(
-    state: reactor.State, clock: FakeClock
+    state: reactor.State, clock: ManualClock
 ) -> None:
     """SPEC §13: 'A timer whose write fails (a type mismatch) is recorded in stats()
     and dropped (recurring: the next period still fires)'; 'missed several periods
@@ -969,7 +902,7 @@ def test_a_recurring_timer_whose_write_fails_keeps_its_period(
 
 
 def test_a_recurring_timer_at_a_time_in_the_past_fires_once_and_keeps_its_phase(
-    state: reactor.State, clock: FakeClock
+    state: reactor.State, clock: ManualClock
 ) -> None:
     """timers.md: 'at an epoch time (a time in the past fires at once)', 'keeps its
     period from its first due time'."""
@@ -1025,7 +958,7 @@ BAD_TIMERS: list[tuple[dict[str, Any], type[Exception]]] = [
 
 
 def test_a_bad_timer_is_refused_with_its_typed_error_and_changes_nothing(
-    open_state: Opener, clock: FakeClock
+    open_state: Opener, clock: ManualClock
 ) -> None:
     """verbs.md schedule: InvalidArgumentError, InvalidValueError, InvalidOpError;
     'A verb that raises has changed nothing' — also inside a transaction."""
@@ -1128,7 +1061,7 @@ def test_a_process_killed_while_firing_timers_fires_none_twice(
 
 
 def test_cancelling_a_recurring_timer_from_its_own_event(
-    state: reactor.State, clock: FakeClock
+    state: reactor.State, clock: ManualClock
 ) -> None:
     """A workflow: a subscriber reacts to a timer's event and cancels it (SPEC §7 'A
     subscriber may read and write state from its callback')."""
@@ -1354,7 +1287,7 @@ def test_a_huge_int_time_is_refused_with_the_typed_error(
 
 
 def test_one_odd_recurring_timer_does_not_keep_the_other_timers_of_its_scope_from_firing(
-    state: reactor.State, clock: FakeClock
+    state: reactor.State, clock: ManualClock
 ) -> None:
     """SPEC §13: each timer fires 'within one second of its due time'; a period is
     accepted when it is > 0 (verbs.md), so one such timer must not stop the others."""

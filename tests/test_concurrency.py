@@ -10,8 +10,7 @@ from pathlib import Path
 import pytest
 
 import reactor
-from reactor._handles.binding import engine_of
-from tests.conftest import held_elsewhere
+from tests.conftest import engine_of, held_elsewhere
 
 Opener = Callable[..., reactor.State]
 

@@ -20,10 +20,9 @@ from typing import Any
 import pytest
 
 import reactor
-from reactor._engine import engine as _engine
-from reactor._handles.binding import engine_of
 from reactor.errors import StorageError
-from tests.conftest import FakeClock, wait_for
+from reactor.testing import ManualClock, run_upkeep
+from tests.conftest import engine_of, wait_for
 
 
 def child(db: Any, code: str, *args: str, timeout: float = 120) -> str:
@@ -44,7 +43,7 @@ class HeldFollower:
     """Keeps an engine's follower from looking at other processes' commits until
     released: this process then meets them first through its own next commit."""
 
-    def __init__(self, engine: _engine.Engine, monkeypatch: pytest.MonkeyPatch) -> None:
+    def __init__(self, engine: Any, monkeypatch: pytest.MonkeyPatch) -> None:
         self._gate = threading.Event()
         self._entered = threading.Event()
         real = engine.store.await_commits
@@ -75,9 +74,7 @@ def held_follower(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., Hel
         held.release()
 
 
-def fail_log_reads(
-    engine: _engine.Engine, monkeypatch: pytest.MonkeyPatch, times: int
-) -> list[int]:
+def fail_log_reads(engine: Any, monkeypatch: pytest.MonkeyPatch, times: int) -> list[int]:
     """Make the next ``times`` reads of the change log fail; the list counts down."""
     left = [times]
     real = engine.store.log_after
@@ -105,7 +102,7 @@ def test_a_large_commit_of_another_process_reaches_every_consumer(
 ) -> None:
     state = open_state()
     state.scope("local").set("start", 0)
-    start = engine_of(state).store.revision()
+    start = state.stats()["revision"]
     seen: list[int] = []
     signalled: list[int] = []
     state.subscribe(lambda event: seen.append(event.revision))
@@ -169,7 +166,7 @@ def _fill(state: reactor.State, count: int) -> int:
     scope = state.scope("log")
     for start in range(0, count, 500):
         scope.set_many({f"k{i}": i for i in range(start, min(count, start + 500))})
-    return engine_of(state).store.revision()
+    return state.stats()["revision"]
 
 
 def test_a_watch_overtaken_by_compaction_raises_instead_of_skipping(
@@ -179,7 +176,7 @@ def test_a_watch_overtaken_by_compaction_raises_instead_of_skipping(
     last = _fill(state, 3000)
     watch = state.watch(since=engine_of(state).store.compacted())
     first = next(watch)  # the replay has begun: a page is read
-    engine_of(state).sweeper.compact()  # keeps only the newest 100
+    run_upkeep(state)  # keeps only the newest 100
     revisions = [first.revision]
     with pytest.raises(reactor.RevisionCompactedError):
         for event in watch:
@@ -204,7 +201,7 @@ def test_a_subscription_overtaken_by_compaction_stops_and_says_so(
 
     before = state.stats()["events"]["failed"]
     sub = state.subscribe(slow, since=0)
-    engine_of(state).sweeper.compact()
+    run_upkeep(state)
     gate.set()
     wait_for(lambda: sub.closed, timeout=10)
     assert isinstance(sub.error, reactor.RevisionCompactedError)
@@ -218,7 +215,7 @@ def test_changes_without_since_returns_what_the_log_retains(
 ) -> None:
     state = open_state(log_retention=100)
     last = _fill(state, 1000)
-    engine_of(state).sweeper.compact()
+    run_upkeep(state)
     retained = state.changes()
     assert [event.revision for event in retained] == list(range(last - 99, last + 1))
     assert [event.revision for event in state.changes(limit=3)] == [
@@ -235,7 +232,7 @@ def test_a_durable_name_cannot_start_behind_compaction(
 ) -> None:
     state = open_state(log_retention=100)
     _fill(state, 1000)
-    engine_of(state).sweeper.compact()
+    run_upkeep(state)
     with pytest.raises(reactor.RevisionCompactedError):
         state.subscribe(lambda _event: None, since=5, durable="late")
     assert "late" not in state.stats()["durable_subscribers"]
@@ -318,7 +315,7 @@ def test_a_transaction_that_read_nothing_of_the_key_keeps_the_ttl_change(
 
 
 def test_a_ttl_set_inside_a_long_transaction_counts_from_its_commit(
-    open_state: Callable[..., reactor.State], clock: FakeClock
+    open_state: Callable[..., reactor.State], clock: ManualClock
 ) -> None:
     # The fake clock: on the real one, a stall of this process between the commit and
     # the checks below (0.2 s of slack) expired the key or shortened its ttl.

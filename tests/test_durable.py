@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 import reactor
-from reactor._handles.binding import engine_of
+from reactor.testing import run_upkeep
 from tests.conftest import wait_for
 
 from .conftest import raw_query
@@ -199,7 +199,7 @@ def test_a_known_name_ignores_since_even_after_compaction(db_path: Path) -> None
     with reactor.open(db_path, log_retention=2) as state:
         for i in range(5, 15):
             state.scope("s").set("k", i)
-        engine_of(state).sweeper.compact()  # up to billing's position, not further
+        run_upkeep(state)  # up to billing's position, not further
         with pytest.raises(reactor.RevisionCompactedError):
             state.changes(since=0)
         resumed: list[int] = []

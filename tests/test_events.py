@@ -14,8 +14,8 @@ import pytest
 
 import reactor
 from reactor import signals
-from reactor._handles.binding import engine_of
-from tests.conftest import FakeClock, wait_for
+from reactor.testing import ManualClock, run_upkeep
+from tests.conftest import wait_for
 
 Opener = Callable[..., reactor.State]
 
@@ -310,7 +310,9 @@ def test_an_async_callback_needs_a_running_loop(state: reactor.State) -> None:
         state.subscribe(on_change)
 
 
-def test_one_expired_event_per_key_within_a_second(state: reactor.State, clock: FakeClock) -> None:
+def test_one_expired_event_per_key_within_a_second(
+    state: reactor.State, clock: ManualClock
+) -> None:
     seen = Collector()
     state.subscribe(seen, events={"expired"})
     scope = state.scope("cache")
@@ -345,7 +347,7 @@ def test_compacted_revisions_raise(open_state: Opener) -> None:
     scope = state.scope("s")
     for i in range(20):
         scope.set("k", i)
-    engine_of(state).sweeper.compact()
+    run_upkeep(state)
     assert [e.revision for e in state.changes(since=15)] == [16, 17, 18, 19, 20]
     for call in (
         lambda: state.changes(since=14),

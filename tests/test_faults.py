@@ -17,9 +17,10 @@ import pytest
 
 import reactor
 from reactor import ops
-from reactor._handles.binding import engine_of
+from reactor.testing import ManualClock
+from tests.conftest import engine_of
 
-from .conftest import FakeClock, raw_query, wait_for
+from .conftest import raw_query, wait_for
 
 MAX_STATEMENTS = 40  # more than any operation here runs
 KV, LOG = "reactor_kv", "reactor_changes"
@@ -142,7 +143,7 @@ def _transfer(scope: reactor.Scope) -> None:
 
 @pytest.fixture
 def faulty(
-    open_state: Callable[..., reactor.State], clock: FakeClock
+    open_state: Callable[..., reactor.State], clock: ManualClock
 ) -> Iterator[tuple[reactor.State, Callable[[int | None], None]]]:
     state = open_state(clock=clock)
     store = engine_of(state).store

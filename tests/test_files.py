@@ -24,7 +24,6 @@ import subprocess
 import sys
 import tempfile
 import textwrap
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -33,8 +32,6 @@ from typing import Any
 import pytest
 
 import reactor
-from reactor._storage import schema as _schema
-from reactor._storage.sqlite_file import use_wal
 
 from .conftest import run_reactor
 
@@ -205,38 +202,6 @@ def test_commits_a_crash_left_in_the_wal_are_all_there_after_open(
         assert state.scope("s").list() == expected | {"after": True}
 
 
-def test_a_version_check_that_another_connection_overtook_reads_again(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """With no WAL there, the check reads the database file alone (no lock): when
-    another connection opens the database meanwhile, what it read may be torn, so it
-    reads again, through the WAL, rather than refuse a good database."""
-    from reactor._storage import sqlite_file as _sqlite
-
-    path = tmp_path / "state.db"
-    _reactor_database(path)
-    read = _sqlite.read_version
-    others: list[sqlite3.Connection] = []
-
-    def overtaken(at: Path, conn: sqlite3.Connection) -> int | None:
-        if not others:  # the first read: another connection opens it, and commits
-            other = sqlite3.connect(path, isolation_level=None)
-            other.execute("UPDATE reactor_kv SET value = '\"other\"'")
-            others.append(other)
-            raise reactor.StorageError("the database failed: database disk image is malformed")
-        return read(at, conn)
-
-    monkeypatch.setattr(_sqlite, "read_version", overtaken)
-    try:
-        assert _sqlite.probe(path, 5.0) == _schema.SCHEMA_VERSION
-    finally:
-        for other in others:
-            other.close()
-    monkeypatch.undo()
-    with reactor.open(path) as state:
-        assert state.scope("s").get("k") == "other"
-
-
 def test_a_zero_length_file_is_a_new_database(tmp_path: Path) -> None:
     """What a crash right after creating the file leaves: SQLite's own reading."""
     path = tmp_path / "state.db"
@@ -245,18 +210,6 @@ def test_a_zero_length_file_is_a_new_database(tmp_path: Path) -> None:
         state.scope("s").set("k", 1)
     with reactor.open(path) as state:
         assert state.scope("s").get("k") == 1
-
-
-def test_databases_of_every_older_version_still_open(tmp_path: Path) -> None:
-    import sqlalchemy as sa
-
-    for version in range(1, _schema.SCHEMA_VERSION):
-        path = tmp_path / f"v{version}.db"
-        engine = sa.create_engine(f"sqlite:///{path}")
-        _schema.migrate(engine, target=version)
-        engine.dispose()
-        with reactor.open(path) as state:
-            assert state.scope("s").increment("n") == 1
 
 
 @pytest.mark.parametrize("name", ["a b.db", "q?x=1.db", "h#1.db", "p%20c.db", "ünï€.db"])
@@ -603,32 +556,6 @@ def _at_once(path: Path, count: int) -> None:
         assert out.strip() == "ok"
 
 
-def test_processes_creating_one_new_database_at_once(tmp_path: Path) -> None:
-    path = tmp_path / "new" / "state.db"
-    _at_once(path, 4)
-    with reactor.open(path) as state:
-        assert state.scope("s").get("opened") == 4
-        assert sorted(state.scope("s").keys("p*")) == [f"p{i}" for i in range(4)]
-    version = sqlite3.connect(path).execute(
-        "SELECT value FROM reactor_meta WHERE name = 'schema_version'"
-    )
-    assert version.fetchall() == [(_schema.SCHEMA_VERSION,)]
-
-
-def test_processes_migrating_one_old_database_at_once(tmp_path: Path) -> None:
-    import sqlalchemy as sa
-
-    path = tmp_path / "state.db"
-    engine = sa.create_engine(f"sqlite:///{path}")
-    _schema.migrate(engine, target=1)
-    with engine.begin() as conn:
-        conn.execute(_schema.kv.insert().values(scope="s", key="opened", value="0", revision=0))
-    engine.dispose()
-    _at_once(path, 4)
-    with reactor.open(path) as state:
-        assert state.scope("s").get("opened") == 4
-
-
 def test_a_copy_of_an_open_database_is_a_database_of_its_own(tmp_path: Path) -> None:
     """``cp`` of a running database (with its WAL) opens as an independent database."""
     path = tmp_path / "state.db"
@@ -640,35 +567,6 @@ def test_a_copy_of_an_open_database_is_a_database_of_its_own(tmp_path: Path) -> 
             assert copy.scope("s").get("k") == "original"
             copy.scope("s").set("k", "copy")
         assert state.scope("s").get("k") == "original"
-
-
-def test_connections_switching_a_new_file_to_wal_together_all_succeed(tmp_path: Path) -> None:
-    # Raw sqlite3 fails here about one round in ten ("database is locked" at once, the
-    # busy handler skipped); use_wal retries within the timeout.
-
-    failures: list[BaseException] = []
-    for round_ in range(60):
-        path = tmp_path / f"r{round_}.db"
-        _sqlite(path, "CREATE TABLE t (x)")
-        start = threading.Barrier(4)
-
-        def switch(path: Path = path, start: threading.Barrier = start) -> None:
-            conn = sqlite3.connect(path, timeout=5, isolation_level=None)
-            try:
-                start.wait(timeout=10)
-                use_wal(conn, 5.0)
-                assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-            except BaseException as exc:  # collected for the assertion
-                failures.append(exc)
-            finally:
-                conn.close()
-
-        threads = [threading.Thread(target=switch) for _ in range(4)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(timeout=30)
-    assert failures == []
 
 
 def test_processes_opening_one_new_file_at_once_all_open_it(tmp_path: Path) -> None:

@@ -13,9 +13,7 @@ from typing import Any
 
 import reactor
 import reactor.aio
-from reactor._handles.binding import engine_of
-from reactor._handles.lock_lines import LockLine
-from tests.conftest import wait_for
+from tests.conftest import engine_of, wait_for
 
 
 def test_listeners_joining_and_leaving_during_writes_lose_no_event_and_leave_none(
@@ -65,8 +63,10 @@ def test_listeners_joining_and_leaving_during_writes_lose_no_event_and_leave_non
     assert leftover == []
 
 
-def _lock_lines(state: reactor.State) -> list[LockLine]:
-    return [line for line in engine_of(state).hub.listeners() if isinstance(line, LockLine)]
+def _lock_lines(state: reactor.State) -> list[Any]:
+    """The hub's lines of lock waiters (``LockLine``)."""
+    hub = engine_of(state).hub
+    return [line for line in hub.listeners() if type(line).__name__ == "LockLine"]
 
 
 def test_lock_waiters_of_threads_and_loops_share_one_line_that_a_release_wakes(

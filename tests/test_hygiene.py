@@ -29,7 +29,7 @@ import psutil
 import pykka
 
 import reactor
-from tests.conftest import FakeClock
+from reactor.testing import ManualClock
 
 ROOT = Path(__file__).resolve().parent.parent
 CYCLES = 100
@@ -290,7 +290,7 @@ def test_a_stale_holder_in_another_process_cannot_release_the_lease_it_lost(
     assert line.strip(), child.stderr.read() if child.stderr else ""
     stale_token = int(line)
     # This process's clock runs 31 s ahead: the child's 30 s lease has run out for it.
-    state = open_state(clock=FakeClock(time.time() + 31))
+    state = open_state(clock=ManualClock(time.time() + 31))
     lock = state.lock("deploy", ttl=30)
     assert lock.acquire(blocking=False)
     assert lock.token == stale_token + 1

@@ -24,9 +24,7 @@ from typing import Any
 import pytest
 
 import reactor
-from reactor._engine import engine as _engine
-from reactor._handles import registry as _registry
-from reactor._handles.binding import engine_of
+from tests.conftest import engine_of, engines_registered
 
 ROOT = Path(__file__).resolve().parent.parent
 JOIN = 20.0  # seconds any thread of a test may take to finish: far beyond need
@@ -61,69 +59,7 @@ def preemptive() -> Iterator[None]:
     sys.setswitchinterval(previous)
 
 
-@pytest.fixture(params=["database", "named memory"])
-def target(request: pytest.FixtureRequest, db_path: Any) -> Any:
-    """The test's database, or an in-memory database shared in this process by name."""
-    return db_path if request.param == "database" else f":memory:race-{uuid.uuid4().hex}"
-
-
 # -- open() racing the close of the last handle ------------------------------------------
-def test_open_while_the_last_handle_is_closing_returns_a_working_handle(
-    target: Any, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The last handle's close() is held up as it starts; an open() meanwhile must not
-    join the engine that is going away (before the fix it did, and got a dead handle)."""
-    real_close = _engine.Engine.close
-    closing = threading.Event()
-
-    def held_up_close(engine: _engine.Engine) -> None:
-        closing.set()
-        time.sleep(0.2)  # the racing open() runs now
-        real_close(engine)
-
-    monkeypatch.setattr(_engine.Engine, "close", held_up_close)
-    first = reactor.open(target)
-    _works(first)
-    closer = threading.Thread(target=first.close, name="closer")
-    closer.start()
-    assert closing.wait(JOIN)
-    second = reactor.open(target)
-    try:
-        _join_all([closer])
-        _works(second)  # after the first handle's close() has finished
-        assert first.closed
-        with pytest.raises(reactor.ClosedError):
-            first.scope("lifecycle").get("probe")
-    finally:
-        second.close()
-
-
-def test_open_after_the_engine_is_marked_closed_but_not_yet_forgotten(
-    target: Any, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Between an engine marking itself closed and leaving the registry, an open()
-    found it there and raised ClosedError (before the fix)."""
-    real_forget = _registry._forget
-    forgetting = threading.Event()
-
-    def held_up_forget(engine: _engine.Engine) -> None:
-        forgetting.set()
-        time.sleep(0.2)
-        real_forget(engine)
-
-    monkeypatch.setattr(_registry, "_forget", held_up_forget)
-    first = reactor.open(target)
-    closer = threading.Thread(target=first.close, name="closer")
-    closer.start()
-    assert forgetting.wait(JOIN)
-    second = reactor.open(target)
-    try:
-        _works(second)
-    finally:
-        second.close()
-        _join_all([closer])
-
-
 def test_open_after_a_direct_close_of_the_engine_starts_a_new_one(target: Any) -> None:
     """An engine closed as a whole (as at interpreter exit) is not joined by open()."""
     first = reactor.open(target)
@@ -183,9 +119,7 @@ def _storm(target: Any, *, rounds: int, workers: int) -> None:
     _join_all(threads, JOIN + rounds * 0.25)  # a round may start an engine: ~30 ms
     assert failures == []
     assert _reactor_threads() - before == set()
-    assert not _registry._engines
-    assert not _registry._closing
-    assert not _registry._opening
+    assert engines_registered() == []
 
 
 @pytest.mark.usefixtures("preemptive")

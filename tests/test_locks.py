@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 import reactor
-from tests.conftest import FakeClock
+from reactor.testing import ManualClock
 
 
 def _python(code: str, *args: str) -> subprocess.Popen[str]:
@@ -104,7 +104,7 @@ def test_a_waiter_gets_the_lock_promptly_when_the_holder_releases(
 
 
 def test_an_expired_lease_can_be_taken_and_the_stale_holder_loses_it(
-    state: reactor.State, clock: FakeClock
+    state: reactor.State, clock: ManualClock
 ) -> None:
     stale = state.lock("deploy", ttl=10)
     fresh = state.lock("deploy", ttl=10)
@@ -129,7 +129,7 @@ def test_an_expired_lease_can_be_taken_and_the_stale_holder_loses_it(
 
 
 def test_an_expired_lease_nobody_took_cannot_be_released_or_extended(
-    state: reactor.State, clock: FakeClock
+    state: reactor.State, clock: ManualClock
 ) -> None:
     lock = state.lock("deploy", ttl=5)
     assert lock.acquire(blocking=False)
@@ -144,7 +144,7 @@ def test_an_expired_lease_nobody_took_cannot_be_released_or_extended(
     lock.release()
 
 
-def test_extend_pushes_the_deadline(state: reactor.State, clock: FakeClock) -> None:
+def test_extend_pushes_the_deadline(state: reactor.State, clock: ManualClock) -> None:
     lock = state.lock("deploy", ttl=10)
     other = state.lock("deploy", ttl=10)
     assert lock.acquire(blocking=False)  # deadline t0 + 10
@@ -180,7 +180,7 @@ def test_extend_rejects_a_bad_ttl(state: reactor.State) -> None:
 
 def test_fencing_tokens_strictly_increase(
     state: reactor.State,
-    clock: FakeClock,
+    clock: ManualClock,
     open_state: Callable[..., reactor.State],
 ) -> None:
     tokens: list[int] = []
@@ -274,14 +274,14 @@ def test_with_raises_lock_timeout_when_held_elsewhere(state: reactor.State) -> N
 
 
 def test_with_on_an_expired_lease_raises_on_a_clean_exit(
-    state: reactor.State, clock: FakeClock
+    state: reactor.State, clock: ManualClock
 ) -> None:
     with pytest.raises(reactor.LockNotOwnedError), state.lock("deploy", ttl=5, timeout=1):
         clock.advance(6)
 
 
 def test_with_on_an_expired_lease_keeps_the_body_error(
-    state: reactor.State, clock: FakeClock
+    state: reactor.State, clock: ManualClock
 ) -> None:
     lock = state.lock("deploy", ttl=5, timeout=1)
 
@@ -494,7 +494,7 @@ def test_a_killed_holder_s_lease_runs_out(
 # -- stats, idle waiting, closing ------------------------------------------------------
 
 
-def test_stats_count_held_leases(state: reactor.State, clock: FakeClock) -> None:
+def test_stats_count_held_leases(state: reactor.State, clock: ManualClock) -> None:
     assert state.stats()["locks_held"] == 0
     a = state.lock("a", ttl=10)
     b = state.lock("b", ttl=20)

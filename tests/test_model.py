@@ -40,7 +40,7 @@ database. SPEC section 13:
   ``retry_dead()``, and ``LockNotOwnedError`` for a lease lost.
 
 Expiry, timers and leases are the sweeper's, on a thread of its own: when the clock
-moves, the machine has the sweeper do at once what is due and waits for it
+moves, the machine has the engine do at once what is due and waits for it
 (``ReactorMachine.settle``); the model then applies the same (``catch_up``). Nothing
 happens in the background until the clock moves again.
 
@@ -92,9 +92,8 @@ from hypothesis.stateful import (
 
 import reactor
 from reactor import MISSING, ops
-from reactor._handles.binding import engine_of
-from reactor._work.jobs import expire_leases
-from tests.conftest import FakeClock, canon, wait_for
+from reactor.testing import ManualClock, run_upkeep
+from tests.conftest import canon, wait_for
 
 SCOPES = ("s1", "s2")
 # Code-point order: "X" < "k*" < "k1" < "k2" (a locale collation would differ).
@@ -1005,8 +1004,8 @@ class ReactorMachine(RuleBasedStateMachine):
         else:
             self.target = self.shared_url
         self.prefix = f"m{number}-"
-        self.clock = FakeClock(START + 1_000_000.0 * number)
-        self.now = self.clock.now
+        self.clock = ManualClock(START + 1_000_000.0 * number)
+        self.now = self.clock.time()
         self.state = reactor.open(self.target, clock=self.clock)
         self.handles: dict[str, reactor.Scope] = {}
         self.model = {name: ModelScope(self.model_now) for name in SCOPES}
@@ -1090,28 +1089,19 @@ class ReactorMachine(RuleBasedStateMachine):
 
     # -- time: what comes due when the clock moves ---------------------------------------
     def settle(self) -> None:
-        """Have the engine's sweeper do now what is due (expire keys, fire timers, turn
-        back leases run out) and wait for it, rather than for its thread's next round:
-        from here on, until the clock moves again, nothing happens in the background.
+        """Have the engine do now what is due (expire keys, fire timers, turn back
+        leases run out: ``run_upkeep``) and wait for it, rather than for its sweeper's
+        next round: from here on, until the clock moves again, nothing happens in the
+        background.
 
         The sweeper's thread may be doing the same meanwhile: each of its requests reads
         again, in its write, what it finds due, so the work is done once either way.
         """
-        engine = engine_of(self.state)
-        sweeper, store = engine.sweeper, engine.store
-        for _ in range(100):
-            sweeper.sweep()
-            sweeper.fire_timers()
-            expire_leases(engine)
-            with sweeper._lock:
-                requests = [*sweeper._sweeping.values(), *sweeper._firing.values()]
-            for request in requests:
-                request.result(timeout=30)
-            now = engine.now()
-            jobs = store.reader().jobs()
-            if not (store.expired(now, 1) or store.due_timers(now, 1) or jobs.queues_due(now)):
-                return
-        raise AssertionError("the sweeper left work due")
+        run_upkeep(self.state)
+        # Nothing left due: a second round finds nothing to do.
+        again = run_upkeep(self.state)
+        left = (again.keys_expired, again.timers_fired, again.leases_turned_back)
+        assert left == (0, 0, 0), f"the upkeep left work due: {again}"
 
     def catch_up(self) -> None:
         """The model's side of ``settle``: expiry, leases run out, then the timers due
@@ -2217,25 +2207,3 @@ def test_a_patch_copying_from_the_end_of_an_array_is_path_not_found(
     assert [(e["index"], e["code"]) for e in result.errors] == [(0, "path_not_found")]
     assert result.new_value == document
     assert scope.get("doc") == document
-
-
-def test_an_expiry_a_timer_meets_is_not_the_timers(state: reactor.State, clock: FakeClock) -> None:
-    """SPEC section 13: a timer's write is applied "as an ordinary write (same result
-    and event as if called then; ChangeEvent.timer carries the timer's id)". A user's
-    write that meets a key past its deadline first records the key's expiry (timer
-    None), and so does the sweeper when it gets there first; when the timer's write
-    does it, the expiry carries the timer's id: a subscriber takes the key's expiry for
-    the timer's doing, and the history depends on which thread came first. Found while
-    modelling timers: the machine has the sweeper expire keys before it fires timers,
-    and tolerates this case, which its thread can still bring about."""
-    scope = state.scope("timers")
-    scope.set("k", 1, ttl=1)
-    timer = scope.schedule("k", 2, after=2)
-    sweeper = engine_of(state).sweeper
-    sweeper.close(5)  # its thread: the key must still be there, unswept, when it fires
-    clock.advance(3)
-    sweeper.fire_timers()
-    for request in list(sweeper._firing.values()):
-        request.result(timeout=5)
-    got = [(e.type, e.new_value, e.timer) for e in scope.history("k")]
-    assert got == [("created", 1, None), ("expired", None, None), ("created", 2, timer.id)]

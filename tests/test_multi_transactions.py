@@ -17,7 +17,7 @@ import pytest
 
 import reactor
 import reactor.aio
-from reactor._handles.binding import engine_of
+from tests.conftest import engine_of
 
 from .conftest import raw_query, wait_for
 

@@ -11,8 +11,7 @@ from typing import Any
 import pytest
 
 import reactor
-from reactor._handles.binding import engine_of
-from reactor._storage import schema as _schema
+from tests.conftest import engine_of
 
 from .conftest import raw_query
 
@@ -190,28 +189,6 @@ def _contents(db: Any) -> list[Any]:
         raw_query(db, f"SELECT * FROM {table} ORDER BY 1")
         for table in ("reactor_meta", "reactor_kv", "reactor_changes")
     ]
-
-
-def test_a_new_database_has_the_current_schema_version(open_state: Opener, db_path: Path) -> None:
-    open_state()
-    assert _raw_version(db_path) == _schema.SCHEMA_VERSION
-
-
-def test_an_older_database_is_migrated(db_path: Any) -> None:
-    import sqlalchemy as sa
-
-    engine = sa.create_engine(_sqlalchemy_url(db_path))
-    assert _schema.migrate(engine, target=1) == 0  # a database as version 1 left it
-    with engine.begin() as conn:
-        conn.execute(_schema.kv.insert().values(scope="s", key="k", value="41", revision=0))
-        assert not sa.inspect(conn).has_table("reactor_changes")
-    engine.dispose()
-
-    with reactor.open(db_path) as state:
-        assert state.scope("s").increment("k") == 42
-    assert _raw_version(db_path) == _schema.SCHEMA_VERSION
-    logged = raw_query(db_path, "SELECT key, type, new_value FROM reactor_changes")
-    assert logged == [("k", "updated", "42")]
 
 
 def test_a_newer_database_raises_schema_error_and_stays_untouched(db_path: Any) -> None:

@@ -1,8 +1,8 @@
 """Work queues (SPEC §13, Queues): leases, retries, dead letters, the outbox, waiting
 takes; sync and asyncio.
 
-Leases run out on the fake clock (``clock.advance``), and ``_jobs.expire_leases`` is
-the sweeper's step, called here directly. Every wait has a timeout; timings asserted
+Leases run out on the manual clock (``clock.advance``), and ``run_upkeep`` turns them
+back at once, as the sweeper would. Every wait has a timeout; timings asserted
 are loose (seconds), orders exact. The campaigns across processes, and the scale of a
 queue of 100,000 jobs, are in ``test_campaign_queues.py``.
 """
@@ -28,13 +28,8 @@ import pytest
 
 import reactor
 import reactor.aio
-from reactor._engine.engine import Engine
-from reactor._handles import queues as _queues
-from reactor._handles import takers as _takers
-from reactor._handles import waiting as _waiting
-from reactor._handles.binding import engine_of
-from reactor._work import jobs as _jobs
-from tests.conftest import FakeClock, raw_query
+from reactor.testing import ManualClock, run_upkeep
+from tests.conftest import engine_of, raw_query, take_lines, waiters
 from tests.conftest import wait_for as eventually
 
 PATIENCE = 30.0  # seconds: the timeout of waits that must succeed long before
@@ -42,37 +37,33 @@ COUNTING = threading.Lock()  # for counters that takers' threads add to
 
 
 # -- helpers ---------------------------------------------------------------------------
-def waiting(engine: Engine, name: str = "q") -> int:
+def waiting(engine: Any, name: str = "q") -> int:
     """How many takes wait in the line of queue ``name``."""
-    scope = _jobs.lock_name(name)
-    return sum(
-        len(line)
-        for line in engine.hub.listeners()
-        if isinstance(line, _takers.Line) and line.scope == scope
-    )
+    scope = f"queue:{name}"
+    return sum(len(line) for line in take_lines(engine) if line.scope == scope)
 
 
-def receivers(engine: Engine) -> set[Any]:
+def receivers(engine: Any) -> set[Any]:
     return set(engine.hub.listeners())
 
 
-def assert_clean(engine: Engine, before: set[Any]) -> None:
+def assert_clean(engine: Any, before: set[Any]) -> None:
     """No take left waiting: every line is empty and out of the hub."""
     assert receivers(engine) == before
-    assert not any(isinstance(line, _takers.Line) for line in engine.hub.listeners())
+    assert take_lines(engine) == []
 
 
 def queue_events(state: reactor.State, name: str = "q") -> list[tuple[str, str, Any]]:
     """(key, type, state after) of every recorded change of queue ``name``."""
     return [
         (event.key, event.type, None if event.new_value is None else event.new_value["state"])
-        for event in state.changes(scope=_jobs.lock_name(name))
+        for event in state.changes(scope=f"queue:{name}")
     ]
 
 
-def waiting_for(engine: Engine) -> int:
+def waiting_for(engine: Any) -> int:
     """How many ``wait_for`` calls wait on the engine's changes."""
-    return sum(isinstance(found, _waiting.Waiter) for found in engine.hub.listeners())
+    return len(waiters(engine))
 
 
 def cpu_seconds() -> float:
@@ -111,7 +102,7 @@ class Background:
 
 
 @pytest.fixture
-def engine(state: reactor.State) -> Engine:
+def engine(state: reactor.State) -> Any:
     return engine_of(state)
 
 
@@ -236,7 +227,7 @@ def test_bad_arguments_are_refused(state: reactor.State, q: reactor.Queue) -> No
 
 # -- order -----------------------------------------------------------------------------
 def test_jobs_are_taken_in_the_order_they_became_ready(
-    state: reactor.State, q: reactor.Queue, clock: FakeClock
+    state: reactor.State, q: reactor.Queue, clock: ManualClock
 ) -> None:
     q.put("a")
     q.put("late", delay=10)
@@ -254,7 +245,7 @@ def test_jobs_are_taken_in_the_order_they_became_ready(
 
 
 def test_a_nack_puts_the_job_back_in_line_from_then(
-    state: reactor.State, q: reactor.Queue, clock: FakeClock
+    state: reactor.State, q: reactor.Queue, clock: ManualClock
 ) -> None:
     for item in ("a", "b", "c"):
         q.put(item)
@@ -278,7 +269,7 @@ def test_a_nack_puts_the_job_back_in_line_from_then(
 
 
 # -- idempotency keys --------------------------------------------------------------------
-def test_a_key_held_by_a_job_returns_that_job(state: reactor.State, clock: FakeClock) -> None:
+def test_a_key_held_by_a_job_returns_that_job(state: reactor.State, clock: ManualClock) -> None:
     q = state.queue("q", max_attempts=1)
     assert q.put("first", key="k") == 1
     assert q.put("second", key="k") == 1  # ready: the same job
@@ -341,17 +332,17 @@ def test_eight_threads_take_every_job_once(state: reactor.State, q: reactor.Queu
 
 # -- leases ----------------------------------------------------------------------------
 def test_a_lease_that_runs_out_makes_the_job_ready_again(
-    state: reactor.State, engine: Engine, q: reactor.Queue, clock: FakeClock
+    state: reactor.State, engine: Any, q: reactor.Queue, clock: ManualClock
 ) -> None:
     q.put("work")
     lost = take_now(q, lease=10)
     clock.advance(9.5)
-    assert _jobs.expire_leases(engine) == 0  # not yet
+    assert run_upkeep(state).leases_turned_back == 0  # not yet
     assert q.take(timeout=0) is None
     clock.advance(1)
     assert q.stats() == {"ready": 1, "delayed": 0, "taken": 0, "dead": 0}  # counted at once
-    assert _jobs.expire_leases(engine) == 1
-    assert _jobs.expire_leases(engine) == 0  # once
+    assert run_upkeep(state).leases_turned_back == 1
+    assert run_upkeep(state).leases_turned_back == 0  # once
     again = take_now(q, lease=10)
     assert (again.id, again.item, again.attempts) == (lost.id, "work", 2)
     revision = state.stats()["revision"]
@@ -371,7 +362,7 @@ def test_a_lease_that_runs_out_makes_the_job_ready_again(
 
 
 def test_a_take_turns_back_a_lease_run_out_itself(
-    state: reactor.State, q: reactor.Queue, clock: FakeClock
+    state: reactor.State, q: reactor.Queue, clock: ManualClock
 ) -> None:
     q.put("work")
     take_now(q, lease=5)
@@ -381,7 +372,7 @@ def test_a_take_turns_back_a_lease_run_out_itself(
 
 
 def test_leases_run_out_take_their_place_in_line_among_ready_jobs(
-    state: reactor.State, clock: FakeClock
+    state: reactor.State, clock: ManualClock
 ) -> None:
     """A take reads the leases run out and the first ready job together: a job turned
     back is in line from when its lease ran out, and one that goes dead is skipped."""
@@ -410,7 +401,7 @@ def test_leases_run_out_take_their_place_in_line_among_ready_jobs(
 
 
 def test_the_sweeper_turns_back_leases_by_itself(
-    state: reactor.State, q: reactor.Queue, clock: FakeClock
+    state: reactor.State, q: reactor.Queue, clock: ManualClock
 ) -> None:
     q.put("work")
     take_now(q, lease=5)
@@ -419,7 +410,7 @@ def test_the_sweeper_turns_back_leases_by_itself(
 
 
 def test_leases_run_out_in_thousands_of_queues_keep_no_timer_or_expiry_waiting(
-    state: reactor.State, clock: FakeClock, db_path: Any
+    state: reactor.State, clock: ManualClock, db_path: Any
 ) -> None:
     """A worker that held a job of each of thousands of queues dies: its leases run out,
     then an unrelated timer and key come due. They still come within a second (SPEC §3,
@@ -458,14 +449,14 @@ def test_leases_run_out_in_thousands_of_queues_keep_no_timer_or_expiry_waiting(
     assert late < 1.0
     eventually(lambda: len(turned) >= count, timeout=PATIENCE)
     time.sleep(0.2)  # one too many would show up now
-    assert sorted(turned) == [_jobs.lock_name(name) for name in names]  # each once
+    assert sorted(turned) == [f"queue:{name}" for name in names]  # each once
     for name in (names[0], names[-1]):
         assert state.queue(name).stats()["ready"] == 1
         assert take_now(state.queue(name)).attempts == 2
 
 
 def test_after_max_attempts_a_job_is_dead(
-    state: reactor.State, engine: Engine, clock: FakeClock
+    state: reactor.State, engine: Any, clock: ManualClock
 ) -> None:
     q = state.queue("q", max_attempts=3)
     q.put("poison")
@@ -473,7 +464,7 @@ def test_after_max_attempts_a_job_is_dead(
         job = take_now(q, lease=10)
         assert (job.item, job.attempts) == ("poison", attempt)
         clock.advance(11)
-        assert _jobs.expire_leases(engine) == 1
+        assert run_upkeep(state).leases_turned_back == 1
     q.put("fine")
     assert q.stats() == {"ready": 1, "delayed": 0, "taken": 0, "dead": 1}
     (dead,) = q.dead()
@@ -491,7 +482,7 @@ def test_after_max_attempts_a_job_is_dead(
     ]
 
 
-def test_a_nack_on_the_last_attempt_is_a_death(state: reactor.State, clock: FakeClock) -> None:
+def test_a_nack_on_the_last_attempt_is_a_death(state: reactor.State, clock: ManualClock) -> None:
     q = state.queue("q", max_attempts=2)
     q.put("x")
     take_now(q).nack(delay=100)  # attempt 1 of 2: ready again, later
@@ -505,7 +496,7 @@ def test_a_nack_on_the_last_attempt_is_a_death(state: reactor.State, clock: Fake
 
 
 def test_nack_extend_and_their_rules(
-    state: reactor.State, q: reactor.Queue, clock: FakeClock
+    state: reactor.State, q: reactor.Queue, clock: ManualClock
 ) -> None:
     q.put("x")
     job = take_now(q, lease=10)
@@ -554,7 +545,7 @@ def test_max_attempts_is_saved_and_can_change(state: reactor.State, db_path: Any
     assert more.stats()["ready"] == 1
 
 
-def test_retry_dead_revives_every_dead_job(state: reactor.State, clock: FakeClock) -> None:
+def test_retry_dead_revives_every_dead_job(state: reactor.State, clock: ManualClock) -> None:
     q = state.queue("q", max_attempts=1)
     for i in range(5):
         q.put(i)
@@ -667,7 +658,7 @@ def test_a_transaction_enqueueing_many_jobs(state: reactor.State, q: reactor.Que
 
 # -- events ----------------------------------------------------------------------------
 def test_subscribers_see_every_transition_in_order(
-    state: reactor.State, engine: Engine, clock: FakeClock
+    state: reactor.State, engine: Any, clock: ManualClock
 ) -> None:
     q = state.queue("q", max_attempts=2)
     seen: list[reactor.ChangeEvent] = []
@@ -684,7 +675,7 @@ def test_subscribers_see_every_transition_in_order(
     job.nack()
     job = take_now(q, lease=10)
     clock.advance(11)
-    _jobs.expire_leases(engine)  # attempts 2 of 2: dead
+    run_upkeep(state)  # attempts 2 of 2: dead
     q.retry_dead()
     take_now(q).ack()
     assert done.wait(PATIENCE)
@@ -711,7 +702,7 @@ def test_subscribers_see_every_transition_in_order(
     assert seen[0].new_value == {
         "state": "ready",
         "attempts": 0,
-        "ready_at": clock.now - 11,
+        "ready_at": clock.time() - 11,
         "item": {"n": 1},
     }
     assert seen[-1].old_value["item"] == {"n": 1}
@@ -776,7 +767,7 @@ def test_a_scope_of_your_own_cannot_share_a_queues_events(
 
 
 # -- waiting ---------------------------------------------------------------------------
-def test_a_waiting_take_wakes_on_a_put(state: reactor.State, engine: Engine) -> None:
+def test_a_waiting_take_wakes_on_a_put(state: reactor.State, engine: Any) -> None:
     q = state.queue("q")
     before = receivers(engine)
     taker = Background(lambda: q.take(timeout=PATIENCE))
@@ -789,7 +780,7 @@ def test_a_waiting_take_wakes_on_a_put(state: reactor.State, engine: Engine) -> 
     assert_clean(engine, before)
 
 
-def test_a_take_times_out_with_none(state: reactor.State, engine: Engine) -> None:
+def test_a_take_times_out_with_none(state: reactor.State, engine: Any) -> None:
     q = state.queue("q")
     before = receivers(engine)
     started = time.monotonic()
@@ -857,18 +848,18 @@ def test_a_waiting_take_in_a_signal_receiver_raises(state: reactor.State, q: rea
 
 
 def test_100_waiting_takers_and_10_puts(
-    state: reactor.State, engine: Engine, monkeypatch: pytest.MonkeyPatch
+    state: reactor.State, engine: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     q = state.queue("q")
     looks = Counter[str]()
-    look = _queues.Queue._look
+    look = reactor.Queue._look
 
-    def counted(self: reactor.Queue, engine: Engine, lease: float) -> Any:
+    def counted(self: reactor.Queue, engine: Any, lease: float) -> Any:
         with COUNTING:
             looks["look"] += 1
         return look(self, engine, lease)
 
-    monkeypatch.setattr(_queues.Queue, "_look", counted)
+    monkeypatch.setattr(reactor.Queue, "_look", counted)
     before = receivers(engine)
     takers = [Background(lambda: q.take(timeout=PATIENCE)) for _ in range(100)]
     eventually(lambda: waiting(engine) == 100, timeout=PATIENCE)
@@ -948,7 +939,7 @@ def test_a_read_only_engine_reads_queues_and_refuses_writes(db_path: Any) -> Non
 
 
 # -- persistence and stats ----------------------------------------------------------------
-def test_jobs_survive_a_restart(db_path: Any, clock: FakeClock) -> None:
+def test_jobs_survive_a_restart(db_path: Any, clock: ManualClock) -> None:
     with reactor.open(db_path, clock=clock) as state:
         q = state.queue("q", max_attempts=2)
         q.put("a", key="ka")
@@ -993,7 +984,7 @@ def test_verbs_are_timed_in_stats(state: reactor.State, q: reactor.Queue) -> Non
 
 
 # -- asyncio ---------------------------------------------------------------------------
-def async_engine(state: reactor.aio.AsyncState) -> Engine:
+def async_engine(state: reactor.aio.AsyncState) -> Any:
     assert state._link.state is not None
     return engine_of(state._link.state)
 
@@ -1005,7 +996,7 @@ async def eventually_async(condition: Callable[[], Any], timeout: float = PATIEN
         await asyncio.sleep(0.005)
 
 
-async def test_async_put_take_ack_nack_extend(db_path: Any, clock: FakeClock) -> None:
+async def test_async_put_take_ack_nack_extend(db_path: Any, clock: ManualClock) -> None:
     async with reactor.aio.open(db_path, clock=clock) as state:
         q = state.queue("q", max_attempts=2)
         assert repr(q) == "<reactor.aio.AsyncQueue 'q'>"
@@ -1150,19 +1141,19 @@ async def test_async_read_only(db_path: Any) -> None:
 
 
 def test_a_ready_job_wakes_only_the_head(
-    state: reactor.State, engine: Engine, monkeypatch: pytest.MonkeyPatch
+    state: reactor.State, engine: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """One job, ten waiters: one look or two, not ten."""
     q = state.queue("q")
     looks = Counter[str]()
-    look = _queues.Queue._look
+    look = reactor.Queue._look
 
-    def counted(self: reactor.Queue, engine: Engine, lease: float) -> Any:
+    def counted(self: reactor.Queue, engine: Any, lease: float) -> Any:
         with COUNTING:
             looks["look"] += 1
         return look(self, engine, lease)
 
-    monkeypatch.setattr(_queues.Queue, "_look", counted)
+    monkeypatch.setattr(reactor.Queue, "_look", counted)
     takers = [Background(lambda: q.take(timeout=PATIENCE)) for _ in range(10)]
     eventually(lambda: waiting(engine) == 10 and looks["look"] == 10)  # each looked once
     looks.clear()
@@ -1177,7 +1168,7 @@ def test_a_ready_job_wakes_only_the_head(
 
 
 def test_takers_of_an_idle_queue_write_nothing(
-    state: reactor.State, engine: Engine, monkeypatch: pytest.MonkeyPatch
+    state: reactor.State, engine: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A take reads first, and writes only if a job may be ready; after a take that
     found a job, the next one writes at once (one transaction: a busy queue's take)."""
@@ -1298,18 +1289,18 @@ def test_a_job_kept_by_extend_is_not_turned_back(open_state: Callable[..., react
 
 
 def test_a_put_on_another_queue_does_not_wake_a_taker(
-    state: reactor.State, engine: Engine, monkeypatch: pytest.MonkeyPatch
+    state: reactor.State, engine: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     q = state.queue("q")
     looks = Counter[str]()
-    look = _queues.Queue._look
+    look = reactor.Queue._look
 
-    def counted(self: reactor.Queue, engine: Engine, lease: float) -> Any:
+    def counted(self: reactor.Queue, engine: Any, lease: float) -> Any:
         with COUNTING:
             looks[self.name] += 1
         return look(self, engine, lease)
 
-    monkeypatch.setattr(_queues.Queue, "_look", counted)
+    monkeypatch.setattr(reactor.Queue, "_look", counted)
     taker = Background(lambda: q.take(timeout=PATIENCE))
     eventually(lambda: waiting(engine) == 1 and looks["q"] == 1)
     first = looks["q"]

@@ -26,9 +26,8 @@ from typing import Any
 import pytest
 
 import reactor
-from reactor._handles.binding import engine_of
-from reactor._storage import schema as _schema
-from tests.conftest import CLI_ENV, FakeClock, backend, raw_query, run_reactor, wait_for
+from reactor.testing import ManualClock
+from tests.conftest import CLI_ENV, backend, engine_of, raw_query, run_reactor, wait_for
 
 Fingerprint = dict[str, tuple[str, int, int, int]]
 
@@ -278,33 +277,6 @@ def test_a_read_only_engine_reads_what_a_writer_that_came_and_went_wrote(db_path
             assert state.scope("s").get("late") == value
 
 
-@pytest.mark.sqlite_only("SQLite's immutable snapshots")
-def test_a_snapshot_is_given_up_once_the_file_has_changed(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """With nobody to notice the writer while it had the database open (no follower
-    here), its -wal and -shm are gone by the next read: the database file itself has
-    changed, and that is enough for the read to give up its snapshot."""
-    from reactor._storage.sqlite import SQLiteStore
-
-    monkeypatch.setattr(SQLiteStore, "await_commits", lambda _, timeout: time.sleep(timeout))
-    db = tmp_path / "state.db"
-    _seed(db)
-    with reactor.open(db, readonly=True) as state:
-        assert state.scope("s").get("late") is None
-        done = subprocess.run(
-            [sys.executable, "-c", textwrap.dedent(WRITE_ONCE), str(db), "1"],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-            env=CLI_ENV,
-        )
-        assert done.returncode == 0, done.stderr
-        assert sorted(path.name for path in tmp_path.iterdir()) == ["state.db"]
-        assert state.scope("s").get("late") == 1
-
-
 WRITE_ONCE = """
     import sys, reactor
     with reactor.open(sys.argv[1]) as state:
@@ -312,7 +284,7 @@ WRITE_ONCE = """
 """
 
 
-def test_a_read_only_engine_neither_sweeps_nor_compacts(db_path: Any, clock: FakeClock) -> None:
+def test_a_read_only_engine_neither_sweeps_nor_compacts(db_path: Any, clock: ManualClock) -> None:
     with reactor.open(db_path, clock=clock) as state:
         state.scope("s").set("short", 1, ttl=1)
         state.scope("s").set("long", 1)
@@ -379,34 +351,6 @@ def test_readonly_in_memory_is_refused(target: str, options: dict[str, Any]) -> 
 def test_readonly_is_a_bool(value: Any) -> None:
     with pytest.raises(reactor.InvalidArgumentError, match="readonly"):
         reactor.open(":memory:", readonly=value)
-
-
-@pytest.mark.sqlite_only("SQLite files that need a write before they can be read")
-def test_what_needs_a_write_first_is_refused_and_left_untouched(tmp_path: Path) -> None:
-    import sqlalchemy as sa
-
-    empty = tmp_path / "empty.db"
-    empty.touch()
-    older = tmp_path / "older.db"
-    engine = sa.create_engine(f"sqlite:///{older}")
-    _schema.migrate(engine, target=_schema.SCHEMA_VERSION - 1)
-    engine.dispose()
-    newer = tmp_path / "newer.db"
-    _seed(newer)
-    raw_query(newer, "UPDATE reactor_meta SET value = 99 WHERE name = 'schema_version'")
-    other = tmp_path / "other.db"
-    raw_query(other, "CREATE TABLE t (a)")
-    before = _fingerprint(tmp_path)
-    for path, error, match in [
-        (empty, reactor.ReadOnlyError, "no reactor database yet"),
-        (older, reactor.ReadOnlyError, "older reactor"),
-        (newer, reactor.SchemaError, "99"),
-        (other, reactor.StorageError, "not a reactor database"),
-        (tmp_path, reactor.StorageError, "not a database file"),
-    ]:
-        with pytest.raises(error, match=match):
-            reactor.open(path, readonly=True)
-    assert _fingerprint(tmp_path) == before
 
 
 @pytest.mark.sqlite_only("file modes and users")
@@ -614,32 +558,6 @@ def test_the_dashboard_serves_a_database_the_user_cannot_write(
     done = run_reactor("--db", str(frozen_db), "ui", "--write", "--port", "0", cwd=tmp_path)
     assert done.returncode == 1
     assert done.stderr.startswith("Error: cannot write the database")
-
-
-@pytest.mark.sqlite_only("SQLite schema versions")
-def test_a_reading_command_still_migrates_an_older_database_it_may_write(
-    tmp_path: Path,
-) -> None:
-    """A database of an older reactor cannot be read before it is migrated, which
-    writes: a reading command does it where it may (as it always did), and says why it
-    cannot where it may not."""
-    import sqlalchemy as sa
-
-    folder = tmp_path / "data"
-    folder.mkdir()
-    older = folder / "older.db"
-    engine = sa.create_engine(f"sqlite:///{older}")
-    _schema.migrate(engine, target=_schema.SCHEMA_VERSION - 1)
-    engine.dispose()
-    with unwritable(folder):
-        done = run_reactor("--db", str(older), "keys", "s", cwd=tmp_path)
-    assert done.returncode == 1
-    assert "older reactor" in done.stderr
-    assert "Traceback" not in done.stderr
-    done = run_reactor("--db", str(older), "keys", "s", cwd=tmp_path)
-    assert (done.returncode, done.stdout) == (0, "[]\n"), done.stderr
-    version = "SELECT value FROM reactor_meta WHERE name = 'schema_version'"
-    assert raw_query(older, version) == [(_schema.SCHEMA_VERSION,)]
 
 
 def test_reading_commands_read_a_database_of_either_backend(db_path: Any, tmp_path: Path) -> None:

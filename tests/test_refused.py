@@ -18,7 +18,7 @@ from typing import Any
 
 import reactor
 from reactor import StorageError
-from reactor._handles.binding import engine_of
+from tests.conftest import engine_of
 
 from .conftest import held_elsewhere, raw_query, wait_for
 

@@ -17,8 +17,6 @@ from pathlib import Path
 import pytest
 
 import reactor
-from reactor._storage import schema as _schema
-from reactor._storage import sqlite_file as _sqlite_file
 from tests.conftest import CLI_ENV
 
 # Never needed to open a current SQLite file and run a verb on it.
@@ -147,9 +145,9 @@ def test_an_early_reference_to_reactor_aio_works(tmp_path: Path) -> None:
 
 
 def test_version_is_there_when_asked() -> None:
-    from reactor._version import __version__
+    from importlib.metadata import version
 
-    assert reactor.__version__ == __version__
+    assert reactor.__version__ == version("reactor-state")
     assert "__version__" in dir(reactor)
     with pytest.raises(AttributeError):
         reactor.no_such_name  # noqa: B018 - the attribute access is the test
@@ -160,16 +158,3 @@ def test_the_demo_database_default_is_the_demos() -> None:
     from reactor.cli import programs
 
     assert programs._DEMO_DATABASE == _demo.DEMO_DATABASE
-
-
-@pytest.mark.sqlite_only("SQLite's schema check")
-def test_a_file_changed_after_the_probe_is_migrated(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The version the read-only probe saw is read again under the write lock: a file
-    that was emptied in between (here: a probe that says "current" of a new file) gets
-    its schema, with SQLAlchemy, as any new file does."""
-    monkeypatch.setattr(_sqlite_file, "probe", lambda *_: _schema.SCHEMA_VERSION)
-    with reactor.open(tmp_path / "state.db") as state:
-        state.scope("s").set("k", 1)
-        assert state.scope("s").get("k") == 1

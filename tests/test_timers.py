@@ -19,25 +19,23 @@ import pytest
 import reactor
 import reactor.aio
 from reactor import ops
-from reactor._handles.binding import engine_of
-from reactor._storage.sql_text import TIMERS_DUE
-from reactor._work import timers as _timers
-from reactor._work import writes as _writes
+from reactor.testing import ManualClock, run_upkeep
+from tests.conftest import engine_of
 
-from .conftest import FakeClock, held_elsewhere, raw_query, run_reactor, wait_for
+from .conftest import raw_query, run_reactor, wait_for
 
 
 def _events(state: reactor.State) -> list[tuple[str, str, Any, str | None]]:
     return [(e.key, e.type, e.new_value, e.timer) for e in state.changes()]
 
 
-def test_a_timer_writes_its_value_once_when_due(state: reactor.State, clock: FakeClock) -> None:
+def test_a_timer_writes_its_value_once_when_due(state: reactor.State, clock: ManualClock) -> None:
     scope = state.scope("s")
     timer = scope.schedule("k", {"a": 1}, after=30)
     assert timer == reactor.Timer(timer.id, "s", "k", clock.time() + 30, None)
     assert state.timers() == [timer]
     clock.advance(29)
-    engine_of(state).sweeper.fire_timers()
+    run_upkeep(state)
     assert scope.get("k") is None
     clock.advance(2)
     wait_for(lambda: scope.get("k") == {"a": 1})
@@ -47,7 +45,7 @@ def test_a_timer_writes_its_value_once_when_due(state: reactor.State, clock: Fak
     assert state.stats()["timers"] == {"pending": 0, "fired": 1, "failed": 0}
 
 
-def test_a_timer_of_ops_is_an_update_then(state: reactor.State, clock: FakeClock) -> None:
+def test_a_timer_of_ops_is_an_update_then(state: reactor.State, clock: ManualClock) -> None:
     scope = state.scope("s")
     scope.set("doc", {"n": 1, "tags": []})
     timer = scope.schedule(
@@ -61,7 +59,7 @@ def test_a_timer_of_ops_is_an_update_then(state: reactor.State, clock: FakeClock
 
 
 def test_a_recurring_timer_that_missed_periods_fires_once_then_keeps_its_period(
-    state: reactor.State, clock: FakeClock
+    state: reactor.State, clock: ManualClock
 ) -> None:
     scope = state.scope("s")
     start = clock.time()
@@ -71,20 +69,20 @@ def test_a_recurring_timer_that_missed_periods_fires_once_then_keeps_its_period(
     wait_for(lambda: scope.get("beat") == 1)
     (pending,) = wait_for(lambda: [t for t in state.timers() if t.due > clock.time()])
     assert pending.due == start + 60 * 11
-    engine_of(state).sweeper.fire_timers()
+    run_upkeep(state)
     time.sleep(0.3)
     assert scope.get("beat") == 1
     clock.advance(60)
     wait_for(lambda: scope.get("beat") == 2)
     assert state.cancel_timer(timer.id) is True
     clock.advance(600)
-    engine_of(state).sweeper.fire_timers()
+    run_upkeep(state)
     time.sleep(0.3)
     assert scope.get("beat") == 2
 
 
 def test_a_timer_whose_write_fails_is_counted_and_dropped(
-    state: reactor.State, clock: FakeClock
+    state: reactor.State, clock: ManualClock
 ) -> None:
     scope = state.scope("s")
     scope.set("text", "not a number")
@@ -140,7 +138,7 @@ def test_a_bad_timer_is_refused_and_nothing_is_scheduled(
     assert state.timers() == []
 
 
-def test_cancel(state: reactor.State, clock: FakeClock) -> None:
+def test_cancel(state: reactor.State, clock: ManualClock) -> None:
     scope = state.scope("s")
     timer = scope.schedule("k", 1, after=5)
     assert state.cancel_timer(timer.id) is True
@@ -153,7 +151,7 @@ def test_cancel(state: reactor.State, clock: FakeClock) -> None:
     wait_for(lambda: scope.get("j") == 1)
     assert state.cancel_timer(fired.id) is False
     clock.advance(10)
-    engine_of(state).sweeper.fire_timers()
+    run_upkeep(state)
     time.sleep(0.3)
     assert scope.get("k") is None
 
@@ -168,7 +166,7 @@ def test_timers_lists_by_scope_glob_earliest_first(state: reactor.State) -> None
 
 
 def test_a_transaction_creates_its_timers_with_its_commit(
-    state: reactor.State, clock: FakeClock
+    state: reactor.State, clock: ManualClock
 ) -> None:
     scope = state.scope("s")
     with scope.transaction() as tx:
@@ -187,7 +185,9 @@ def test_a_transaction_creates_its_timers_with_its_commit(
     assert scope.get("never") is None
 
 
-def test_a_body_sees_its_own_schedules_and_cancels(state: reactor.State, clock: FakeClock) -> None:
+def test_a_body_sees_its_own_schedules_and_cancels(
+    state: reactor.State, clock: ManualClock
+) -> None:
     """Issue 22, item 8: tx.cancel_timer could not see the same body's tx.schedule
     (False, and the timer fired after the commit), and cancelling a stored timer twice
     in one body said True twice."""
@@ -216,7 +216,7 @@ def test_a_body_sees_its_own_schedules_and_cancels(state: reactor.State, clock: 
         assert tx.cancel_timer(kept.id) is False
     assert state.timers() == []
     clock.advance(6)
-    engine_of(state).sweeper.fire_timers()
+    run_upkeep(state)
     assert scope.keys() == []
     assert state.scope("t").keys() == []
 
@@ -330,14 +330,6 @@ def test_a_read_only_engine_lists_timers_and_schedules_none(
         reader.cancel_timer(timer.id)
 
 
-def test_next_due_skips_missed_periods() -> None:
-    assert _timers.next_due(100.0, 10.0, 100.0) == 110.0
-    assert _timers.next_due(100.0, 10.0, 105.0) == 110.0
-    assert _timers.next_due(100.0, 10.0, 110.0) == 120.0
-    assert _timers.next_due(100.0, 10.0, 1000.5) == 1010.0
-    assert _timers.next_due(100.0, 10.0, 50.0) == 110.0
-
-
 def test_timer_ids_follow_the_order_they_were_scheduled_in(state: reactor.State) -> None:
     """Timers due together fire in id order, a batch a transaction: ids in scheduling
     order (UUIDv7) keep a batch's rows side by side in the table. Random ids spread
@@ -349,49 +341,6 @@ def test_timer_ids_follow_the_order_they_were_scheduled_in(state: reactor.State)
     assert ids == sorted(ids)
     assert len(set(ids)) == len(ids)
     assert [timer.id for timer in state.timers()] == ids  # due together: in id order
-
-
-def test_finding_due_timers_uses_the_index(db_path: Any, open_state: Callable[..., Any]) -> None:
-    """100,000 pending timers: finding the due ones reads the index, not the table."""
-    state = open_state()
-    rows = [(f"t{n:06d}", "s", f"k{n}", 1e10 + n, None, "1", None, 0.0) for n in range(100_000)]
-    if str(db_path).startswith("postgresql"):
-        import psycopg
-        import sqlalchemy as sa
-
-        url = sa.make_url(str(db_path)).set(drivername="postgresql")
-        options = url.query.get("options")
-        with psycopg.connect(
-            url.set(query={}).render_as_string(hide_password=False), options=options
-        ) as conn:
-            with conn.cursor() as cursor:
-                cursor.executemany(
-                    "INSERT INTO reactor_timers (id, scope, key, due, every, value, ops, "
-                    "created_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
-                    rows,
-                )
-            conn.execute("ANALYZE reactor_timers")
-        plan = raw_query(
-            db_path, "EXPLAIN " + TIMERS_DUE + " ORDER BY due, id LIMIT ?", (time.time(), 1000)
-        )
-        text = " ".join(str(row[0]) for row in plan)
-        assert "reactor_timers_due" in text, text
-        assert "Seq Scan" not in text, text
-    else:
-        import sqlite3
-
-        with sqlite3.connect(db_path) as conn:
-            conn.executemany("INSERT INTO reactor_timers VALUES (?, ?, ?, ?, ?, ?, ?, ?)", rows)
-        conn.close()
-        plan = raw_query(
-            db_path,
-            "EXPLAIN QUERY PLAN " + TIMERS_DUE + " ORDER BY due, id LIMIT ?",
-            (time.time(), 1000),
-        )
-        text = " ".join(str(row[-1]) for row in plan)
-        assert "USING INDEX reactor_timers_due" in text or "USING COVERING INDEX" in text, text
-    assert state.stats()["timers"]["pending"] == 100_000
-    assert engine_of(state).store.due_timers(time.time(), 1000) == []
 
 
 def test_the_asyncio_twins(db_path: Any) -> None:
@@ -533,50 +482,8 @@ def _refuse_key(db: Any, key: str) -> None:
         )
 
 
-def test_a_timer_whose_write_the_database_refuses_is_dropped_alone(
-    state: reactor.State, clock: FakeClock, db_path: Any
-) -> None:
-    """SPEC §13: a timer whose write fails is counted and dropped (a recurring one
-    fires again next period). A write the database itself refused used to fail the
-    whole request, so the timer stayed due for ever, retried four times a second, and
-    with it the other timers of its request and the writes committed with them."""
-    _refuse_key(db_path, "refused")
-    scope = state.scope("s")
-    with pytest.raises(reactor.StorageError, match="no row for this key"):
-        scope.set("refused", 1)
-    start = clock.time()
-    fine = [scope.schedule(f"k{n}", n, after=1) for n in range(6)]
-    scope.schedule("refused", "once", after=1)
-    recurring = scope.schedule("refused", ops=[ops.increment("")], every=10)
-    elsewhere = state.scope("t").schedule("k", "elsewhere", after=1)
-    engine = engine_of(state)
-    mailbox = engine._mailbox("s")
-    with held_elsewhere(
-        mailbox._running
-    ):  # the actor waits: what is queued meanwhile comes in one batch
-        clock.advance(11)
-        plain = engine.submit(
-            "s", _writes.set_value(engine.options, "s", "plain", "written", None, False)
-        )
-        engine.sweeper.fire_timers()  # (or its thread did it: queued all the same)
-    assert plain.result(timeout=10) == reactor.Change(None, "written")  # not failed with it
-    wait_for(lambda: state.stats()["timers"]["failed"] == 2, timeout=10)
-    assert state.stats()["timers"] == {"pending": 1, "fired": 9, "failed": 2}
-    assert [scope.get(timer.key) for timer in fine] == list(range(6))
-    assert state.scope("t").get("k") == "elsewhere"
-    assert scope.get("refused") is None
-    (pending,) = state.timers()
-    assert (pending.id, pending.due) == (recurring.id, start + 20)  # its next period
-    fired = {e.timer for e in state.changes()}
-    assert {timer.id for timer in fine} | {elsewhere.id} <= fired
-    clock.advance(10)  # the next period fires (and is refused, and dropped, again)
-    wait_for(lambda: state.stats()["timers"]["failed"] == 3, timeout=10)
-    assert [(t.id, t.due) for t in state.timers()] == [(recurring.id, start + 30)]
-    assert scope.set("after", 1) == reactor.Change(None, 1)  # the scope goes on
-
-
 def test_due_timers_stay_due_while_the_database_is_down_and_fire_once_it_is_back(
-    state: reactor.State, clock: FakeClock, db_path: Any, monkeypatch: pytest.MonkeyPatch
+    state: reactor.State, clock: ManualClock, db_path: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """An outage is not a refusal: no timer is dropped, each fires when it is over."""
     scope = state.scope("s")
@@ -613,35 +520,3 @@ def test_due_timers_stay_due_while_the_database_is_down_and_fire_once_it_is_back
     # counted when the firing's future completes, a moment after its commit is visible
     wait_for(lambda: state.stats()["timers"]["fired"] == 5, timeout=10)
     assert state.stats()["timers"] == {"pending": 0, "fired": 5, "failed": 0}
-
-
-@pytest.mark.parametrize(
-    ("error", "refused"),
-    [
-        ("sqlite3.IntegrityError('CHECK constraint failed')", True),
-        ("sqlite3.DataError('string or blob too big')", True),
-        ("sqlite3.OperationalError('disk I/O error')", False),
-        ("sqlite3.OperationalError('database is locked')", False),
-        ("psycopg.errors.CheckViolation('refused')", True),
-        ("psycopg.errors.ProgramLimitExceeded('index row size exceeds maximum')", True),
-        ("psycopg.errors.RaiseException('a trigger said no')", True),
-        ("psycopg.errors.AdminShutdown('terminating connection')", False),
-        ("psycopg.OperationalError('server closed the connection unexpectedly')", False),
-        ("psycopg.errors.DiskFull('could not extend file')", False),
-        ("psycopg.errors.SerializationFailure('could not serialize')", False),
-    ],
-)
-def test_a_refused_write_is_told_from_a_failed_database(error: str, refused: bool) -> None:
-    import sqlite3
-
-    import psycopg
-
-    from reactor._storage import postgres_statements as _postgres
-    from reactor._storage import sqlite_statements as _sqlite
-    from reactor._storage.records import RefusedError
-
-    exc = eval(error, {"sqlite3": sqlite3, "psycopg": psycopg})  # noqa: S307 - the table above
-    translate = _sqlite.translate if error.startswith("sqlite3") else _postgres.translate
-    translated = translate(exc)
-    assert isinstance(translated, reactor.StorageError)
-    assert isinstance(translated, RefusedError) is refused

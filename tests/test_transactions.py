@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import reactor
-from reactor._handles.binding import engine_of
+from reactor.testing import ManualClock, run_upkeep
 
 from .conftest import raw_query
 
@@ -280,9 +280,7 @@ def test_snapshot_is_consistent_while_another_thread_writes(state: reactor.State
 def test_a_conflict_is_seen_even_when_the_log_was_compacted_meanwhile(db_path: Path) -> None:
     import time
 
-    from tests.conftest import FakeClock
-
-    clock = FakeClock(time.time())
+    clock = ManualClock(time.time())
     with reactor.open(db_path, clock=clock, log_retention_seconds=60) as state:
         scope = state.scope("s")
         scope.set("n", 1)
@@ -306,5 +304,5 @@ def test_a_conflict_is_seen_even_when_the_log_was_compacted_meanwhile(db_path: P
             clock.advance(120)
             # All but the newest record (another scope's) is gone: the log cannot tell
             # what happened to "s", and the commit must assume the worst.
-            assert engine_of(state).sweeper.compact() == 2
+            assert run_upkeep(state).log_compacted == 2
         assert scope.get("n") == 100

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 import reactor
-from reactor._handles.binding import engine_of
-from tests.conftest import FakeClock, wait_for
+from reactor.testing import ManualClock, run_upkeep
+from tests.conftest import wait_for
 
 from .conftest import raw_query
 
@@ -24,7 +24,7 @@ def _rows(db_path: Path) -> int:
 
 
 def test_ttl_reports_seconds_left_no_expiry_and_absent(
-    scope: reactor.Scope, clock: FakeClock
+    scope: reactor.Scope, clock: ManualClock
 ) -> None:
     assert scope.ttl("k") == -2
     scope.set("k", 1)
@@ -35,7 +35,7 @@ def test_ttl_reports_seconds_left_no_expiry_and_absent(
     assert scope.ttl("t") == pytest.approx(44.5)
 
 
-def test_a_key_is_absent_from_its_deadline_on(scope: reactor.Scope, clock: FakeClock) -> None:
+def test_a_key_is_absent_from_its_deadline_on(scope: reactor.Scope, clock: ManualClock) -> None:
     scope.set("t", {"v": 1}, ttl=10)
     clock.advance(9.999)
     assert scope.get("t") == {"v": 1}
@@ -49,7 +49,7 @@ def test_a_key_is_absent_from_its_deadline_on(scope: reactor.Scope, clock: FakeC
     assert scope.length("t") == 0
 
 
-def test_writes_treat_an_expired_key_as_absent(scope: reactor.Scope, clock: FakeClock) -> None:
+def test_writes_treat_an_expired_key_as_absent(scope: reactor.Scope, clock: ManualClock) -> None:
     scope.set("n", 41, ttl=1)
     clock.advance(2)
     assert scope.increment("n") == 1
@@ -64,7 +64,7 @@ def test_writes_treat_an_expired_key_as_absent(scope: reactor.Scope, clock: Fake
 
 
 def test_set_without_ttl_clears_it_and_keep_ttl_keeps_it(
-    scope: reactor.Scope, clock: FakeClock
+    scope: reactor.Scope, clock: ManualClock
 ) -> None:
     scope.set("k", 1, ttl=30)
     scope.set("k", 2, keep_ttl=True)
@@ -77,7 +77,7 @@ def test_set_without_ttl_clears_it_and_keep_ttl_keeps_it(
     assert scope.ttl("k") == pytest.approx(50)
 
 
-def test_verbs_keep_the_expiry(scope: reactor.Scope, clock: FakeClock) -> None:
+def test_verbs_keep_the_expiry(scope: reactor.Scope, clock: ManualClock) -> None:
     scope.set("n", 1, ttl=100)
     scope.increment("n")
     scope.decrement("n")
@@ -92,7 +92,7 @@ def test_verbs_keep_the_expiry(scope: reactor.Scope, clock: FakeClock) -> None:
         assert scope.ttl(key) == pytest.approx(100), key
 
 
-def test_expire(scope: reactor.Scope, clock: FakeClock) -> None:
+def test_expire(scope: reactor.Scope, clock: ManualClock) -> None:
     assert scope.expire("k", 10) is False
     scope.set("k", 1)
     assert scope.expire("k", 10) is True
@@ -117,7 +117,7 @@ def test_bad_ttls_raise_value_error(scope: reactor.Scope, ttl: object) -> None:
     assert not scope.exists("k")
 
 
-def test_deadlines_survive_a_restart(db_path: Path, clock: FakeClock) -> None:
+def test_deadlines_survive_a_restart(db_path: Path, clock: ManualClock) -> None:
     with reactor.open(db_path, clock=clock) as state:
         state.scope("s").set("k", 1, ttl=60)
     clock.advance(30)
@@ -128,7 +128,7 @@ def test_deadlines_survive_a_restart(db_path: Path, clock: FakeClock) -> None:
 
 
 def test_the_sweeper_removes_expired_rows(
-    state: reactor.State, clock: FakeClock, db_path: Path
+    state: reactor.State, clock: ManualClock, db_path: Path
 ) -> None:
     scope = state.scope("cache")
     for i in range(50):
@@ -145,7 +145,7 @@ def test_the_sweeper_removes_expired_rows(
 
 
 def test_expired_keys_are_expired_once(
-    open_state: Callable[..., reactor.State], clock: FakeClock, db_path: Path
+    open_state: Callable[..., reactor.State], clock: ManualClock, db_path: Path
 ) -> None:
     state = open_state(clock=clock)
     scope = state.scope("s")
@@ -167,7 +167,7 @@ def test_the_change_log_is_compacted_by_count(
     scope = state.scope("s")
     for i in range(25):
         scope.set("k", i)
-    assert engine_of(state).sweeper.compact() == 15
+    assert run_upkeep(state).log_compacted == 15
     revisions = [
         r for (r,) in raw_query(db_path, "SELECT revision FROM reactor_changes ORDER BY revision")
     ]
@@ -175,7 +175,7 @@ def test_the_change_log_is_compacted_by_count(
 
 
 def test_the_change_log_is_compacted_by_age(
-    open_state: Callable[..., reactor.State], clock: FakeClock, db_path: Path
+    open_state: Callable[..., reactor.State], clock: ManualClock, db_path: Path
 ) -> None:
     state = open_state(log_retention_seconds=60, clock=clock)
     scope = state.scope("s")
@@ -191,7 +191,7 @@ def _rows_in_log(db_path: Path) -> int:
 
 
 def test_compaction_by_age_keeps_the_log_contiguous(
-    open_state: Callable[..., reactor.State], clock: FakeClock, db_path: Path
+    open_state: Callable[..., reactor.State], clock: ManualClock, db_path: Path
 ) -> None:
     state = open_state(log_retention_seconds=60, clock=clock)
     scope = state.scope("s")
@@ -201,21 +201,21 @@ def test_compaction_by_age_keeps_the_log_contiguous(
     clock.advance(100)
     scope.set("c", 1)  # revision 3, at t + 70
     clock.advance(5)  # revision 1 is 75 s old, revision 2 105 s old, revision 3 5 s old
-    engine_of(state).sweeper.compact()
+    run_upkeep(state)
     assert [e.revision for e in state.changes(since=2)] == [3]
     with pytest.raises(reactor.RevisionCompactedError):
         state.changes(since=1)  # no hole: what remains starts right after the cut
 
 
 def test_revisions_are_never_reused_after_compaction(
-    open_state: Callable[..., reactor.State], clock: FakeClock
+    open_state: Callable[..., reactor.State], clock: ManualClock
 ) -> None:
     state = open_state(log_retention_seconds=60, clock=clock)
     scope = state.scope("s")
     for i in range(3):
         scope.set("k", i)
     clock.advance(120)  # every record is too old now...
-    engine_of(state).sweeper.compact()
+    run_upkeep(state)
     assert [e.revision for e in state.changes(since=2)] == [3]  # ...but the newest stays
     scope.set("k", "after")
     assert [e.revision for e in state.changes(since=2)] == [3, 4]

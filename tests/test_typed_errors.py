@@ -23,7 +23,7 @@ import pytest
 import reactor
 import reactor.aio
 import reactor.signals
-from reactor._handles.binding import engine_of
+from tests.conftest import engine_of
 
 
 def _typed(call: Callable[[], Any]) -> Any:

@@ -9,7 +9,6 @@ import sys
 import textwrap
 import threading
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,9 +18,8 @@ from hypothesis import strategies as st
 import reactor
 import reactor.aio
 from reactor import ops
-from reactor._handles.binding import engine_of
-
-from .conftest import FakeClock
+from reactor.testing import ManualClock
+from tests.conftest import engine_of
 
 # -- versions -------------------------------------------------------------------------
 
@@ -50,7 +48,7 @@ def test_an_entry_carries_revisions_and_version(state: reactor.State) -> None:
 
 
 def test_a_write_that_changes_nothing_keeps_revision_and_version(
-    state: reactor.State, clock: FakeClock
+    state: reactor.State, clock: ManualClock
 ) -> None:
     scope = state.scope("s")
     scope.set("k", {"a": 1})
@@ -64,7 +62,9 @@ def test_a_write_that_changes_nothing_keeps_revision_and_version(
     assert after.expires_at == pytest.approx(clock.time() + 60)
 
 
-def test_events_carry_the_version_after_the_change(state: reactor.State, clock: FakeClock) -> None:
+def test_events_carry_the_version_after_the_change(
+    state: reactor.State, clock: ManualClock
+) -> None:
     scope = state.scope("s")
     scope.set("k", 1)
     scope.set("k", 2)
@@ -207,7 +207,7 @@ def test_a_bad_if_revision_is_refused_before_anything(state: reactor.State, bad:
     assert scope.list() == {}
 
 
-def test_an_expired_key_is_absent_for_if_revision(state: reactor.State, clock: FakeClock) -> None:
+def test_an_expired_key_is_absent_for_if_revision(state: reactor.State, clock: ManualClock) -> None:
     scope = state.scope("s")
     scope.set("k", 1, ttl=5)
     entry = scope.entry("k")
@@ -376,7 +376,7 @@ def test_at_revision_ignores_a_transaction_bodys_writes(state: reactor.State) ->
 
 
 def test_at_revision_sees_a_deadline_passed_before_the_revision(
-    state: reactor.State, clock: FakeClock
+    state: reactor.State, clock: ManualClock
 ) -> None:
     scope = state.scope("s")
     scope.set("k", 1, ttl=5)
@@ -422,35 +422,6 @@ def test_at_revision_matches_a_model(
 
 
 # -- a database of version 4 ----------------------------------------------------------
-
-
-def test_a_version_4_database_gets_versions(tmp_path: Path) -> None:
-    import sqlalchemy as sa
-
-    from reactor._storage import schema as _schema
-
-    path = tmp_path / "v4.db"
-    engine = sa.create_engine(f"sqlite:///{path}")
-    _schema.migrate(engine, target=4)
-    with engine.begin() as conn:
-        conn.exec_driver_sql(
-            "INSERT INTO reactor_changes (revision, scope, key, type, old_value, new_value, "
-            "timestamp) VALUES (1, 's', 'k', 'created', NULL, '1', 0), "
-            "(2, 's', 'k', 'updated', '1', '2', 0)"
-        )
-        conn.exec_driver_sql(
-            "INSERT INTO reactor_kv (scope, key, value, expires_at, revision) "
-            "VALUES ('s', 'k', '2', NULL, 2)"
-        )
-    engine.dispose()
-    with reactor.open(path) as state:
-        scope = state.scope("s")
-        assert scope.entry("k") == reactor.Entry(2, 2, 2, 1, None)
-        assert [e.version for e in scope.history("k")] == [None, None]
-        scope.increment("k")
-        assert scope.entry("k") == reactor.Entry(3, 3, 2, 2, None)
-        assert scope.history("k")[-1].version == 2
-        assert scope.get("k", at_revision=1) == 1
 
 
 # -- asyncio --------------------------------------------------------------------------

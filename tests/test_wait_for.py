@@ -25,26 +25,25 @@ import pytest
 import reactor
 import reactor.aio
 from reactor import ops
-from reactor._engine.engine import Engine
-from reactor._handles import waiting as _waiting
-from reactor._handles.binding import engine_of
-from tests.conftest import FakeClock
+from reactor.testing import ManualClock
+from tests.conftest import engine_of
 from tests.conftest import wait_for as eventually
+from tests.conftest import waiters as hub_waiters
 
 PATIENCE = 30.0  # seconds: the timeout of waits that must succeed long before
 
 
 # -- helpers ---------------------------------------------------------------------------
-def waiters(engine: Engine) -> int:
+def waiters(engine: Any) -> int:
     """How many waiters the engine's hub holds."""
-    return sum(isinstance(found, _waiting.Waiter) for found in engine.hub.listeners())
+    return len(hub_waiters(engine))
 
 
-def receivers(engine: Engine) -> set[Any]:
+def receivers(engine: Any) -> set[Any]:
     return set(engine.hub.listeners())
 
 
-def assert_clean(engine: Engine, before: set[Any]) -> None:
+def assert_clean(engine: Any, before: set[Any]) -> None:
     """No waiter left in the hub."""
     assert waiters(engine) == 0
     assert receivers(engine) == before
@@ -98,7 +97,7 @@ def scope(state: reactor.State) -> reactor.Scope:
 
 
 @pytest.fixture
-def engine(state: reactor.State) -> Engine:
+def engine(state: reactor.State) -> Any:
     return engine_of(state)
 
 
@@ -120,7 +119,7 @@ def blocked_dispatcher() -> Iterator[threading.Event]:
 
 
 # -- the current value ---------------------------------------------------------------
-def test_a_value_already_there_is_returned_at_once(scope: reactor.Scope, engine: Engine) -> None:
+def test_a_value_already_there_is_returned_at_once(scope: reactor.Scope, engine: Any) -> None:
     before = receivers(engine)
     scope.set("j-1", {"status": "done", "tags": ["a"]})
     started = time.monotonic()
@@ -153,7 +152,7 @@ def test_a_key_holding_null_exists(scope: reactor.Scope) -> None:
 
 
 def test_an_expired_key_that_was_not_swept_yet_does_not_exist(
-    scope: reactor.Scope, clock: FakeClock, engine: Engine
+    scope: reactor.Scope, clock: ManualClock, engine: Any
 ) -> None:
     before = receivers(engine)
     scope.set("session", "x", ttl=10)
@@ -168,7 +167,7 @@ def test_an_expired_key_that_was_not_swept_yet_does_not_exist(
 # -- changes ---------------------------------------------------------------------------
 @pytest.mark.parametrize("writes", [1, 50])
 def test_a_value_that_becomes_true_after_writes_from_another_thread(
-    scope: reactor.Scope, engine: Engine, writes: int
+    scope: reactor.Scope, engine: Any, writes: int
 ) -> None:
     before = receivers(engine)
     scope.set("count", 0)
@@ -189,7 +188,7 @@ def test_a_value_that_becomes_true_after_writes_from_another_thread(
 
 
 def test_a_key_created_later_wakes_a_waiter_without_predicate(
-    scope: reactor.Scope, engine: Engine
+    scope: reactor.Scope, engine: Any
 ) -> None:
     before = receivers(engine)
     waiter = Background(lambda: scope.wait_for("new", timeout=PATIENCE))
@@ -229,7 +228,7 @@ def test_each_change_is_checked_not_only_the_latest(scope: reactor.Scope) -> Non
 
 
 def test_a_burst_of_10000_writes_returns_the_one_value_that_satisfies(
-    scope: reactor.Scope, engine: Engine
+    scope: reactor.Scope, engine: Any
 ) -> None:
     before = receivers(engine)
     scope.set("k", {"i": -1, "last": False})
@@ -251,12 +250,12 @@ def test_a_burst_of_10000_writes_returns_the_one_value_that_satisfies(
 
 # -- no race between the read and the first change --------------------------------------
 def test_a_write_between_joining_and_reading_is_not_missed(
-    scope: reactor.Scope, engine: Engine, monkeypatch: pytest.MonkeyPatch
+    scope: reactor.Scope, engine: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A change committed after the waiter joined and before it read the value."""
     add = engine.hub.add
 
-    def add_then_write(waiter: _waiting.Waiter, *where: Any, **durable: Any) -> None:
+    def add_then_write(waiter: Any, *where: Any, **durable: Any) -> None:
         add(waiter, *where, **durable)
         writer = threading.Thread(target=lambda: scope.set(waiter.key, "written"))
         writer.start()  # from another thread: this one may be an actor's
@@ -269,7 +268,7 @@ def test_a_write_between_joining_and_reading_is_not_missed(
 
 
 def test_a_write_right_after_the_read_is_not_missed(
-    scope: reactor.Scope, engine: Engine, monkeypatch: pytest.MonkeyPatch
+    scope: reactor.Scope, engine: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A change committed after the waiter read the value and before it waits: it was
     connected before the read, so the change is offered to it."""
@@ -330,9 +329,7 @@ def test_a_deleted_key_is_not_revived_by_its_queued_events(
 
 
 @pytest.mark.parametrize("existing", [False, True], ids=["absent", "present"])
-def test_hammer_waiters_racing_writers(
-    scope: reactor.Scope, engine: Engine, existing: bool
-) -> None:
+def test_hammer_waiters_racing_writers(scope: reactor.Scope, engine: Any, existing: bool) -> None:
     """200 waiters, each started at the same moment as a write that satisfies it."""
     before = receivers(engine)
     jitter = random.Random(11)
@@ -393,7 +390,7 @@ def test_a_change_from_another_process_wakes_the_waiter_promptly(
 
 # -- what does not satisfy ------------------------------------------------------------------
 def test_a_deletion_does_not_satisfy(
-    state: reactor.State, scope: reactor.Scope, engine: Engine
+    state: reactor.State, scope: reactor.Scope, engine: Any
 ) -> None:
     before = receivers(engine)
     scope.set("k", "x")
@@ -417,7 +414,7 @@ def test_a_deletion_does_not_satisfy(
 
 
 def test_an_expiry_does_not_satisfy(
-    state: reactor.State, scope: reactor.Scope, clock: FakeClock
+    state: reactor.State, scope: reactor.Scope, clock: ManualClock
 ) -> None:
     scope.set("k", "x", ttl=10)
     predicate = Recorder(lambda value: value != "x")
@@ -450,7 +447,7 @@ def test_a_predicate_waiting_for_none_is_not_satisfied_by_a_deletion(
 
 # -- timeouts, errors, closing ---------------------------------------------------------------
 def test_a_timeout_raises_and_leaves_nothing_connected(
-    state: reactor.State, scope: reactor.Scope, engine: Engine
+    state: reactor.State, scope: reactor.Scope, engine: Any
 ) -> None:
     before = receivers(engine)
     started = time.monotonic()
@@ -477,7 +474,7 @@ def test_waiting_takes_no_cpu(scope: reactor.Scope) -> None:
     assert Background(wait).result() < 0.1  # of a second spent waiting
 
 
-def test_bad_arguments_are_refused_before_waiting(scope: reactor.Scope, engine: Engine) -> None:
+def test_bad_arguments_are_refused_before_waiting(scope: reactor.Scope, engine: Any) -> None:
     before = receivers(engine)
     for key in ("", 5, None, "x" * 1025):
         with pytest.raises(reactor.InvalidKeyError):
@@ -496,7 +493,7 @@ def test_an_infinite_timeout_waits_like_none(scope: reactor.Scope) -> None:
     assert scope.wait_for("k", timeout=10**400) == 1
 
 
-def test_a_predicate_that_raises_ends_the_wait(scope: reactor.Scope, engine: Engine) -> None:
+def test_a_predicate_that_raises_ends_the_wait(scope: reactor.Scope, engine: Any) -> None:
     before = receivers(engine)
     scope.set("k", {"n": 1})
     with pytest.raises(KeyError, match="missing"):
@@ -584,7 +581,7 @@ def test_waiting_in_a_signal_receiver_raises_instead_of_hanging(
     subscription.close()
 
 
-def test_waiters_on_one_key_are_all_woken(scope: reactor.Scope, engine: Engine) -> None:
+def test_waiters_on_one_key_are_all_woken(scope: reactor.Scope, engine: Any) -> None:
     before = receivers(engine)
 
     def wait_for_at_least(n: int) -> Any:
@@ -599,7 +596,7 @@ def test_waiters_on_one_key_are_all_woken(scope: reactor.Scope, engine: Engine) 
 
 
 # -- asyncio -------------------------------------------------------------------------------------
-def async_engine(state: reactor.aio.AsyncState) -> Engine:
+def async_engine(state: reactor.aio.AsyncState) -> Any:
     assert state._link.state is not None
     return engine_of(state._link.state)
 

@@ -14,6 +14,7 @@ from typing import Any, Literal, assert_type
 import reactor
 import reactor.aio
 from reactor import ops
+from reactor.testing import ManualClock, Upkeep, run_upkeep, run_upkeep_async
 
 
 def opening() -> None:
@@ -56,6 +57,24 @@ class FakeClock:
 def clock_is_a_protocol() -> None:
     clock: reactor.Clock = FakeClock()
     reactor.open(":memory:", clock=clock).close()
+
+
+def testing_helpers() -> None:
+    clock = ManualClock(start=0)
+    assert_type(clock.time(), float)
+    clock.advance(1.5)
+    clock.set(10)
+    with reactor.open(":memory:", clock=clock, sweep_interval=1e6) as state:
+        done = run_upkeep(state)
+        assert_type(done, Upkeep)
+        assert_type(done.keys_expired, int)
+        assert_type(done.log_compacted, int)
+    reactor.open(":memory:", sweep_interval="1")  # type: ignore[arg-type]
+
+
+async def testing_helpers_async() -> None:
+    async with reactor.aio.open(":memory:", sweep_interval=0.5) as state:
+        assert_type(await run_upkeep_async(state), Upkeep)
 
 
 def scope_verbs(state: reactor.State) -> None:

@@ -5,9 +5,10 @@ No ``from __future__ import annotations``: the fields' annotations stay objects,
 ``reactor``, which does not define ``Any``.
 """
 
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-__all__ = ["Change", "Entry", "Snapshot", "Timer", "UpdateResult"]
+__all__ = ["Change", "Entry", "Snapshot", "Timer", "UpdateResult", "Upkeep"]
 
 
 class Change(NamedTuple):
@@ -69,3 +70,21 @@ class Timer(NamedTuple):
     """When it fires next (epoch seconds)."""
     every: float | None
     """Its period in seconds if it recurs, else None."""
+
+
+@dataclass(frozen=True)
+class Upkeep:
+    """What one round of upkeep did (``reactor.testing.run_upkeep``)."""
+
+    keys_expired: int = 0
+    """Keys whose TTL had run out, deleted (each with its ``expired`` event)."""
+    timers_fired: int = 0
+    """Timers that came due and fired (those of ``timers_failed`` too), as
+    ``stats()["timers"]["fired"]`` counts them."""
+    timers_failed: int = 0
+    """Timers whose write failed (a type mismatch, say), dropped or moved to their next
+    period, as ``stats()["timers"]["failed"]`` counts them."""
+    leases_turned_back: int = 0
+    """Queue jobs whose lease ran out: ready again, or dead after their last attempt."""
+    log_compacted: int = 0
+    """Change-log records dropped beyond the retention (``log_retention``...)."""

@@ -18,11 +18,12 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar
 
+from reactor._base.results import Upkeep
 from reactor._base.values import encode
 from reactor._storage.locate import open_store
 from reactor._storage.records import ChangeRecord
 from reactor._storage.txn import Work, WriteTxn
-from reactor.errors import ClosedError, OperationTimeout
+from reactor.errors import ClosedError, OperationTimeout, ReadOnlyError
 
 from .dispatch import Dispatcher
 from .hub import Hub
@@ -36,7 +37,7 @@ if TYPE_CHECKING:  # imported when used: SQLAlchemy for PostgreSQL, asyncio by r
     import sqlalchemy as sa
 
 
-__all__ = ["Engine", "Upkeep", "operation_timeout"]
+__all__ = ["Background", "Engine", "operation_timeout"]
 
 logger = logging.getLogger("reactor")
 T = TypeVar("T")
@@ -53,8 +54,15 @@ def operation_timeout(scope: str, seconds: float, future: Future[Any]) -> Operat
     )
 
 
-class Upkeep(Protocol):
-    """A background chore the engine stops first when it closes."""
+class Background(Protocol):
+    """The background upkeep (``_work.sweeper``), which the engine stops first when it
+    closes."""
+
+    def upkeep(self, held: Collection[str] = ()) -> Upkeep:
+        """Run the chores once, now, and wait for them; what they did. ``held``: the
+        scopes the caller's own transaction holds (``ReentrancyError`` if it needs
+        one)."""
+        ...
 
     def close(self, timeout: float) -> None:
         """Stop (waiting up to ``timeout`` seconds)."""
@@ -97,7 +105,7 @@ class Engine:
         self.hub = Hub(self.dispatcher)  # every listener of changes joins it
         # The background upkeep (``_work.sweeper``): started by whoever opens the engine
         # (not when read-only: everything it does writes); stopped first at close.
-        self.sweeper: Upkeep | None = None
+        self.sweeper: Background | None = None
 
     # -- time and values -----------------------------------------------------------
     def now(self) -> float:
@@ -166,6 +174,24 @@ class Engine:
         result, _ = self.store.write(work, self.now(), self.publish, scopes=scopes)
         return result
 
+    def upkeep(self, held: Collection[str] = ()) -> Upkeep:
+        """Run the sweeper's chores once, in this thread, and wait for them
+        (``Sweeper.upkeep``); what they did. ``held``: the scopes the caller's own
+        transaction holds.
+
+        Raises:
+            ReentrancyError: a chore needs a scope in ``held``.
+            ReadOnlyError: the engine is read-only (it has no sweeper: every chore writes).
+            ClosedError: the engine is closed.
+            OperationTimeout: a scope's actor did not answer in time.
+            StorageError: a chore's write failed.
+        """
+        if self.closed:
+            raise ClosedError("the engine is closed")
+        if self.sweeper is None:
+            raise ReadOnlyError("a read-only engine runs no upkeep: every chore writes")
+        return self.sweeper.upkeep(held)
+
     def _mailbox(self, scope: str) -> Mailbox:
         """The mailbox of the actor that owns ``scope``, started if need be.
 
@@ -188,6 +214,12 @@ class Engine:
         """How many scope actors have started."""
         return sum(1 for mailbox in self._mailboxes if mailbox is not None)
 
+    def reclaim(self) -> None:
+        """Another thread runs a request this thread waits for, and may need the turn
+        of this process's writers: if a Ctrl-C left it with this thread, it goes back
+        first (``_turn``)."""
+        self.store.reclaim()
+
     def wait(self, scope: str, future: Future[T]) -> T:
         """The result of a request to ``scope``'s actor, within the engine's timeout
         counted from the request, or from the scope's last hand-over if later: a
@@ -197,9 +229,7 @@ class Engine:
         Raises:
             OperationTimeout: no answer in time (the request is withdrawn if it can be).
         """
-        # Another thread runs the request, and may need the turn of this process's
-        # writers: if a Ctrl-C left it with this thread, it goes back first (``_turn``).
-        self.store.reclaim()
+        self.reclaim()
         timeout = self.options.timeout
         deadline = time.monotonic() + timeout
         while True:

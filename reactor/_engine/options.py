@@ -11,7 +11,7 @@ from reactor._base.clock import Clock, SystemClock
 from reactor._base.values import DEFAULT_MAX_DEPTH, DEFAULT_MAX_VALUE_BYTES, MAX_DEPTH_LIMIT
 from reactor.errors import InvalidArgumentError
 
-__all__ = ["DURABILITIES", "MAX_TIMEOUT", "Durability", "Options"]
+__all__ = ["DURABILITIES", "MAX_TIMEOUT", "SWEEP_INTERVALS", "Durability", "Options"]
 
 Durability = Literal["normal", "full", "memory"]
 """What an acknowledged commit survives: ``"normal"`` (the default) the process being
@@ -19,6 +19,9 @@ killed, ``"full"`` also a power loss, ``"memory"`` nothing (no file is written).
 
 DURABILITIES: Final[tuple[Durability, ...]] = get_args(Durability)
 MAX_TIMEOUT: Final = 1_000_000.0  # seconds (11 days): 2**31 - 1 ms is 24 days
+# The sweep interval's bounds, in seconds: from a busy loop's pace (what the sweeper
+# waits at least between rounds anyway) to 11 days (tests that run the upkeep by hand).
+SWEEP_INTERVALS: Final = (0.01, 1_000_000.0)
 
 
 @dataclass(frozen=True)
@@ -37,6 +40,7 @@ class Options:
     log_retention_seconds: float | None = None
     timeout: float = 30.0
     readonly: bool = False
+    sweep_interval: float = 0.25  # seconds between sweeps: expiry events within a second
     clock: Clock = field(default_factory=SystemClock, compare=False)
 
     def __post_init__(self) -> None:
@@ -57,6 +61,13 @@ class Options:
         _positive_number("timeout", self.timeout)
         if self.timeout > MAX_TIMEOUT:  # the drivers take it in milliseconds, as a C int
             raise InvalidArgumentError(f"timeout is at most {MAX_TIMEOUT:,.0f} seconds")
+        _positive_number("sweep_interval", self.sweep_interval)
+        low, high = SWEEP_INTERVALS
+        if not low <= self.sweep_interval <= high:
+            raise InvalidArgumentError(
+                f"sweep_interval must be between {low} and {high:,.0f} seconds, "
+                f"not {self.sweep_interval!r}"
+            )
         if type(self.readonly) is not bool:
             raise InvalidArgumentError(f"readonly must be True or False, not {self.readonly!r}")
         if not callable(getattr(self.clock, "time", None)):

@@ -14,6 +14,7 @@ from collections.abc import Callable, Collection
 from concurrent.futures import Future
 from typing import Any, Protocol, TypeVar
 
+from reactor._base.results import Upkeep
 from reactor._storage.store import StoreReads
 from reactor._storage.txn import Work, WriteTxn
 
@@ -86,4 +87,14 @@ class EnginePort(Protocol):
 
     def wait(self, scope: str, future: Future[T]) -> T: ...
 
+    def reclaim(self) -> None:
+        """Give back the writers' turn if this thread lost it to a Ctrl-C: before a
+        wait on another thread's write."""
+        ...
+
     def actors(self) -> int: ...
+
+    def upkeep(self, held: Collection[str] = ()) -> Upkeep:
+        """Run the sweeper's chores once, now, in this thread (``reactor.testing``);
+        ``held``: the scopes the caller's own transaction holds."""
+        ...

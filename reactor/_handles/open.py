@@ -23,6 +23,7 @@ def open(  # noqa: A001 - reactor.open is the name users expect, as with io.open
     max_actors: int | None = None,
     log_retention: int | None = None,
     log_retention_seconds: float | None = None,
+    sweep_interval: float | None = None,
     clock: Clock | None = None,
     timeout: float | None = None,
     readonly: bool | None = None,
@@ -36,9 +37,11 @@ def open(  # noqa: A001 - reactor.open is the name users expect, as with io.open
     Options (keyword-only, None for the default): ``durability`` (``"normal"``,
     ``"full"``, ``"memory"``), ``max_value_bytes`` (16 MiB), ``max_depth`` (64),
     ``max_actors`` (64), ``log_retention`` (100,000 events), ``log_retention_seconds``
-    (none), ``clock`` (an object with ``time()``), ``timeout`` (30 s: how long a verb
-    waits for its scope's actor, and for another process's lock on the database),
-    ``readonly`` (False).
+    (none), ``sweep_interval`` (0.25 s: how often the background upkeep expires keys,
+    turns back run-out leases and compacts the log; 0.01 to 1,000,000; timers fire at
+    their due time whatever it is), ``clock`` (an object with ``time()``), ``timeout``
+    (30 s: how long a verb waits for its scope's actor, and for another process's lock
+    on the database), ``readonly`` (False).
 
     ``readonly=True`` reads a database that this process may read but not write: it
     never creates, migrates or changes the database (nor makes its ``-wal`` and ``-shm``
@@ -67,6 +70,7 @@ def open(  # noqa: A001 - reactor.open is the name users expect, as with io.open
             ("max_actors", max_actors),
             ("log_retention", log_retention),
             ("log_retention_seconds", log_retention_seconds),
+            ("sweep_interval", sweep_interval),
             ("clock", clock),
             ("timeout", timeout),
             ("readonly", readonly),

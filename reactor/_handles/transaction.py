@@ -43,7 +43,15 @@ if TYPE_CHECKING:
 
     from .binding import Binding
 
-__all__ = ["Hold", "MultiTransaction", "Transaction", "in_transaction", "part_of", "scope_names"]
+__all__ = [
+    "Hold",
+    "MultiTransaction",
+    "Transaction",
+    "held_scopes",
+    "in_transaction",
+    "part_of",
+    "scope_names",
+]
 
 T = TypeVar("T")
 
@@ -70,6 +78,16 @@ def in_transaction(engine: EnginePort, scope: str) -> bool:
         return True
     del holds[(id(engine), scope)]
     return False
+
+
+def held_scopes(engine: EnginePort) -> list[str]:
+    """The scopes of ``engine`` this thread is inside a transaction body on, sorted."""
+    holds: dict[tuple[int, str], Hold] | None = getattr(_held, "holds", None)
+    if not holds:
+        return []
+    return sorted(
+        scope for held, scope in list(holds) if held == id(engine) and in_transaction(engine, scope)
+    )
 
 
 def scope_names(scopes: Iterable[object]) -> tuple[str, ...]:

@@ -1,6 +1,8 @@
 """``Sweeper``: an engine's background thread. It expires the keys whose deadline has
 passed, fires the timers that are due, turns back the queues' jobs whose lease ran
-out, checkpoints the database, and compacts the change log to its retention.
+out, checkpoints the database, and compacts the change log to its retention, every
+``sweep_interval`` seconds (an option of ``open``). ``upkeep()`` runs the same chores
+once, in the caller's thread, and says what they did (``reactor.testing.run_upkeep``).
 
 No chore keeps another waiting long: expiry and timers are requests to the scope
 actors (the thread only finds what is due), a round turns back one transaction's
@@ -13,15 +15,16 @@ import functools
 import logging
 import threading
 import time
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
+from reactor._base.results import Upkeep
 from reactor._storage.records import RefusedError
 from reactor._storage.txn import WriteTxn
-from reactor.errors import ClosedError
+from reactor.errors import ClosedError, OperationTimeout, ReentrancyError
 
-from .jobs import turn_back_leases
+from .jobs import expire_leases, turn_back_leases
 from .timers import Fired, drop_failed, fire
 from .writes import expire_keys
 
@@ -32,14 +35,17 @@ __all__ = ["Sweeper"]
 
 logger = logging.getLogger("reactor")
 
-SWEEP_INTERVAL: Final = 0.25  # seconds between sweeps: expiry events within a second
+T = TypeVar("T")
+R = TypeVar("R")
+V = TypeVar("V")
+
+RETRY_PAUSE: Final = 0.25  # seconds before a round that failed is tried again
+CHECKPOINT_INTERVAL: Final = 0.25  # seconds between checkpoints of the database at least
 MIN_PAUSE: Final = 0.01  # seconds between sweeps at least, waiting for a timer
 SWEEP_BATCH: Final = 5000  # keys found due per look; a scope's share goes in one write
 TIMER_BATCH: Final = 5000  # timers found due per look
 FIRE_BATCH: Final = 1000  # timers fired per transaction: a scope's share, one after another
 COMPACT_INTERVAL: Final = 2.0  # seconds between compactions of the change log
-R = TypeVar("R")
-V = TypeVar("V")
 # Timers to fire (id, key) of one scope, and None; or the one timer to drop without its
 # write, which the database refused, and why.
 _Part = tuple[list[tuple[str, str]], str | None]
@@ -56,6 +62,7 @@ class Sweeper:
     def __init__(self, engine: EnginePort) -> None:
         self._engine = engine
         self._lock = threading.Lock()
+        self._round = threading.Lock()  # held by a round of chores: the thread's, or upkeep's
         self._sweeping: dict[str, Future[Any]] = {}  # scope -> its expiry request
         self._firing: dict[str, Future[Fired]] = {}  # scope -> its timers' request
         self._again = threading.Event()
@@ -78,27 +85,28 @@ class Sweeper:
     def _loop(self) -> None:
         checkpointed = compacted = time.monotonic()
         failures = 0
-        pause = SWEEP_INTERVAL
+        pause = self._engine.options.sweep_interval
         while not self._stop.is_set():
             self._again.wait(pause)
             self._again.clear()
             if self._stop.is_set():
                 return
             try:
-                self.sweep()
-                self.fire_timers()
-                # Work queues' leases that ran out: a transaction's worth per round, so
-                # that thousands of them keep no timer or expiry waiting for long.
-                if turn_back_leases(self._engine)[1]:
-                    self._again.set()  # more: the next round comes at once
-                now = time.monotonic()
-                if now - checkpointed >= SWEEP_INTERVAL:
-                    checkpointed = now
-                    self._engine.store.checkpoint()
-                if now - compacted >= COMPACT_INTERVAL:
-                    compacted = now
-                    self.compact()
-                pause = self.pause()
+                with self._round:
+                    self.sweep()
+                    self.fire_timers()
+                    # Work queues' leases that ran out: a transaction's worth per round,
+                    # so that thousands of them keep no timer or expiry waiting for long.
+                    if turn_back_leases(self._engine)[1]:
+                        self._again.set()  # more: the next round comes at once
+                    now = time.monotonic()
+                    if now - checkpointed >= CHECKPOINT_INTERVAL:
+                        checkpointed = now
+                        self._engine.store.checkpoint()
+                    if now - compacted >= COMPACT_INTERVAL:
+                        compacted = now
+                        self.compact()
+                    pause = self.pause()
                 failures = 0
             except ClosedError:
                 return
@@ -109,18 +117,106 @@ class Sweeper:
                         "the background sweeper failed (%d times in a row); it will try again",
                         failures,
                     )
-                self._stop.wait(SWEEP_INTERVAL)
+                self._stop.wait(RETRY_PAUSE)
 
     def pause(self) -> float:
-        """How long the next look may wait: ``SWEEP_INTERVAL``, or less if a timer comes
+        """How long the next look may wait: the sweep interval, or less if a timer comes
         due sooner (it fires then, not up to an interval later)."""
         engine = self._engine
+        interval = engine.options.sweep_interval
         now = engine.now()
         due = engine.store.next_timer(now)
         if due is None:
-            return SWEEP_INTERVAL
+            return interval
         # Not less than MIN_PAUSE: a clock that stands still (a test's) spins no faster.
-        return min(SWEEP_INTERVAL, max(MIN_PAUSE, due - now))
+        return min(interval, max(MIN_PAUSE, due - now))
+
+    def upkeep(self, held: Collection[str] = ()) -> Upkeep:
+        """Run every chore once, now, and wait for it: expire the keys whose deadline
+        has passed, fire the timers that are due, turn back every lease that ran out,
+        compact the change log; what that did. The background thread runs no round
+        meanwhile, and what its last round sent the actors is waited for first, so that
+        everything due at the clock's time is done on return (the counts are this
+        call's only). Not the checkpoint, which changes nothing anyone can read.
+        ``held``: the scopes the caller's own transaction holds, whose actors would
+        never answer it.
+
+        Raises:
+            ReentrancyError: a key or timer of a scope in ``held`` is due, or the
+                thread's last round sent it work not yet done (nothing of that round
+                was sent).
+            ClosedError: the engine is closed.
+            OperationTimeout: a scope's actor did not answer within the engine's timeout
+                (held by a transaction, say).
+            StorageError: a chore's write failed.
+        """
+        with self._round:
+            with self._lock:
+                in_flight = [*self._sweeping.items(), *self._firing.items()]
+            _check_not_held(
+                [scope for scope, future in in_flight if not future.done()], held, "work"
+            )
+            for scope, future in in_flight:
+                with contextlib.suppress(Exception):  # the thread's own: it logs them
+                    self._answer(scope, future)
+            expired = self._expire_all(held)
+            fired = self._fire_all(held)
+            turned = expire_leases(self._engine)
+            compacted = self.compact()
+        return Upkeep(
+            keys_expired=expired,
+            timers_fired=fired.fired,
+            timers_failed=len(fired.failed),
+            leases_turned_back=turned,
+            log_compacted=compacted,
+        )
+
+    def _expire_all(self, held: Collection[str]) -> int:
+        """Expire every key whose deadline has passed, and wait; how many."""
+        expired = 0
+        more = True
+        while more:
+            requests, more = self._expire(skip=[], held=held)
+            count = sum(self._answer(scope, future) for scope, future in requests)
+            expired += count
+            more = more and count > 0
+        return expired
+
+    def _fire_all(self, held: Collection[str]) -> Fired:
+        """Fire every timer that is due, and wait; what that did.
+
+        Raises:
+            Exception: what stopped the firing of a scope's timers (the rest stay due).
+        """
+        fired = Fired()
+        more = True
+        while more:
+            firings, more = self._fire_due(skip=[], held=held)
+            before = fired.fired + len(fired.failed)
+            for scope, firing in firings:
+                done = self._answer(scope, firing)
+                if done.error is not None:
+                    raise done.error
+                fired.add(done)
+            more = more and fired.fired + len(fired.failed) > before
+        return fired
+
+    def _answer(self, scope: str, future: Future[T]) -> T:
+        """The result of a chore's request to ``scope``'s actor, within the engine's
+        timeout; the request is not withdrawn (the firing of timers goes on in parts).
+
+        Raises:
+            OperationTimeout: no answer in time.
+        """
+        engine = self._engine
+        engine.reclaim()  # as Engine.wait: the actor may need this thread's turn
+        timeout = engine.options.timeout
+        try:
+            return future.result(timeout)
+        except TimeoutError:
+            raise OperationTimeout(
+                f"scope {scope!r} did not answer the upkeep within {timeout} s"
+            ) from None
 
     def compact(self) -> int:
         """Drop the change-log records beyond the retention policy; return how many."""
@@ -148,25 +244,54 @@ class Sweeper:
         Raises:
             ClosedError: the engine is closed.
         """
+        with self._lock:
+            busy = list(self._sweeping)
+        self._expire(skip=busy)
+
+    def _expire(
+        self, skip: list[str], held: Collection[str] = ()
+    ) -> tuple[list[tuple[str, Future[int]]], bool]:
+        """Send the actors the keys whose deadline has passed, but those of the scopes
+        in ``skip``: the requests (scope, future of how many it expired), and whether
+        more may be due (look again once these are done).
+
+        Raises:
+            ReentrancyError: a key of a scope in ``held`` is due (nothing was sent).
+        """
         engine = self._engine
-        due, more = self._due(engine.store.expired, SWEEP_BATCH, self._sweeping)
-        for scope, keys in _by_scope(due).items():
+        by_scope, more = self._due(engine.store.expired, SWEEP_BATCH, skip, held, "a key", _key)
+        requests: list[tuple[str, Future[int]]] = []
+        for scope, keys in by_scope.items():
             future = engine.submit(scope, expire_keys(scope, keys))
             with self._lock:
                 self._sweeping[scope] = future
             future.add_done_callback(functools.partial(self._swept, scope, more=more))
+            requests.append((scope, future))
+        return requests, more
 
     def _due(
-        self, find: Callable[..., list[R]], batch: int, in_flight: Collection[str]
-    ) -> tuple[list[R], bool]:
-        """What ``find(now, batch, skip=scopes)`` finds due, but in the scopes whose
-        request is ``in_flight`` still, and whether more may be due (a full batch: look
-        again once these are done). Busy scopes are left out in the query: a scope held
-        by a transaction, with much due, must not keep other scopes' turn from them."""
-        with self._lock:
-            busy = list(in_flight)
-        due = find(self._engine.now(), batch, skip=busy)
-        return due, len(due) == batch
+        self,
+        find: Callable[..., list[R]],
+        batch: int,
+        skip: list[str],
+        held: Collection[str],
+        what: str,
+        pair: Callable[[R], tuple[str, V]],
+    ) -> tuple[dict[str, list[V]], bool]:
+        """What ``find(now, batch, skip=skip)`` finds due, by scope (``pair``: a row's
+        scope, and what of it is due), and whether more may be (a full batch: look again
+        once these are done).
+
+        Raises:
+            ReentrancyError: ``what`` of a scope in ``held`` is due.
+        """
+        due = find(self._engine.now(), batch, skip=skip)
+        by_scope: dict[str, list[V]] = {}
+        for row in due:
+            scope, item = pair(row)
+            by_scope.setdefault(scope, []).append(item)
+        _check_not_held(by_scope, held, what)
+        return by_scope, len(due) == batch
 
     def fire_timers(self) -> None:
         """Send the actors the timers that are due: one request per scope, none for a
@@ -176,11 +301,29 @@ class Sweeper:
         Raises:
             ClosedError: the engine is closed.
         """
-        engine = self._engine
-        due, more = self._due(engine.store.due_timers, TIMER_BATCH, self._firing)
-        by_scope = _by_scope((scope, (timer_id, key)) for timer_id, scope, key in due)
+        with self._lock:
+            busy = list(self._firing)
+        # Those of busy scopes left out in the query: a scope held by a transaction,
+        # with many timers due, must not keep other scopes' timers from their turn.
+        self._fire_due(skip=busy)
+
+    def _fire_due(
+        self, skip: list[str], held: Collection[str] = ()
+    ) -> tuple[list[tuple[str, Future[Fired]]], bool]:
+        """Fire the timers that are due, but those of the scopes in ``skip``: the
+        requests (scope, future of what they did, all told), and whether more may be
+        due.
+
+        Raises:
+            ClosedError: the engine is closed.
+            ReentrancyError: a timer of a scope in ``held`` is due (nothing was sent).
+        """
+        find = self._engine.store.due_timers
+        by_scope, more = self._due(find, TIMER_BATCH, skip, held, "a timer", _timer)
+        requests: list[tuple[str, Future[Fired]]] = []
         for scope, timers in by_scope.items():
             firing: Future[Fired] = Future()
+            requests.append((scope, firing))
             with self._lock:
                 self._firing[scope] = firing
             firing.add_done_callback(functools.partial(self._fired, scope, more=more))
@@ -191,6 +334,7 @@ class Sweeper:
                 for start in reversed(range(0, len(timers), FIRE_BATCH))
             ]
             self._fire(scope, parts, Fired(), firing)
+        return requests, more
 
     def _fire(self, scope: str, parts: list[_Part], done: Fired, firing: Future[Fired]) -> None:
         """Fire the last of ``parts``, then the others, one request at a time, each in
@@ -278,9 +422,25 @@ class Sweeper:
             self._again.set()  # no need to wait for the next round
 
 
-def _by_scope(due: Iterable[tuple[str, V]]) -> dict[str, list[V]]:
-    """``(scope, what)`` pairs, grouped by scope: one request per scope."""
-    by_scope: dict[str, list[V]] = {}
-    for scope, what in due:
-        by_scope.setdefault(scope, []).append(what)
-    return by_scope
+def _check_not_held(scopes: Collection[str], held: Collection[str], what: str) -> None:
+    """Raises:
+    ReentrancyError: a scope of ``scopes`` is in ``held``.
+    """
+    clash = sorted(set(scopes).intersection(held))
+    if clash:
+        raise ReentrancyError(
+            f"{what} of scope {clash[0]!r} is due, and this thread's (or task's) own "
+            "transaction holds that scope: the upkeep would wait for it forever; run it "
+            "before the transaction's body, or after"
+        )
+
+
+def _key(row: tuple[str, str]) -> tuple[str, str]:
+    """An expired key's row: (scope, key)."""
+    return row
+
+
+def _timer(row: tuple[str, str, str]) -> tuple[str, tuple[str, str]]:
+    """A due timer's row (id, scope, key): its scope, and (id, key)."""
+    timer_id, scope, key = row
+    return scope, (timer_id, key)

@@ -303,12 +303,15 @@ def expire(scope: str, key: str, seconds: object, if_revision: object = None) ->
     return _touching(work, scope, key)
 
 
-def expire_keys(scope: str, keys: list[str]) -> Work[None]:
-    """The sweeper's work: expire each key whose deadline has passed."""
+def expire_keys(scope: str, keys: list[str]) -> Work[int]:
+    """The sweeper's work: expire each key whose deadline has passed; how many did
+    (not one that a write renewed, or that expired, meanwhile)."""
 
-    def work(txn: WriteTxn) -> None:
+    def work(txn: WriteTxn) -> int:
+        changes = txn.savepoint()[1]  # the changes recorded so far: one per key expired
         for key in keys:
             txn.live_row(scope, key)
+        return txn.savepoint()[1] - changes
 
     return _touching(work, scope, *keys)
 

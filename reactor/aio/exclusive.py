@@ -56,6 +56,7 @@ __all__ = [
     "AsyncMultiTransaction",
     "AsyncTransaction",
     "check_not_held",
+    "held_scopes",
 ]
 
 logger = logging.getLogger("reactor")
@@ -81,6 +82,24 @@ def check_not_held(engine_id: int, scope: str) -> None:
         raise ReentrancyError(
             f"this task holds a transaction on {scope!r}: write through its tx, not the scope"
         )
+
+
+def held_scopes(engine_id: int) -> list[str]:
+    """The scopes of the engine ``engine_id`` that the current task is inside a
+    transaction body on, sorted."""
+    held = _held.get()
+    if not held:
+        return []
+    task = id(asyncio.current_task()) if _in_loop() else None
+    return sorted(scope for engine, scope, owner in held if engine == engine_id and owner == task)
+
+
+def _in_loop() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
 
 
 async def _take(link: Link, hold: Hold) -> contextvars.Token[_Held]:
