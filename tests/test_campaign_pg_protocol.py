@@ -45,7 +45,7 @@ import sqlalchemy as sa
 import reactor
 import reactor.aio
 from reactor.testing import ManualClock
-from tests import test_postgres as pg_suite
+from tests import test_storage as pg_suite
 from tests.test_faults import FaultyConnection, _Counter
 
 from .conftest import PostgresSchemas, wait_for

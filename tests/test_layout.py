@@ -15,12 +15,7 @@ TESTS: Final = Path(__file__).resolve().parent
 ON_PURPOSE: Final = {
     "conftest.py",  # the one door to an engine's insides, and the registry's clean-up
     "test_internals.py",  # engine internals, on purpose
-    "test_storage.py",  # storage, on purpose
-    # The future test_storage.py: another branch merges test_sql.py and
-    # test_combine.py into it, and owns test_postgres.py meanwhile.
-    "test_sql.py",
-    "test_combine.py",
-    "test_postgres.py",
+    "test_storage.py",  # storage, on purpose: SQL text, group commit, PostgreSQL
 }
 
 
