@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-from typing import Any
 
 from reactor._base.clock import Clock
 from reactor._engine.options import Durability
@@ -61,20 +60,16 @@ def open(  # noqa: A001 - reactor.open is the name users expect, as with io.open
             exist, is empty, or needs a migration or recovery).
         StorageError: the database could not be opened.
     """
-    given: dict[str, Any] = {
-        name: value
-        for name, value in (
-            ("durability", durability),
-            ("max_value_bytes", max_value_bytes),
-            ("max_depth", max_depth),
-            ("max_actors", max_actors),
-            ("log_retention", log_retention),
-            ("log_retention_seconds", log_retention_seconds),
-            ("sweep_interval", sweep_interval),
-            ("clock", clock),
-            ("timeout", timeout),
-            ("readonly", readonly),
-        )
-        if value is not None
+    options = {
+        "durability": durability,
+        "max_value_bytes": max_value_bytes,
+        "max_depth": max_depth,
+        "max_actors": max_actors,
+        "log_retention": log_retention,
+        "log_retention_seconds": log_retention_seconds,
+        "sweep_interval": sweep_interval,
+        "clock": clock,
+        "timeout": timeout,
+        "readonly": readonly,
     }
-    return State(acquire_engine(target, given))
+    return State(acquire_engine(target, options))

@@ -48,8 +48,9 @@ _lock = threading.Lock()
 _live_engines: weakref.WeakSet[Engine] = weakref.WeakSet()  # closed at exit
 
 
-def acquire_engine(target: str | os.PathLike[str] | None, given: dict[str, Any]) -> Engine:
-    """The engine for ``target``, started if need be, with one more handle attached.
+def acquire_engine(target: str | os.PathLike[str] | None, asked: dict[str, Any]) -> Engine:
+    """The engine for ``target``, started if need be, with one more handle attached
+    (``asked``: the options of ``open``, None for the default).
 
     An engine whose last handle is closing is never joined: this waits for it to
     finish closing (within the timeout) and starts another. Engines start outside the
@@ -62,6 +63,7 @@ def acquire_engine(target: str | os.PathLike[str] | None, given: dict[str, Any])
             ``ReadOnlyError``, see ``reactor.open``.
         BusyError: another thread of this process kept starting it past the timeout.
     """
+    given = {name: value for name, value in asked.items() if value is not None}
     options = Options(**given)
     key, location = locate(target, options.durability)
     if options.readonly and location is None:
