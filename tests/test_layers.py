@@ -1,4 +1,4 @@
-"""The shape of the package (issue 23): one door for writes.
+"""The shape of the package (issue 23): one door for writes, layers, sizes.
 
 Every commit goes through the engine (``reactor/_engine/engine.py``), which publishes
 what it changed: a module that called the store's ``write`` or a scope's mailbox itself
@@ -181,3 +181,38 @@ def test_each_module_imports_only_from_its_layer_and_below() -> None:
         if _rank(imported) > _rank(module)
     )
     assert upward == []
+
+
+# -- sizes: a module is read whole, a function at a glance -------------------------------
+MODULE_LINES = 600
+FUNCTION_LINES = 60
+
+
+def _too_long(path: Path) -> list[str]:
+    """The module ``path`` if over ``MODULE_LINES`` lines, and its functions (docstrings
+    included) over ``FUNCTION_LINES``."""
+    source = path.read_text()
+    found = []
+    if len(source.splitlines()) > MODULE_LINES:
+        found.append(f"{path.name}: {len(source.splitlines())} lines")
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            lines = (node.end_lineno or node.lineno) - node.lineno + 1
+            if lines > FUNCTION_LINES:
+                found.append(f"{path.name}:{node.lineno} {node.name}: {lines} lines")
+    return found
+
+
+def test_no_module_over_600_lines_and_no_function_over_60() -> None:
+    found = [item for path in sorted(PACKAGE.rglob("*.py")) for item in _too_long(path)]
+    assert found == []
+
+
+def test_the_size_check_finds_what_is_too_long(tmp_path: Path) -> None:
+    body = "\n".join(f"    x{n} = {n}" for n in range(FUNCTION_LINES))
+    sample = tmp_path / "sample.py"
+    sample.write_text(f"def long():\n{body}\n" + "\n" * MODULE_LINES)
+    assert _too_long(sample) == [
+        f"sample.py: {FUNCTION_LINES + 1 + MODULE_LINES} lines",
+        f"sample.py:1 long: {FUNCTION_LINES + 1} lines",
+    ]
