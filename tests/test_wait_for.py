@@ -695,6 +695,9 @@ async def test_async_cancellation_disconnects(db_path: Any) -> None:
         waiter.cancel()
         with pytest.raises(asyncio.CancelledError):
             await waiter
+        # Counted as waiting once its start registered it in a worker thread; cancelled
+        # before that start came back to the loop (a busy machine), it leaves when it does.
+        await eventually_async(lambda: waiters(engine) == 0)
         assert_clean(engine, before)
         for _ in range(20):  # cancelled at once: while it starts, in a worker thread
             early = asyncio.ensure_future(scope.wait_for("never", timeout=PATIENCE))
