@@ -10,13 +10,15 @@ from __future__ import annotations
 import enum
 import json
 import math
-from typing import Any, Final
+from typing import Any, Final, TypeAlias
 
 import orjson
 
 from reactor.errors import InvalidValueError
 
-__all__ = ["MISSING", "Missing", "decode", "encode", "encode_trusted", "json_equal"]
+__all__ = ["MISSING", "Missing", "Number", "decode", "encode", "encode_trusted", "json_equal"]
+
+Number: TypeAlias = int | float  # what increment adds, and returns (as redis-py names it)
 
 DEFAULT_MAX_VALUE_BYTES: Final = 16 * 1024 * 1024
 DEFAULT_MAX_DEPTH: Final = 64

@@ -15,6 +15,7 @@ import time
 import uuid
 from typing import TYPE_CHECKING
 
+from reactor._base.checks import check_timeout
 from reactor._base.keys import check_key
 from reactor._storage.records import LockRow
 from reactor._storage.txn import WriteTxn
@@ -28,9 +29,23 @@ if TYPE_CHECKING:
 
     from .binding import Binding
 
-__all__ = ["Lock"]
+__all__ = ["Lock", "check_lock"]
 
 logger = logging.getLogger("reactor")
+
+
+def check_lock(name: object, ttl: object, timeout: object) -> tuple[str, float, float | None]:
+    """A lock's name, lease in seconds and wait in seconds (None: no limit).
+
+    Raises:
+        InvalidKeyError: a bad name.
+        InvalidArgumentError: no ttl > 0, or a timeout not None nor a number >= 0.
+    """
+    checked = check_key(name, "lock name")
+    seconds = check_ttl(ttl)
+    if seconds is None:
+        raise InvalidArgumentError("a lock needs a ttl: a number of seconds > 0")
+    return checked, seconds, check_timeout(timeout)
 
 
 class Lock:
@@ -44,14 +59,7 @@ class Lock:
         self, binding: Binding, name: str, ttl: float, timeout: float | None = None
     ) -> None:
         self._binding = binding
-        self.name: str = check_key(name, "lock name")
-        seconds = check_ttl(ttl)
-        if seconds is None:
-            raise InvalidArgumentError("a lock needs a ttl: a number of seconds > 0")
-        self.ttl: float = seconds
-        if timeout is not None and (type(timeout) not in (int, float) or not timeout >= 0):
-            raise InvalidArgumentError(f"timeout must be a number >= 0, not {timeout!r}")
-        self.timeout = timeout
+        self.name, self.ttl, self.timeout = check_lock(name, ttl, timeout)
         self._owner = uuid.uuid4().hex
         self._held = False
         self.token: int | None = None
@@ -92,9 +100,8 @@ class Lock:
         """
         if self._held and self.held():
             raise ReentrancyError(f"lock {self.name!r} is already held by this holder")
-        if timeout is not None and (type(timeout) not in (int, float) or not timeout >= 0):
-            raise InvalidArgumentError(f"timeout must be a number >= 0, not {timeout!r}")
-        deadline = None if timeout is None else time.monotonic() + timeout
+        seconds = check_timeout(timeout)
+        deadline = None if seconds is None else time.monotonic() + seconds
         token = self._try()
         if token is None and blocking:
             token = self._wait(deadline)

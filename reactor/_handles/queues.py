@@ -35,6 +35,7 @@ from collections.abc import Awaitable, Callable
 from time import perf_counter
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from reactor._base.checks import check_timeout
 from reactor._base.values import decode
 from reactor._storage.records import JobRow
 from reactor._storage.txn import WriteTxn
@@ -139,7 +140,7 @@ class Queue:
                 (the thread that delivers the events it waits for).
         """
         seconds = _jobs.check_lease(lease)
-        wait = _jobs.check_timeout(timeout)
+        wait = check_timeout(timeout)
         engine = writable_engine(self._binding)
         start = perf_counter()
         try:

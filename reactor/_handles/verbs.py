@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
 from reactor._base.keys import Pattern, check_key, compile_pattern
 from reactor._base.results import Change, Entry, Timer, UpdateResult
-from reactor._base.values import MISSING, decode
+from reactor._base.values import MISSING, Number, decode
 from reactor._engine.events import ChangeEvent
 from reactor._storage.records import Row
 from reactor._work import timers as _timers
@@ -338,13 +338,8 @@ class ScopeVerbs:
 
     @verb("increment", write=True)
     def increment(
-        self,
-        key: str,
-        by: int | float = 1,
-        default: int | float = 0,
-        *,
-        if_revision: int | None = None,
-    ) -> int | float:
+        self, key: str, by: Number = 1, default: Number = 0, *, if_revision: int | None = None
+    ) -> Number:
         """Add ``by`` to the number at ``key`` (``default`` when absent); return the result.
 
         Raises:
@@ -355,13 +350,8 @@ class ScopeVerbs:
 
     @verb("decrement", write=True)
     def decrement(
-        self,
-        key: str,
-        by: int | float = 1,
-        default: int | float = 0,
-        *,
-        if_revision: int | None = None,
-    ) -> int | float:
+        self, key: str, by: Number = 1, default: Number = 0, *, if_revision: int | None = None
+    ) -> Number:
         """Subtract ``by`` from the number at ``key``; return the result."""
         options = self._engine.options
         return self._run(

@@ -23,13 +23,13 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import math
 import threading
 import time
 from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar
 
+from reactor._base.checks import check_timeout
 from reactor._base.keys import check_key
 from reactor._base.values import decode
 from reactor.errors import ClosedError, InvalidArgumentError, OperationTimeout, ReentrancyError
@@ -57,15 +57,7 @@ def check_wait(key: object, predicate: object, timeout: object) -> tuple[str, fl
     checked = check_key(key)
     if predicate is not None and not callable(predicate):
         raise InvalidArgumentError("predicate must be None or a callable taking the value")
-    if timeout is None:
-        return checked, None
-    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout >= 0:
-        raise InvalidArgumentError(f"timeout must be None or a number >= 0, not {timeout!r}")
-    try:
-        seconds = float(timeout)
-    except OverflowError:  # an int beyond a float: longer than anyone waits
-        return checked, None
-    return checked, None if math.isinf(seconds) else seconds
+    return checked, check_timeout(timeout)
 
 
 def _satisfies(text: str, predicate: Predicate | None) -> bool:

@@ -46,7 +46,6 @@ __all__ = [
     "check_max_attempts",
     "check_put",
     "check_queue",
-    "check_timeout",
     "document",
     "enqueue",
     "expire",
@@ -137,23 +136,6 @@ def check_lease(lease: object, name: str = "lease") -> float:
         InvalidArgumentError: not a finite number > 0.
     """
     return _seconds(lease, name, zero=False)
-
-
-def check_timeout(timeout: object) -> float | None:
-    """How long a take waits, in seconds (None: until a job comes).
-
-    Raises:
-        InvalidArgumentError: not None nor a number >= 0.
-    """
-    if timeout is None:
-        return None
-    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout >= 0:
-        raise InvalidArgumentError(f"timeout must be None or a number >= 0, not {timeout!r}")
-    try:
-        seconds = float(timeout)
-    except OverflowError:  # an int beyond a float: longer than anyone waits
-        return None
-    return None if math.isinf(seconds) else seconds
 
 
 def check_max_attempts(max_attempts: object) -> int | None:

@@ -244,9 +244,24 @@ class Sweeper:
         Raises:
             ClosedError: the engine is closed.
         """
+        self._expire(skip=self._in_flight(self._sweeping))
+
+    def fire_timers(self) -> None:
+        """Send the actors the timers that are due: one request per scope, none for a
+        scope whose previous one is still in flight. Each request reads its timers
+        again in its transaction: one that another process fired meanwhile is skipped.
+
+        Raises:
+            ClosedError: the engine is closed.
+        """
+        # Those of busy scopes left out in the query: a scope held by a transaction,
+        # with many timers due, must not keep other scopes' timers from their turn.
+        self._fire_due(skip=self._in_flight(self._firing))
+
+    def _in_flight(self, requests: dict[str, Future[Any]]) -> list[str]:
+        """The scopes of ``requests`` (those still in flight), read under the lock."""
         with self._lock:
-            busy = list(self._sweeping)
-        self._expire(skip=busy)
+            return list(requests)
 
     def _expire(
         self, skip: list[str], held: Collection[str] = ()
@@ -292,20 +307,6 @@ class Sweeper:
             by_scope.setdefault(scope, []).append(item)
         _check_not_held(by_scope, held, what)
         return by_scope, len(due) == batch
-
-    def fire_timers(self) -> None:
-        """Send the actors the timers that are due: one request per scope, none for a
-        scope whose previous one is still in flight. Each request reads its timers
-        again in its transaction: one that another process fired meanwhile is skipped.
-
-        Raises:
-            ClosedError: the engine is closed.
-        """
-        with self._lock:
-            busy = list(self._firing)
-        # Those of busy scopes left out in the query: a scope held by a transaction,
-        # with many timers due, must not keep other scopes' timers from their turn.
-        self._fire_due(skip=busy)
 
     def _fire_due(
         self, skip: list[str], held: Collection[str] = ()

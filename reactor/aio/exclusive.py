@@ -24,15 +24,13 @@ from collections.abc import Callable, Iterable
 from time import perf_counter
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from reactor._base.keys import check_key
 from reactor._handles import lock_lines
 from reactor._handles.binding import binding_of, engine_of
-from reactor._handles.locks import Lock
+from reactor._handles.locks import Lock, check_lock
 from reactor._handles.transaction import Hold, MultiTransaction, Transaction, part_of, scope_names
-from reactor._handles.verbs import ScopeVerbs, check_ttl
+from reactor._handles.verbs import ScopeVerbs
 from reactor.errors import (
     ClosedError,
-    InvalidArgumentError,
     LockNotOwnedError,
     LockTimeout,
     ReentrancyError,
@@ -336,13 +334,7 @@ class AsyncLock:
 
     def __init__(self, link: Link, name: str, ttl: float, timeout: float | None) -> None:
         self._link = link
-        self.name = check_key(name, "lock name")
-        if check_ttl(ttl) is None:
-            raise InvalidArgumentError("a lock needs a ttl: a number of seconds > 0")
-        if timeout is not None and (type(timeout) not in (int, float) or not timeout >= 0):
-            raise InvalidArgumentError(f"timeout must be a number >= 0, not {timeout!r}")
-        self.ttl = ttl
-        self.timeout = timeout
+        self.name, self.ttl, self.timeout = check_lock(name, ttl, timeout)
         self._lock: Lock | None = None
 
     def __repr__(self) -> str:

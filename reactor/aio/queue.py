@@ -10,6 +10,7 @@ from __future__ import annotations
 from time import perf_counter
 from typing import TYPE_CHECKING, Any
 
+from reactor._base.checks import check_timeout
 from reactor._handles import queues as _queues
 from reactor._handles.binding import binding_of
 from reactor._work import jobs as _jobs
@@ -62,7 +63,7 @@ class AsyncQueue:
             ReadOnlyError: the engine is read-only.
         """
         seconds = _jobs.check_lease(lease)
-        wait = _jobs.check_timeout(timeout)
+        wait = check_timeout(timeout)
         queue = await self._sync()
         engine = _queues.writable_engine(binding_of(await self._link.sync()))
         start = perf_counter()

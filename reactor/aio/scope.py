@@ -113,13 +113,8 @@ class AsyncScope(AsyncVerbs):
         ``predicate(value)`` is true (or, without one, exists); return that value.
 
         No thread waits: changes wake the task through the loop, and the predicate runs
-        on the loop. Cancelling the task ends the wait.
-
-        Raises:
-            OperationTimeout: ``timeout`` seconds went by first (None: no limit).
-            ClosedError: the engine closed first.
-            InvalidArgumentError: ``predicate`` is not callable, or ``timeout`` is not
-                None or a number >= 0.
+        on the loop. Cancelling the task ends the wait. It raises what ``Scope.wait_for``
+        raises: ``OperationTimeout``, ``ClosedError``, ``InvalidArgumentError``.
         """
         checked, seconds = _waiting.check_wait(key, predicate, timeout)
         engine = await self._engine()

@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from reactor._base.results import Change, Timer, UpdateResult
-from reactor._base.values import MISSING
+from reactor._base.values import MISSING, Number
 from reactor._work import timers as _timers
 from reactor._work import writes as _writes
 
@@ -107,13 +107,8 @@ class AsyncVerbs(AsyncReads):
         )
 
     async def increment(
-        self,
-        key: str,
-        by: int | float = 1,
-        default: int | float = 0,
-        *,
-        if_revision: int | None = None,
-    ) -> int | float:
+        self, key: str, by: Number = 1, default: Number = 0, *, if_revision: int | None = None
+    ) -> Number:
         """``Scope.increment``: add ``by`` to the number at ``key``; the result."""
         return await self._submit(
             "increment",
@@ -121,13 +116,8 @@ class AsyncVerbs(AsyncReads):
         )
 
     async def decrement(
-        self,
-        key: str,
-        by: int | float = 1,
-        default: int | float = 0,
-        *,
-        if_revision: int | None = None,
-    ) -> int | float:
+        self, key: str, by: Number = 1, default: Number = 0, *, if_revision: int | None = None
+    ) -> Number:
         """``Scope.decrement``: subtract ``by`` from the number at ``key``; the result."""
         return await self._submit(
             "decrement",

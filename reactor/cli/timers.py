@@ -6,15 +6,8 @@ from typing import Final
 
 import click
 
+from . import options
 from .group import Group
-from .options import (
-    command_output,
-    command_state,
-    data_options,
-    limit_option,
-    parse_json,
-    writable_scope,
-)
 from .output import timers_view, value_view
 
 __all__ = ["COMMANDS"]
@@ -22,25 +15,25 @@ __all__ = ["COMMANDS"]
 
 @click.group(cls=Group, invoke_without_command=True)
 @click.option("--scope", "pattern", default="*", metavar="GLOB", help="Only these scopes' timers.")
-@limit_option("At most N timers: the N due first.")
-@data_options()
+@options.limit_option("At most N timers: the N due first.")
+@options.data_options()
 @click.pass_context
 def timers(ctx: click.Context, pattern: str, limit: int | None) -> None:
     """List the pending timers, earliest first (add, cancel: see below)."""
     if ctx.invoked_subcommand is None:
-        found = command_state().timers(pattern)
-        command_output().show([timer._asdict() for timer in found[:limit]], timers_view)
+        found = options.command_state().timers(pattern)
+        options.command_output().show([timer._asdict() for timer in found[:limit]], timers_view)
 
 
 @timers.command("add", context_settings={"ignore_unknown_options": True})
-@click.argument("scope", callback=writable_scope)
+@click.argument("scope", callback=options.writable_scope)
 @click.argument("key")
 @click.argument("value")
 @click.option("--after", type=float, metavar="SECONDS", help="Due this many seconds from now.")
 @click.option("--at", type=float, metavar="EPOCH", help="Due at this time (epoch seconds).")
 @click.option("--every", type=float, metavar="SECONDS", help="Again every SECONDS.")
 @click.option("--ops", is_flag=True, help="VALUE is a list of update ops (as update takes).")
-@data_options()
+@options.data_options()
 def add_timer(
     scope: str,
     key: str,
@@ -51,25 +44,25 @@ def add_timer(
     ops: bool,
 ) -> None:
     """Schedule a write of VALUE (JSON) to KEY in SCOPE; print the timer."""
-    target = command_state(create=True).scope(scope)
+    target = options.command_state(create=True).scope(scope)
     if ops:
-        given = parse_json(value, "OPS")
+        given = options.parse_json(value, "OPS")
         timer = target.schedule(key, after=after, at=at, every=every, ops=given)
     else:
         timer = target.schedule(
-            key, parse_json(value, "VALUE", value=True), after=after, at=at, every=every
+            key, options.parse_json(value, "VALUE", value=True), after=after, at=at, every=every
         )
-    command_output().show(timer._asdict(), value_view)
+    options.command_output().show(timer._asdict(), value_view)
 
 
 @timers.command("cancel")
 @click.argument("timer_id", metavar="ID")
-@data_options()
+@options.data_options()
 def cancel_timer(timer_id: str) -> None:
     """Cancel the pending timer ID."""
-    if not command_state(create=True).cancel_timer(timer_id):
+    if not options.command_state(create=True).cancel_timer(timer_id):
         raise click.ClickException(f"no pending timer {timer_id!r}")
-    command_output().show({"cancelled": timer_id}, value_view)
+    options.command_output().show({"cancelled": timer_id}, value_view)
 
 
 COMMANDS: Final = (timers,)
