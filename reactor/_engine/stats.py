@@ -35,8 +35,9 @@ class Stats:
             with self._lock:
                 self._tallies.append(tally)
         tally[verb] += 1
-        samples = self._latency.get(verb)
-        if samples is None:
+        try:
+            samples = self._latency[verb]  # a subscript, not a call: no dict.get
+        except KeyError:
             samples = self._latency.setdefault(verb, deque(maxlen=_SAMPLES))
         samples.append(seconds)
 

@@ -17,7 +17,7 @@ from reactor._work import writes as _writes
 from reactor.errors import ClosedError, ReentrancyError
 
 from . import waiting as _waiting
-from .transaction import Transaction, in_transaction
+from .transaction import Transaction, held, in_transaction
 from .verbs import ScopeVerbs, verb
 
 if TYPE_CHECKING:
@@ -55,8 +55,12 @@ class Scope(ScopeVerbs):
         return self._usable()
 
     def _usable(self) -> EnginePort:
-        engine = self._binding.engine
-        if in_transaction(engine, self.name):
+        # Every verb's first step: Binding.engine's check, and in_transaction's only
+        # where this thread ever ran a transaction body, inlined (each call costs).
+        engine = self._binding.current
+        if engine is None or engine.closed:
+            raise ClosedError("this reactor handle is closed")
+        if held.holds and in_transaction(engine, self.name):
             raise ReentrancyError(
                 f"this thread holds a transaction on scope {self.name!r}: "
                 "use the transaction (tx), not the scope's handle, inside its body"
@@ -76,7 +80,9 @@ class Scope(ScopeVerbs):
 
     # -- where reads read: the last commit, straight on the database ---------------
     def _text(self, key: str) -> str | None:
-        engine = self._engine
+        engine = self._binding.current  # _engine inlined: this is every get's path
+        if engine is None:
+            raise ClosedError("this reactor handle is closed")
         return engine.store.get(self.name, key, engine.now())
 
     def _entry(self, key: str, now: float) -> tuple[str, float | None] | None:

@@ -47,6 +47,7 @@ __all__ = [
     "Hold",
     "MultiTransaction",
     "Transaction",
+    "held",
     "held_scopes",
     "in_transaction",
     "part_of",
@@ -55,20 +56,28 @@ __all__ = [
 
 T = TypeVar("T")
 
-_held = threading.local()  # .holds: (engine, scope) -> the hold of this thread's body
+
+class _Held(threading.local):
+    """This thread's transaction bodies; ``holds`` is None until its first, so that a
+    verb's check of it costs no call where no transaction ever ran (``Scope._usable``)."""
+
+    holds: dict[tuple[int, str], Hold] | None = None
+
+
+held = _Held()
 
 
 def _thread_holds() -> dict[tuple[int, str], Hold]:
-    holds: dict[tuple[int, str], Hold] | None = getattr(_held, "holds", None)
+    holds = held.holds
     if holds is None:
-        holds = _held.holds = {}
+        holds = held.holds = {}
     return holds
 
 
 def in_transaction(engine: EnginePort, scope: str) -> bool:
     """Whether this thread is inside a transaction body on ``scope``. A hold that
     ended without saying so (a Ctrl-C in its ``exit``) no longer counts."""
-    holds: dict[tuple[int, str], Hold] | None = getattr(_held, "holds", None)
+    holds = held.holds
     if not holds:
         return False
     hold = holds.get((id(engine), scope))
@@ -82,7 +91,7 @@ def in_transaction(engine: EnginePort, scope: str) -> bool:
 
 def held_scopes(engine: EnginePort) -> list[str]:
     """The scopes of ``engine`` this thread is inside a transaction body on, sorted."""
-    holds: dict[tuple[int, str], Hold] | None = getattr(_held, "holds", None)
+    holds = held.holds
     if not holds:
         return []
     return sorted(

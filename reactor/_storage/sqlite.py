@@ -331,8 +331,11 @@ class SQLiteStore(SQLStore):
             raise translate(exc) from exc
         finally:
             self._idle.append(conn)
-            if self._closed_since():  # close() left this one to its reader: closing it
-                self._close_idle()  # under a running statement crashes the interpreter
+            # close() may have come meanwhile (another thread: mypy cannot know), and
+            # left this one to its reader: closing it under a running statement crashes
+            # the interpreter.
+            if self._closed:
+                self._close_idle()  # type: ignore[unreachable]
 
     def _closed_since(self) -> bool:
         """Whether the store is closed now (it may have been closed since a check)."""
