@@ -928,6 +928,18 @@ def test_quick_bench_on_a_terminal_fits_80_columns(tmp_path: Path) -> None:
         assert figures["reactor"]["1p"][verb]["ops_per_s"] > 0
         assert figures["reactor"]["aio100"][verb]["ops_per_s"] > 0
     assert figures["reactor"]["4t"]["increment"]["count_exact"] is True
+    assert "work per operation" in done.stdout
+    for peer in REQUIRED:  # counted in one thread, every peer
+        for verb in VERBS:
+            assert figures[peer]["1t"][verb]["calls_per_op"] >= 1, (peer, verb)
+    for mode in ("1t", "4t", "aio100"):  # reactor's own, beside each write phase
+        assert "writes_per_transaction" not in figures["reactor"][mode]["get"]
+        for verb in ("set", "update", "increment", "delete"):
+            shared = figures["reactor"][mode][verb]["writes_per_transaction"]
+            # One thread's writes each commit alone (the upkeep may commit beside them).
+            assert 0.5 <= shared <= 1.0 if mode == "1t" else shared >= 0.5, (mode, verb)
+    assert "writes_per_transaction" not in figures["reactor"]["4p"]["set"]
+    assert "calls_per_op" not in figures["reactor"]["4t"]["set"]
     assert result["events"]["in_process"]["delivered"] > 0
     assert result["machine"]["sqlite"]
     section = assert_scaling(result, "sqlite")

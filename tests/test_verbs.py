@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -260,3 +261,22 @@ def test_stats(state: reactor.State) -> None:
     latency = stats["latency_ms"]["set"]
     assert latency["samples"] == 3
     assert 0 < latency["p50"] <= latency["p99"]
+
+
+def test_stats_count_the_write_transactions_committed(
+    open_state: Callable[..., reactor.State],
+) -> None:
+    # No upkeep during the test: its compaction of the change log commits too.
+    state = open_state(sweep_interval=1_000_000)
+    scope = state.scope("s")
+    before = state.stats()["transactions"]
+    scope.set("a", 1)
+    scope.increment("n")
+    with scope.transaction() as tx:  # one commit, however many writes
+        tx.set("b", 2)
+        tx.set("c", 3)
+    assert state.stats()["transactions"] == before + 3
+    scope.get("a")  # reads commit nothing, nor do writes refused before the database
+    with pytest.raises(reactor.InvalidArgumentError):
+        scope.set("a", 1, ttl=-1)
+    assert state.stats()["transactions"] == before + 3

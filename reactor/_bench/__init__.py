@@ -21,12 +21,14 @@ from typing import Any
 
 from . import report
 from .backends import Backend, BackendUnavailable, connect_backend
-from .peers import PEERS, available, reactor_target, redis_server_version
+from .peer import reactor_target
+from .peers import PEERS, available, redis_server_version
 from .scale import run_scale
 from .workflow import QUEUE_PEERS, queue_peers, queue_throughput, timer_lag
 from .workloads import (
     COUNTER,
     Counts,
+    calls_per_op,
     event_latency_cross_process,
     event_latency_in_process,
     run_asyncio,
@@ -94,6 +96,9 @@ def _measure(
         )
         got = peer.count(COUNTER)
         figures["increment"].update(count=got, expected=expected, count_exact=got == expected)
+        if kind == "threads" and workers == 1:  # after the count: it increments too
+            for verb, calls in calls_per_op(peer, max(20, counts.writes // 4)).items():
+                figures[verb]["calls_per_op"] = calls
         return figures
     finally:
         try:

@@ -1,113 +1,18 @@
-"""The systems ``reactor bench`` measures, each behind the same small adapter.
-
-Every adapter takes a fresh directory (``location``) to keep its files in (reactor's
-may instead be a PostgreSQL URL naming a fresh schema: see ``backends``) and has the
-verbs ``set``, ``get``, ``increment``, ``update`` (three field changes to a stored
-dict), ``delete``, plus ``count`` (read a counter), ``flush`` (commit pending work),
-``acall`` (one verb from asyncio), ``cleanup`` (remove what it stored outside
-``location``) and ``close``. Several adapters on one ``location``, in several
-processes, share the same data: that is how the process workloads run.
-"""
+"""The systems ``reactor bench`` measures, each behind the adapter of ``peer``."""
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import json
 import os
 import sqlite3
 import threading
 from collections.abc import Callable
-from typing import Any, ClassVar
+from typing import Any
 
-__all__ = [
-    "PEERS",
-    "UPDATE_NAME",
-    "Peer",
-    "apply_update",
-    "available",
-    "make_value",
-    "reactor_target",
-    "redis_server_version",
-]
+from .peer import UPDATE_NAME, Peer, apply_update, reactor_target
 
-UPDATE_NAME = "order-updated"
-_NOTE = "x" * 24
-
-
-def make_value(i: int) -> dict[str, Any]:
-    """The stored value: a dict of about 100 bytes as JSON."""
-    return {
-        "id": i,
-        "name": f"order-{i % 100_000:05d}",
-        "tags": ["a", "b", "c"],
-        "total": 123.45,
-        "paid": True,
-        "note": _NOTE,
-    }
-
-
-def apply_update(value: dict[str, Any]) -> dict[str, Any]:
-    """What ``update`` does, for peers without update ops: the same three changes as
-    reactor's ``[increment("n"), set("name", ...), merge({"ok": False})]``."""
-    value["n"] = value.get("n", 0) + 1
-    value["name"] = UPDATE_NAME
-    value.update({"ok": False})
-    return value
-
-
-class Peer:
-    """One system under measurement. Subclasses fill in the verbs."""
-
-    name: ClassVar[str]
-    """Short name, used as the key in JSON and as a column heading."""
-    in_memory: ClassVar[bool] = False
-    """Whether its data lives in one process only (then no process workloads)."""
-    notes: ClassVar[tuple[str, ...]] = ()
-    """How it is driven, where that differs from the obvious."""
-    aio: ClassVar[str] = "asyncio.to_thread"
-    """How the asyncio workload drives it."""
-
-    def __init__(self, location: str) -> None:
-        self.location = location
-
-    def set(self, key: str, value: dict[str, Any]) -> None:
-        raise NotImplementedError
-
-    def get(self, key: str) -> Any:
-        raise NotImplementedError
-
-    def increment(self, key: str) -> int:
-        raise NotImplementedError
-
-    def update(self, key: str) -> Any:
-        raise NotImplementedError
-
-    def delete(self, key: str) -> None:
-        raise NotImplementedError
-
-    def count(self, key: str) -> int:
-        """The counter at ``key``, as ``increment`` left it (0 when absent)."""
-        raise NotImplementedError
-
-    def flush(self) -> None:
-        """Commit whatever this thread has pending (only batching peers have any)."""
-
-    async def astart(self) -> None:
-        """Prepare for ``acall`` on the running loop."""
-
-    async def astop(self) -> None:
-        """Undo ``astart``."""
-
-    async def acall(self, verb: str, *args: Any) -> Any:
-        """Run one verb from asyncio; by default in the loop's thread pool."""
-        return await asyncio.to_thread(getattr(self, verb), *args)
-
-    def cleanup(self) -> None:
-        """Remove what this peer stored outside its ``location`` (once, after a run)."""
-
-    def close(self) -> None:
-        raise NotImplementedError
+__all__ = ["PEERS", "available", "redis_server_version"]
 
 
 class _KeyValuePeer(Peer):
@@ -127,12 +32,6 @@ class _KeyValuePeer(Peer):
 
     def count(self, key: str) -> int:
         return int(self._kv.get(key, 0))
-
-
-def reactor_target(location: str) -> str:
-    """What ``reactor.open`` is given for ``location``: a PostgreSQL URL as it is (a
-    schema of its own), else a file in that directory."""
-    return location if "://" in location else os.path.join(location, "reactor.db")
 
 
 class ReactorPeer(_KeyValuePeer):
@@ -182,6 +81,9 @@ class ReactorPeer(_KeyValuePeer):
                 [ops.increment("n"), ops.set("name", UPDATE_NAME), ops.merge({"ok": False})],
             )
         return await getattr(self._ascope, verb)(*args)
+
+    def transactions(self) -> int:
+        return int(self._state.stats()["transactions"])
 
     def close(self) -> None:
         self._state.close()

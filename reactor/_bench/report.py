@@ -72,6 +72,10 @@ def summarize(rounds: Sequence[dict[str, dict[str, dict[str, Any]]]]) -> dict[st
                     key: statistics.median(fig[key] for fig in figs)
                     for key in ("ops_per_s", "p50_us", "p99_us")
                 }
+                for key in ("writes_per_transaction", "calls_per_op"):
+                    found = [fig[key] for fig in figs if key in fig]
+                    if found:
+                        entry[key] = statistics.median(found)
                 entry["ops"] = figs[0]["ops"]
                 entry["rounds"] = [fig["ops_per_s"] for fig in figs]
                 if "count_exact" in figs[0]:
@@ -293,6 +297,44 @@ def _peers_table(result: dict[str, Any]) -> Group:
     return Group(table, legend)
 
 
+def _work_table(result: dict[str, Any]) -> Group:
+    """Counts, steady however loaded the machine: the function calls of one operation
+    in one thread, for reactor and each peer, and the writes reactor's modes put in
+    each transaction (concurrent writers share commits)."""
+    figures: dict[str, Any] = result["figures"]
+    modes: dict[str, str] = result["modes"]
+    peers = [peer for peer in result["peers"] if peer in figures]
+    batching = [mode for kind, mode in modes.items() if not kind.startswith("processes")]
+    table = _table(
+        f"work per operation: calls in one thread ({modes['threads_1']}), then reactor's "
+        "writes per transaction by mode"
+    )
+    table.add_column("verb")
+    for heading in [*(_SHORT.get(peer, peer) for peer in peers), *batching]:
+        table.add_column(heading, justify="right", no_wrap=True)
+    for verb in VERBS:
+        calls = [
+            figures[peer].get(modes["threads_1"], {}).get(verb, {}).get("calls_per_op")
+            for peer in peers
+        ]
+        shared = [
+            figures.get("reactor", {}).get(mode, {}).get(verb, {}).get("writes_per_transaction")
+            for mode in batching
+        ]
+        table.add_row(
+            verb,
+            *("-" if count is None else f"{count:.0f}" for count in calls),
+            *("-" if writes is None else f"{writes:.2f}" for writes in shared),
+        )
+    legend = Text(
+        "calls: Python and C function calls per operation, counted with sys.setprofile "
+        "(the bench's adapter adds one or two; sqd's own thread is not counted); "
+        "writes per transaction: operations ÷ transactions reactor committed in the phase",
+        style="dim",
+    )
+    return Group(table, legend)
+
+
 def _targets_table(result: dict[str, Any]) -> Table:
     on = "" if _backend_name(result) == "sqlite" else " (set for SQLite)"
     table = _table(f"targets{on}")
@@ -499,6 +541,7 @@ def render(result: dict[str, Any], console: Console) -> None:
         console.print(_scale_table(result["scale"]))
     if "figures" in result:
         console.print(_peers_table(result))
+        console.print(_work_table(result))
         console.print(_targets_table(result))
         console.print(_events_table(result))
     for name, section in result.get("scaling", {}).items():

@@ -18,7 +18,7 @@ import time
 from collections.abc import Sequence
 from typing import Any, Final
 
-from .peers import make_value
+from .peer import make_value
 from .workloads import Phase, figure
 
 __all__ = ["SCOPES", "run_scale"]

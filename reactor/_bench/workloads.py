@@ -14,19 +14,22 @@ from __future__ import annotations
 import asyncio
 import multiprocessing
 import random
+import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from .peers import PEERS, Peer, make_value
+from .peer import Peer, make_value
+from .peers import PEERS
 
 __all__ = [
     "COUNTER",
     "VERBS",
     "Counts",
     "Phase",
+    "calls_per_op",
     "event_latency_cross_process",
     "event_latency_in_process",
     "figure",
@@ -38,6 +41,7 @@ __all__ = [
 VERBS: Final = ("set", "get", "update", "increment", "delete")
 COUNTER: Final = "counter"
 _TIMEOUT: Final = 300.0  # seconds a worker waits at a barrier, or the parent for a worker
+_CALLS_WORKER: Final = 99_999  # the keys calls_per_op writes: no timed worker's
 
 
 @dataclass(frozen=True)
@@ -61,17 +65,21 @@ def _percentile(ordered: Sequence[int], fraction: float) -> int:
     return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
 
 
-def figure(phases: Sequence[Phase]) -> dict[str, Any]:
-    """Throughput and latency of the workers' phases of one verb, taken together."""
+def figure(phases: Sequence[Phase], transactions: int | None = None) -> dict[str, Any]:
+    """Throughput and latency of the workers' phases of one verb, taken together; with
+    the ``transactions`` the peer committed meanwhile, the writes in each."""
     samples = sorted(sample for phase in phases for sample in phase.samples)
     seconds = (max(p.end for p in phases) - min(p.start for p in phases)) / 1e9
-    return {
+    found: dict[str, Any] = {
         "ops": len(samples),
         "seconds": seconds,
         "ops_per_s": len(samples) / seconds if seconds > 0 else 0.0,
         "p50_us": _percentile(samples, 0.50) / 1000,
         "p99_us": _percentile(samples, 0.99) / 1000,
     }
+    if transactions:
+        found["writes_per_transaction"] = len(samples) / transactions
+    return found
 
 
 def _timed(
@@ -113,13 +121,29 @@ def worker_phases(
     return phases
 
 
-def _combine(per_worker: Sequence[dict[str, Phase]]) -> dict[str, dict[str, Any]]:
-    return {verb: figure([phases[verb] for phases in per_worker]) for verb in VERBS}
+def _combine(
+    per_worker: Sequence[dict[str, Phase]], marks: Sequence[int | None] = ()
+) -> dict[str, dict[str, Any]]:
+    """Each verb's figure; ``marks``: the peer's transactions before each phase and
+    after the last (none for peers that cannot tell, and for processes)."""
+    return {
+        verb: figure([phases[verb] for phases in per_worker], _between(marks, n, verb))
+        for n, verb in enumerate(VERBS)
+    }
+
+
+def _between(marks: Sequence[int | None], phase: int, verb: str) -> int | None:
+    """The transactions committed during ``phase`` (None: not known, or a read)."""
+    if verb == "get" or len(marks) <= phase + 1:
+        return None
+    start, end = marks[phase], marks[phase + 1]
+    return None if start is None or end is None else end - start
 
 
 def run_threads(peer: Peer, threads: int, counts: Counts) -> dict[str, dict[str, Any]]:
     """The phases in ``threads`` threads sharing ``peer``."""
-    barrier = threading.Barrier(threads)
+    marks: list[int | None] = []  # read once all workers wait before a phase
+    barrier = threading.Barrier(threads, action=lambda: marks.append(peer.transactions()))
     results: list[dict[str, Phase] | None] = [None] * threads
     errors: list[BaseException] = []
 
@@ -138,7 +162,34 @@ def run_threads(peer: Peer, threads: int, counts: Counts) -> dict[str, dict[str,
     real = [error for error in errors if not isinstance(error, threading.BrokenBarrierError)]
     if errors:
         raise (real or errors)[0]
-    return _combine([result for result in results if result is not None])
+    marks.append(peer.transactions())
+    return _combine([result for result in results if result is not None], marks)
+
+
+def calls_per_op(peer: Peer, ops: int) -> dict[str, float]:
+    """Function calls (Python and C, as ``sys.setprofile`` sees them) per operation of
+    each verb, in this thread, the adapter's own call included: counts, not times, so
+    they do not move with the machine's load."""
+    plan = _plan(_CALLS_WORKER, Counts(ops, ops))
+    found: dict[str, float] = {}
+    for verb in VERBS:
+        calls = 0
+
+        def count(_frame: Any, event: str, _arg: Any) -> None:
+            nonlocal calls
+            if event in ("call", "c_call"):
+                calls += 1
+
+        call = getattr(peer, verb)
+        sys.setprofile(count)
+        try:
+            for arguments in plan[verb]:
+                call(*arguments)
+        finally:
+            sys.setprofile(None)
+        peer.flush()
+        found[verb] = (calls - 1) / len(plan[verb])  # less setprofile's own call
+    return found
 
 
 def _process_main(
@@ -224,10 +275,12 @@ async def _run_asyncio(peer: Peer, tasks: int, counts: Counts) -> dict[str, dict
     try:
         figures: dict[str, dict[str, Any]] = {}
         for verb in VERBS:
+            before = peer.transactions()
             start = clock()
             done = await asyncio.gather(*(task(verb, plan[verb]) for plan in plans))
             peer.flush()
-            figures[verb] = figure([Phase(start, clock(), [s for part in done for s in part])])
+            phase = Phase(start, clock(), [s for part in done for s in part])
+            figures[verb] = figure([phase], _between([before, peer.transactions()], 0, verb))
         return figures
     finally:
         await peer.astop()

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from .backends import Backend, libpq_environment
-from .peers import make_value, reactor_target
+from .peer import make_value, reactor_target
 from .workloads import Phase, figure
 
 __all__ = [

@@ -24,6 +24,7 @@ def engine_stats(engine: EnginePort) -> dict[str, Any]:
         "scopes": counts,
         "keys": sum(counts.values()),
         "operations": recorded["operations"],
+        "transactions": store.commits,
         "events": {name: counters.get(f"events_{name}", 0) for name in EVENT_COUNTERS},
         "keys_expired": counters.get("keys_expired", 0),
         "locks_held": store.locks_held(engine.now()),

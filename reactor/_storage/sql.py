@@ -139,6 +139,7 @@ class SQLStore:
     and the rest of ``_store.Store`` (snapshots, following other processes, closing)."""
 
     location: str
+    commits: int = 0
     _combiner: Combiner | None  # None: each write commits on its own (SQLite)
     _gate: Turn  # this process's writers take turns here
     _timeout: float
@@ -216,6 +217,7 @@ class SQLStore:
                     result = work(txn)
                     records = txn.flush()
                     statements.commit(records)
+                    self.commits += 1  # in turn: no other thread of this store counts now
                 except BaseException as exc:
                     statements.abort(interrupted=not isinstance(exc, Exception))
                     raise

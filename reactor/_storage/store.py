@@ -151,6 +151,8 @@ class StoreReads(KeyReads, LogReads, TimerLockReads, Snapshots, Protocol):
     """What features may use of a store (``EnginePort.store``): reads only."""
 
     location: str
+    commits: int
+    """Write transactions this store committed (this process's, since it opened)."""
 
     def reader(self) -> Reader:
         """The reads of a transaction body, each a plain read of the store."""
