@@ -60,6 +60,9 @@ admin = pg_suite.admin
 Admin = psycopg.Connection[Any]
 TABLES = ("reactor_kv", "reactor_changes", "reactor_jobs", "reactor_queues", "reactor_timers")
 
+# No background upkeep while faults are armed: a compaction's statements would take them.
+QUIET = 1_000_000.0
+
 
 # -- helpers ---------------------------------------------------------------------------
 def _store(state: Any) -> Any:
@@ -741,7 +744,7 @@ def test_a_fault_at_any_statement_of_a_queue_write_changes_nothing_until_it_succ
     and many more writes go through."""
     url = schemas.create()
     schema = _schema(url)
-    with reactor.open(url, clock=ManualClock()) as state:
+    with reactor.open(url, clock=ManualClock(), sweep_interval=QUIET) as state:
         store = _store(state)
 
         def arm(n: int | None) -> None:
@@ -794,7 +797,7 @@ def test_a_server_error_in_any_pending_queue_write_surfaces_and_changes_nothing(
     in step; each step then succeeds, ending as a run without faults."""
     url = schemas.create()
     schema = _schema(url)
-    with reactor.open(url, clock=ManualClock()) as state:
+    with reactor.open(url, clock=ManualClock(), sweep_interval=QUIET) as state:
         store = _store(state)
         arm = _install_server_faults(admin, schema)
         failures = _run_steps_with_faults(state, admin, schema, arm, server_refused=True)

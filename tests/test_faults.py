@@ -145,7 +145,8 @@ def _transfer(scope: reactor.Scope) -> None:
 def faulty(
     open_state: Callable[..., reactor.State], clock: ManualClock
 ) -> Iterator[tuple[reactor.State, Callable[[int | None], None]]]:
-    state = open_state(clock=clock)
+    # No background upkeep: a compaction's statements would take the armed fault.
+    state = open_state(clock=clock, sweep_interval=1_000_000)
     store = engine_of(state).store
     real = store._writer  # type: ignore[attr-defined]
     error = _driver_error(store)
