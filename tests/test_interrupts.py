@@ -53,6 +53,7 @@ CHILD = textwrap.dedent(
                 return
 
     def interrupter():
+        go.wait(20)  # not before the main thread is in its loop, ready to catch them
         sent = 0
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
@@ -63,7 +64,7 @@ CHILD = textwrap.dedent(
         counts["sent"] = sent
 
     counts = {"sent": 0, "caught": 0}
-    done = threading.Event()
+    done, go = threading.Event(), threading.Event()
     threads = [threading.Thread(target=writer, args=(f"t{i}",)) for i in range(3)]
     for thread in threads:
         thread.start()
@@ -72,6 +73,7 @@ CHILD = textwrap.dedent(
     n = 0
     while True:
         try:  # the loop's test too: an interrupt may land anywhere
+            go.set()
             if done.is_set():
                 break
             n += 1

@@ -435,11 +435,13 @@ def test_ten_thousand_timers_due_at_once_fire_within_a_second_exactly_once(
     be fired one by one, three round trips each: on PostgreSQL, 10,000 due at once came
     2-5 s late at the median, 4-9 s at most. Now a few statements fire a thousand: the
     last comes 0.5-0.9 s late here on a quiet machine. The median is held to the
-    second; the last one gets room for a machine loaded by other work (it came 1.8 s
-    late once, with six busy processes on two cores)."""
+    second (the promise); the last one only to what catches a return of one-by-one
+    firing while leaving room for a loaded machine (it came 1.8 s late with six busy
+    processes on two cores, 2.3 s beside two CPU burners, a full test run and 50 held
+    PostgreSQL connections). How late, at what rate, is measured in ``reactor bench``."""
     late = _burst(open_state(), 10_000, scopes, lead=8.0)  # scheduling: 3.5 s when loaded
     assert late[len(late) // 2] < 1.0
-    assert late[-1] < 2.0
+    assert late[-1] < 4.0
 
 
 @pytest.mark.slow

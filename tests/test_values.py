@@ -191,6 +191,16 @@ def test_increment_beyond_64_bits_is_refused(state: reactor.State) -> None:
     assert scope.get("f") == 1e308
 
 
+def test_an_increment_past_the_size_limit_is_refused(
+    open_state: Callable[..., reactor.State],
+) -> None:
+    scope = open_state(max_value_bytes=4).scope("s")
+    scope.set("n", 9999)
+    with pytest.raises(reactor.InvalidValueError, match="over the limit of 4"):
+        scope.increment("n")  # 10000: five bytes
+    assert scope.get("n") == 9999
+
+
 LONG_STRINGS = {  # each over a million characters: the encoders switch there
     "ascii": "x" * 1_200_000,
     "escapes": '"\\\n\t\x00\x1f' * 200_000,

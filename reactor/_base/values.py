@@ -53,19 +53,14 @@ def encode(value: Any, *, max_depth: int, max_bytes: int) -> str:
             nesting deeper than ``max_depth`` (cycles included), an integer outside
             64 bits, a string that is not valid Unicode, or text over ``max_bytes``.
     """
-    budget = [max_bytes]
-    _check(value, 0, max_depth, budget)
-    if budget[0] < 0:  # refused before encoding: the encoder's buffers would be huge
+    budget = _check(value, max_depth, max_bytes)
+    if budget < 0:  # refused before encoding: the encoder's buffers would be huge
         raise InvalidValueError(
             f"value is more than {max_bytes:,} bytes as JSON, over the limit of {max_bytes:,}"
         )
     # What _check took from the budget bounds the longest string from above.
-    data = _dumps(value, longest_string=max_bytes - budget[0])
-    if len(data) > max_bytes:
-        raise InvalidValueError(
-            f"value is {len(data):,} bytes as JSON, over the limit of {max_bytes:,}"
-        )
-    return data.decode()
+    data = _dumps(value, longest_string=max_bytes - budget)
+    return _within(data, max_bytes)
 
 
 def encode_built(value: Any, *, max_bytes: int, parts_size: int) -> str:
@@ -77,6 +72,28 @@ def encode_built(value: Any, *, max_bytes: int, parts_size: int) -> str:
         InvalidValueError: an integer grew past 64 bits, or the text is over ``max_bytes``.
     """
     data = _dumps(value, longest_string=parts_size)
+    return _within(data, max_bytes)
+
+
+def encode_number(value: int | float, max_bytes: int) -> str:
+    """A number's JSON text (a sum of numbers: ``increment``), checked as ``encode``
+    would, without its walk.
+
+    Raises:
+        InvalidValueError: not finite, an integer outside 64 bits, or over ``max_bytes``.
+    """
+    if type(value) is float and value - value != 0.0:  # NaN or infinite
+        raise InvalidValueError(f"{value!r} is not a JSON number")
+    data = _dumps(value, longest_string=0)
+    return _within(data, max_bytes)
+
+
+def _within(data: bytes, max_bytes: int) -> str:
+    """``data`` as text, if it is at most ``max_bytes`` long.
+
+    Raises:
+        InvalidValueError: it is longer.
+    """
     if len(data) > max_bytes:
         raise InvalidValueError(
             f"value is {len(data):,} bytes as JSON, over the limit of {max_bytes:,}"
@@ -129,53 +146,74 @@ def _long_strings_encoded(value: Any) -> Any:
     return value
 
 
-def _check(  # noqa: PLR0911, PLR0912 - one branch per JSON type
-    value: Any, depth: int, max_depth: int, budget: list[int]
-) -> None:
-    """Validate ``value``; take a lower bound of its encoded size from ``budget[0]``
-    (checking stops early once the budget is spent)."""
-    kind = type(value)
+def _check(value: Any, max_depth: int, budget: int) -> int:  # noqa: PLR0912
+    """Validate ``value``; return ``budget`` less a lower bound of its encoded size
+    (negative: over it, and checking stopped there).
+
+    One loop over an explicit stack rather than a call per item: a scalar inside a
+    container is checked where it is met, and only containers are pushed.
+    """
+    pending: list[tuple[Any, int]] = [(value, 0)]
+    push, pop = pending.append, pending.pop
+    while pending:
+        item, depth = pop()
+        kind = type(item)
+        if kind is dict or (kind is not list and isinstance(item, dict)):
+            children = item.values()
+            if depth >= max_depth:
+                raise _too_deep(max_depth)
+            if 5 * len(item) + 1 > budget:  # '"":0' and a comma per item at least
+                return -1
+            budget -= 2
+            for key in item:
+                if type(key) is not str:
+                    raise InvalidValueError(
+                        f"dict keys must be str, not {type(key).__name__} ({key!r})"
+                    )
+                budget -= len(key) + 4
+        elif kind is list or isinstance(item, list):
+            children = item
+            if depth >= max_depth:
+                raise _too_deep(max_depth)
+            size = len(item)
+            if 2 * size + 1 > budget:  # a byte and a comma per item at least
+                return -1
+            budget -= 2 + size
+        else:
+            budget = _scalar(item, kind, budget)
+            continue
+        depth += 1
+        for child in children:
+            kind = type(child)
+            if kind is str:
+                budget -= len(child) + 2
+            elif kind is int or kind is bool or child is None:
+                budget -= 1
+            elif kind is float:
+                if child - child != 0.0:  # NaN or infinite: inf - inf is NaN
+                    raise InvalidValueError(f"{child!r} is not a JSON number")
+                budget -= 1
+            else:
+                push((child, depth))
+        if budget < 0:
+            return budget
+    return budget
+
+
+def _scalar(value: Any, kind: type, budget: int) -> int:
+    """``budget`` less the size of scalar ``value`` (one not inside a container).
+
+    Raises:
+        InvalidValueError: it is not a JSON scalar, or not a finite number.
+    """
     if kind is str:
-        budget[0] -= len(value) + 2
-        return
+        return budget - len(value) - 2
     if kind is int or kind is bool or value is None:
-        budget[0] -= 1
-        return
+        return budget - 1
     if kind is float:
         if not math.isfinite(value):
             raise InvalidValueError(f"{value!r} is not a JSON number")
-        budget[0] -= 1
-        return
-    if isinstance(value, dict):
-        if depth >= max_depth:
-            raise _too_deep(max_depth)
-        if 5 * len(value) + 1 > budget[0]:  # '"":0' and a comma per item at least
-            budget[0] = -1
-            return
-        budget[0] -= 2
-        for key, item in value.items():
-            if type(key) is not str:
-                raise InvalidValueError(
-                    f"dict keys must be str, not {type(key).__name__} ({key!r})"
-                )
-            budget[0] -= len(key) + 4
-            _check(item, depth + 1, max_depth, budget)
-            if budget[0] < 0:
-                return
-        return
-    if isinstance(value, list):
-        if depth >= max_depth:
-            raise _too_deep(max_depth)
-        if 2 * len(value) + 1 > budget[0]:  # a byte and a comma per item at least
-            budget[0] = -1
-            return
-        budget[0] -= 2
-        for item in value:
-            budget[0] -= 1
-            _check(item, depth + 1, max_depth, budget)
-            if budget[0] < 0:
-                return
-        return
+        return budget - 1
     raise InvalidValueError(
         f"{kind.__name__} is not a JSON type (use dict, list, str, int, float, bool or None)"
     )

@@ -43,6 +43,7 @@ logger = logging.getLogger("reactor")
 T = TypeVar("T")
 
 FINISH_TIMEOUT: Final = 5.0  # seconds close() waits, in all, for subscribers to deliver
+_OWNERS_KEPT: Final = 4096  # scopes whose mailbox is looked up by name, not by hash
 
 
 def operation_timeout(scope: str, seconds: float, future: Future[Any]) -> OperationTimeout:
@@ -100,6 +101,9 @@ class Engine:
         self._handles = 0
         self._lock = threading.Lock()
         self._mailboxes: list[Mailbox | None] = [None] * options.max_actors
+        # scope -> its actor's mailbox, for the scopes written lately (a dict lookup
+        # rather than the hash of the name on every write)
+        self._owner: dict[str, Mailbox] = {}
         try:
             self.dispatcher = Dispatcher(key, self.store, self.stats, follow=location is not None)
         except BaseException:
@@ -198,6 +202,9 @@ class Engine:
         Raises:
             ClosedError: the engine is closed.
         """
+        mailbox = self._owner.get(scope)
+        if mailbox is not None:
+            return mailbox
         index = shard_index(scope, len(self._mailboxes))
         mailbox = self._mailboxes[index]
         if mailbox is None:
@@ -208,6 +215,9 @@ class Engine:
                 if mailbox is None:
                     mailbox = Mailbox(f"{self.key}#{index}", self.store, self.now, self.publish)
                     self._mailboxes[index] = mailbox
+        if len(self._owner) >= _OWNERS_KEPT:
+            self._owner.clear()  # bounded, however many scopes are written
+        self._owner[scope] = mailbox
         return mailbox
 
     def actors(self) -> int:
@@ -243,7 +253,10 @@ class Engine:
 
     def publish(self, records: list[ChangeRecord]) -> None:
         """Called right after each commit, in revision order (under the write gate)."""
-        expired = sum(1 for record in records if record.type == "expired")
+        expired = 0
+        for record in records:  # a loop, not sum() of a generator: every commit comes here
+            if record.type == "expired":
+                expired += 1
         if expired:
             self.stats.count("keys_expired", expired)
         self.dispatcher.committed(records)

@@ -167,7 +167,12 @@ class Mailbox:
                 return wait(self.submit(Request(work, scope)))
             # No batch, no future: one request, one transaction; an error rolls it back.
             result, _ = self._store.write(
-                work, self._clock(), self._on_commit, shared=True, scopes=(scope,), reads=work.reads
+                work.run,
+                self._clock(),
+                self._on_commit,
+                shared=True,
+                scopes=(scope,),
+                reads=work.reads,
             )
             return result
         finally:
@@ -283,7 +288,7 @@ class Mailbox:
                 mark = txn.savepoint()
                 try:
                     assert request.work is not None
-                    outcomes.append((True, request.work(txn)))
+                    outcomes.append((True, request.work.run(txn)))
                 except (StorageError, ClosedError):
                     raise  # the transaction itself failed: the whole batch fails
                 except Exception as exc:  # noqa: BLE001 - it goes back to its caller

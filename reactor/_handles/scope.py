@@ -9,7 +9,7 @@ from __future__ import annotations
 import builtins
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from reactor._base.keys import Pattern, check_key, check_writable
+from reactor._base.keys import RESERVED_PREFIXES, Pattern, check_key, check_writable
 from reactor._base.results import Snapshot
 from reactor._base.values import decode
 from reactor._storage.records import Row
@@ -40,18 +40,20 @@ class Scope(ScopeVerbs):
     its reads work, and its write verbs (and ``transaction``) raise ``InvalidKeyError``.
     """
 
-    __slots__ = ("_binding", "name")
+    __slots__ = ("_binding", "_reserved", "name")
 
     def __init__(self, binding: Binding, name: str) -> None:
         self._binding = binding
         self.name: str = check_key(name, "scope name")
         """The scope's name."""
+        self._reserved = name.startswith(RESERVED_PREFIXES)  # its writes raise
 
     def __repr__(self) -> str:
         return f"<reactor.Scope {self.name!r}>"
 
     def _writable(self) -> EnginePort:
-        check_writable(self.name)
+        if self._reserved:
+            check_writable(self.name)  # raises
         return self._usable()
 
     def _usable(self) -> EnginePort:
@@ -76,7 +78,10 @@ class Scope(ScopeVerbs):
         return engine
 
     def _run(self, work: _writes.Work[T]) -> T:
-        return self._engine.write(self.name, work)
+        engine = self._binding.current  # _engine inlined: this is every write's path
+        if engine is None:
+            raise ClosedError("this reactor handle is closed")
+        return engine.write(self.name, work)
 
     # -- where reads read: the last commit, straight on the database ---------------
     def _text(self, key: str) -> str | None:

@@ -2,15 +2,26 @@
 
 Each scope's actor runs one batch at a time, so a scope keeps exactly one writer and its
 order. Batches of different scopes, though, reach the store from several threads at
-once; each used to commit on its own, one after another. Here they combine: whoever
-finds no transaction running leads, and commits in one transaction its own work and
-the work every other thread queued meanwhile; the others wait for their results. A
-commit costs a flush of the WAL (a round trip and a WAL flush on PostgreSQL), so
-threads writing together add throughput instead of queueing for the lock.
+once. Here they combine: a thread that finds no transaction running leads, and commits
+its own work at once; a thread that finds one running queues its work and sleeps. When
+the leader's commit ends it hands the lead to the first in line, which commits, in one
+transaction, its own work and every other piece queued meanwhile; the others wake with
+their results. A database has one writer at a time anyway (SQLite's lock, PostgreSQL's
+revision lock): threads writing together then share its commits (one WAL flush, one
+round trip) instead of queueing for it one by one.
+
+Waking is cheap: each queued thread sleeps on a lock of its own, released once, by
+whoever served it or handed it the lead; nobody else wakes, and nothing is polled. A
+thread alone pays two acquisitions of an uncontended lock.
 
 Only work that stages its changes (``WriteTxn.write``) is combined: a piece that fails
 is undone alone (``WriteTxn.rollback_to``), and the others commit. Work that runs
 statements of its own (compaction, lock leases, subscriber positions) runs alone.
+
+A Ctrl-C may land at any bytecode of the thread that leads (the main thread): whatever
+it took (the lead, others' work) is given back in a ``finally`` whose every step is a
+single store or a call into C; a thread interrupted just as it was handed the lead
+hands it on.
 """
 
 from __future__ import annotations
@@ -39,11 +50,14 @@ WriteOnce = Callable[
 
 
 class _Slot(Generic[T]):
-    """One thread's work, waiting to be committed by whoever leads."""
+    """One thread's work, and how the thread waits for it: ``wake`` is released once,
+    when the work is ``done`` or the thread is to ``lead`` (and then commit ``batch``)."""
 
     __slots__ = (
+        "batch",
         "done",
         "error",
+        "lead",
         "now",
         "on_commit",
         "reads",
@@ -51,6 +65,7 @@ class _Slot(Generic[T]):
         "result",
         "scopes",
         "shared",
+        "wake",
         "work",
     )
 
@@ -70,6 +85,9 @@ class _Slot(Generic[T]):
         self.shared = shared  # may commit together with others
         self.scopes = scopes  # what it touches (None: anything)
         self.done = False
+        self.lead = False
+        self.batch: list[_Slot[Any]] = []
+        self.wake: Any = None  # a lock, taken, while the slot is in line
         self.result: Any = None
         self.error: BaseException | None = None
         self.records: list[ChangeRecord] = []
@@ -81,13 +99,9 @@ class Combiner:
     def __init__(self, write_once: WriteOnce, timeout: float) -> None:
         self._write_once = write_once
         self._timeout = timeout
-        # Entered as the lock itself (a call into C), never as the condition, whose
-        # __enter__ is Python: a Ctrl-C landing in it just after the lock was taken
-        # would keep the lock from every other writer for good (see ``_turn``).
-        self._lock = threading.RLock()
-        self._ready = threading.Condition(self._lock)
-        self._queue: deque[_Slot[Any]] = deque()
-        self._leading = False
+        self._lock = threading.Lock()  # guards the line and the lead; never held long
+        self._queue: deque[_Slot[Any]] = deque()  # the threads in line, in order
+        self._leading = False  # someone leads; then nobody leads but they
 
     def write(
         self,
@@ -107,81 +121,114 @@ class Combiner:
             BusyError: no transaction of this process could take it within the timeout.
             the error of ``work``, or of the transaction (each caller its own copy).
         """
-        slot: _Slot[T] = _Slot(work, now, on_commit, shared, scopes, reads)
-        batch: list[_Slot[Any]] = []
-        leading = False
-        # A Ctrl-C may land at any bytecode here (in the main thread): whatever this
-        # thread took (its place in line, the lead, others' work) is given back in the
-        # ``finally``, whose every step is a single store or a call into C.
+        alone = False
         try:
             with self._lock:
-                self._queue.append(slot)
-                leading = self._wait_turn(slot)  # a Python call: the flag and this agree
-                if leading:
-                    batch = self._take(slot)
-                elif not slot.done:
-                    self._queue.remove(slot)
-                    raise BusyError(
-                        f"this process's writer stayed busy for more than {self._timeout} s"
-                    )
-            if leading:
-                self._commit(batch)
+                if not self._leading:  # nobody leads, so nobody is in line
+                    self._leading = alone = True
+            if alone:  # the common case, without a slot: commit at once
+                return self._write_once(work, now, on_commit, scopes, reads)
         finally:
-            if leading:
-                self._leading = False
-                for other in batch:
-                    if not other.done:  # the commit was interrupted: its outcome is unknown
-                        other.error = _interrupted()
-                        other.done = True
-            elif not slot.done and slot in self._queue:
+            if alone:
+                self._leading = False  # first, in one store: see the module's docstring
+                with self._lock:
+                    if self._queue:
+                        self._hand_over()
+        return self._in_line(_Slot(work, now, on_commit, shared, scopes, reads))
+
+    def _in_line(self, slot: _Slot[T]) -> tuple[T, list[ChangeRecord]]:
+        """Commit ``slot``'s work once its turn comes: by a leader, with its own, or
+        by this thread, leading with the work in line behind it."""
+        try:
+            with self._lock:
+                if self._leading:
+                    slot.wake = threading.Lock()
+                    slot.wake.acquire()
+                    self._queue.append(slot)
+                else:
+                    self._leading = slot.lead = True
+            if not slot.lead:
+                self._wait(slot)
+            if slot.lead:
+                self._take(slot)
+                self._commit(slot.batch)
+        finally:
+            if slot.lead:
+                self._finish(slot)
+            elif not slot.done:
                 with self._lock:
                     if slot in self._queue:
                         self._queue.remove(slot)
-            with self._lock:
-                self._ready.notify_all()  # the served wake, and one of the others leads
+                if slot.lead:  # handed the lead as the interrupt came: pass it on
+                    self._finish(slot)  # type: ignore[unreachable]
         if slot.error is not None:
             raise slot.error
         return slot.result, slot.records
 
-    def _wait_turn(self, slot: _Slot[Any]) -> bool:
-        """Wait (with the condition held) until ``slot`` is done (False), or this
-        thread may lead (True, and it leads): none leads, and ``slot`` is the first in
-        line (in the order they came, so that a thread writing in a loop cannot lead
-        again and again ahead of the threads it woke). False with ``slot`` not done
-        after the timeout, unless a leader took it: its commit is bounded, and
-        ``slot`` is done when it ends.
+    def _wait(self, slot: _Slot[Any]) -> None:
+        """Sleep until ``slot`` is done or leads. After the timeout, a slot still in
+        line leaves it (``BusyError``); one a leader took is done when its bounded
+        commit ends, and is waited for.
 
-        Waits are sliced (``_RECHECK``): a wake-up lost to an interrupt in the thread
-        that was to give it costs a slice, not the timeout.
+        Sleeps are sliced (``_RECHECK``): a wake-up lost to an interrupt in the thread
+        that was to give it costs a slice, not the timeout; and the first in line
+        leads if the lead was dropped rather than handed on.
         """
         deadline = time.monotonic() + self._timeout
-        while not slot.done:
-            if not self._leading and self._queue and self._queue[0] is slot:
-                self._leading = True
-                return True
-            remaining = deadline - time.monotonic()
-            if remaining <= 0 and slot in self._queue:
-                return False
-            self._ready.wait(min(max(remaining, 0.0), _RECHECK) or _RECHECK)
-        return False
+        while not slot.wake.acquire(True, _RECHECK):
+            with self._lock:
+                if slot.done or slot.lead:
+                    return
+                if not self._leading and self._queue and self._queue[0] is slot:
+                    self._queue.popleft()
+                    self._leading = slot.lead = True
+                    return
+                if time.monotonic() >= deadline and slot in self._queue:
+                    self._queue.remove(slot)
+                    raise BusyError(
+                        f"this process's writer stayed busy for more than {self._timeout} s"
+                    )
 
-    def _take(self, own: _Slot[Any]) -> list[_Slot[Any]]:
-        """``own``, and the shared work queued so far if ``own`` is shared. The queue
-        changes in one store at the end: an interrupt before it loses no one's work."""
-        if not own.shared:
-            self._queue = deque(slot for slot in self._queue if slot is not own)
-            return [own]
-        batch = [own]
-        kept: deque[_Slot[Any]] = deque()
-        for slot in self._queue:
-            if slot is own:
-                continue
-            if slot.shared and slot.on_commit in (None, own.on_commit):
-                batch.append(slot)
-            else:
-                kept.append(slot)  # work that runs alone waits for a leader of its own
-        self._queue = kept
-        return batch
+    def _take(self, own: _Slot[Any]) -> None:
+        """Make ``own.batch``: ``own``, and the shared work in line if ``own`` is
+        shared. The batch is noted, then the line changes, in two stores with nothing
+        between them: an interrupt loses no one's work."""
+        with self._lock:
+            if not own.shared or not self._queue:
+                own.batch = [own]
+                return
+            batch = [own]
+            kept: deque[_Slot[Any]] = deque()
+            for slot in self._queue:
+                if slot.shared and slot.on_commit in (None, own.on_commit):
+                    batch.append(slot)
+                else:
+                    kept.append(slot)  # work that runs alone waits for a lead of its own
+            own.batch = batch
+            self._queue = kept
+
+    def _finish(self, own: _Slot[Any]) -> None:
+        """Give up the lead, then wake every other thread of ``own.batch`` (failing
+        what an interrupted commit left undone), and hand the lead to the first in
+        line. Giving up comes first, in one store: if an interrupt cuts the rest
+        short, the sleepers find out within a slice (``_wait``)."""
+        self._leading = own.lead = False
+        for other in own.batch:
+            if not other.done:  # the commit was interrupted: its outcome is unknown
+                other.error = _interrupted()
+                other.done = True
+            if other is not own:
+                other.wake.release()
+        with self._lock:
+            self._hand_over()
+
+    def _hand_over(self) -> None:
+        """Hand the lead to the first in line, if any and nobody leads (with the lock
+        held)."""
+        if self._queue and not self._leading:
+            following = self._queue.popleft()
+            self._leading = following.lead = True
+            following.wake.release()
 
     def _commit(self, batch: list[_Slot[Any]]) -> None:
         if len(batch) == 1:

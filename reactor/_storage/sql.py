@@ -212,7 +212,7 @@ class SQLStore:
                 statements = self._begin_write(scopes, reads)
                 try:
                     txn = WriteTxn(statements, now, writes=statements)
-                    if reads:
+                    if reads and (statements.READS_ONE_AHEAD or len(reads) > 1):
                         txn.prefetch(reads)
                     result = work(txn)
                     records = txn.flush()

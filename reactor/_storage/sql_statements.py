@@ -164,6 +164,7 @@ class SQLStatements(SQLReads):
     __slots__ = ()
 
     SET_COMPACTED: str = ""
+    READS_ONE_AHEAD: bool = True  # whether a write that reads one key reads it ahead
 
     def _run(self, sql: str, params: tuple[Any, ...]) -> int:
         raise NotImplementedError

@@ -15,7 +15,7 @@ from typing import Final, Generic, TypeVar
 
 from reactor._base.keys import Pattern
 
-from .records import ChangeRecord, Key, Row
+from .records import ChangeRecord, Key, Row, Upsert
 from .statements import ReadStatements, WriteStatements
 
 __all__ = ["Work", "WriteTxn"]
@@ -94,9 +94,10 @@ class WriteTxn:
         staged = self._staged.get((scope, key), _ABSENT)
         if staged is not _ABSENT:
             return staged
-        fetched = self._fetched.pop((scope, key), _ABSENT)
-        if fetched is not _ABSENT:
-            return fetched
+        if self._fetched:
+            fetched = self._fetched.pop((scope, key), _ABSENT)
+            if fetched is not _ABSENT:
+                return fetched
         return self.statements.fetch_row(scope, key)
 
     def prefetch(self, keys: Collection[Key]) -> None:
@@ -246,12 +247,15 @@ class WriteTxn:
     def flush(self) -> list[ChangeRecord]:
         """Write what is staged; return the change records (with their revisions once
         the transaction commits: ``WriteStatements.write_changes``)."""
-        upserts = [
-            (scope, key, row.value, row.expires_at, row.revision, row.created_revision, row.version)
-            for (scope, key), row in self._staged.items()
-            if row is not None
-        ]
-        deletes = [key for key, row in self._staged.items() if row is None]
+        upserts: list[Upsert] = []
+        deletes: list[Key] = []
+        for key, row in self._staged.items():
+            if row is None:
+                deletes.append(key)
+            else:
+                scope, name = key
+                revision, created, version = row.revision, row.created_revision, row.version
+                upserts.append((scope, name, row.value, row.expires_at, revision, created, version))
         if self._changes or upserts or deletes:
             assert self._writes is not None  # a transaction body is adopted, not flushed
             self._writes.write_changes(self._changes, upserts, deletes)

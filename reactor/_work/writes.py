@@ -25,6 +25,7 @@ from reactor._base.values import (
     decode,
     encode,
     encode_built,
+    encode_number,
     encode_trusted,
     json_equal,
 )
@@ -202,16 +203,22 @@ def set_value(
     expected = check_if_revision(if_revision)
     if keep_ttl is not False and keep_ttl is not True:
         raise InvalidArgumentError(f"keep_ttl is True or False, not {keep_ttl!r}")
-    text = encoder(options)(value)
+    text = encode(value, max_depth=options.max_depth, max_bytes=options.max_value_bytes)
     seconds = check_ttl(ttl)
 
     def work(txn: WriteTxn) -> Change:
         old = txn.live_row(scope, key)
-        _require(scope, key, old, expected)
-        txn.write(scope, key, old, text, _deadline(txn, old, seconds, keep_ttl))
+        if expected is not None:
+            _require(scope, key, old, expected)
+        deadline: float | None
+        if seconds is not None:
+            deadline = txn.now + seconds
+        else:
+            deadline = old.expires_at if keep_ttl and old is not None else None
+        txn.write(scope, key, old, text, deadline)
         return Change(decode(old.value) if old else None, decode(text))
 
-    return _touching(work, scope, key)
+    return Work(work, ((scope, key),))
 
 
 def set_many(
@@ -260,7 +267,7 @@ def delete(scope: str, key: str, if_revision: object = None) -> Work[Any]:
         txn.write(scope, key, old, None, None)
         return decode(old.value)
 
-    return _touching(work, scope, key)
+    return Work(work, ((scope, key),))
 
 
 def clear(scope: str, pattern: str, if_revision: object = None) -> Work[int]:
@@ -300,7 +307,7 @@ def expire(scope: str, key: str, seconds: object, if_revision: object = None) ->
             txn.write(scope, key, old, old.value, deadline)
         return True
 
-    return _touching(work, scope, key)
+    return Work(work, ((scope, key),))
 
 
 def expire_keys(scope: str, keys: list[str]) -> Work[int]:
@@ -316,9 +323,17 @@ def expire_keys(scope: str, keys: list[str]) -> Work[int]:
     return _touching(work, scope, *keys)
 
 
-def _number(value: Any, what: str) -> int | float:
-    if type(value) is bool or not isinstance(value, int | float):
-        raise TypeMismatchError(f"{what} is {type(value).__name__}, not a number")
+def _number(value: Any, key: str) -> int | float:
+    """``value``, the stored value of ``key``, if it is a number.
+
+    Raises:
+        TypeMismatchError: it is not (a bool is not a number).
+    """
+    kind = type(value)
+    if kind is int or kind is float:
+        return value  # type: ignore[no-any-return]
+    if kind is bool or not isinstance(value, int | float):
+        raise TypeMismatchError(f"the value of {key!r} is {kind.__name__}, not a number")
     return value
 
 
@@ -338,17 +353,19 @@ def increment(
     step, start = _argument(by, "by"), _argument(default, "default")
     if down:
         step = -step
-    encoded = encoder(options)
+    max_bytes = options.max_value_bytes
 
     def work(txn: WriteTxn) -> int | float:
         old = txn.live_row(scope, key)
-        _require(scope, key, old, expected)
-        current = start if old is None else _number(decode(old.value), f"the value of {key!r}")
+        if expected is not None:
+            _require(scope, key, old, expected)
+        current = start if old is None else _number(decode(old.value), key)
         result = current + step
-        txn.write(scope, key, old, encoded(result), old.expires_at if old else None)
+        text = encode_number(result, max_bytes)
+        txn.write(scope, key, old, text, old.expires_at if old else None)
         return result
 
-    return _touching(work, scope, key)
+    return Work(work, ((scope, key),))
 
 
 def append_text(
@@ -373,7 +390,7 @@ def append_text(
         txn.write(scope, key, old, encoded(result), old.expires_at if old else None)
         return len(result)
 
-    return _touching(work, scope, key)
+    return Work(work, ((scope, key),))
 
 
 def _list(row: Row | None, key: str, verb: str) -> list[Any]:
@@ -404,7 +421,7 @@ def push(
         txn.write(scope, key, old, encoded(current), old.expires_at if old else None)
         return len(current)
 
-    return _touching(work, scope, key)
+    return Work(work, ((scope, key),))
 
 
 def pop(scope: str, key: str, front: object, if_revision: object = None) -> Work[Any]:
@@ -424,7 +441,7 @@ def pop(scope: str, key: str, front: object, if_revision: object = None) -> Work
         txn.write(scope, key, old, text, old.expires_at)
         return item
 
-    return _touching(work, scope, key)
+    return Work(work, ((scope, key),))
 
 
 def compare_and_swap(
@@ -452,7 +469,7 @@ def compare_and_swap(
             txn.write(scope, key, old, new_text, old.expires_at if old else None)
         return True
 
-    return _touching(work, scope, key)
+    return Work(work, ((scope, key),))
 
 
 def _applied_ops(ops_text: str, op_list: list[Any], applied: list[int]) -> str:
@@ -523,4 +540,4 @@ def update(
         # go back to the caller as it is, without decoding the text again.
         return UpdateResult(old_value, outcome.doc, outcome.errors)
 
-    return _touching(work, scope, key)
+    return Work(work, ((scope, key),))
