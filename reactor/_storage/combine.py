@@ -102,6 +102,7 @@ class Combiner:
         self._lock = threading.Lock()  # guards the line and the lead; never held long
         self._queue: deque[_Slot[Any]] = deque()  # the threads in line, in order
         self._leading = False  # someone leads; then nobody leads but they
+        self._committing: list[_Slot[Any]] = []  # the batch the last leader took
 
     def write(
         self,
@@ -153,14 +154,19 @@ class Combiner:
                 self._take(slot)
                 self._commit(slot.batch)
         finally:
+            # The lead is given up first, in one store (no call before it, where an
+            # interrupt could land): whatever of ``_finish`` an interrupt cuts short,
+            # the sleepers find out within a slice (``_wait``).
             if slot.lead:
+                self._leading = slot.lead = False
                 self._finish(slot)
             elif not slot.done:
                 with self._lock:
                     if slot in self._queue:
                         self._queue.remove(slot)
                 if slot.lead:  # handed the lead as the interrupt came: pass it on
-                    self._finish(slot)  # type: ignore[unreachable]
+                    self._leading = slot.lead = False  # type: ignore[unreachable]
+                    self._finish(slot)
         if slot.error is not None:
             raise slot.error
         return slot.result, slot.records
@@ -172,21 +178,34 @@ class Combiner:
 
         Sleeps are sliced (``_RECHECK``): a wake-up lost to an interrupt in the thread
         that was to give it costs a slice, not the timeout; and the first in line
-        leads if the lead was dropped rather than handed on.
+        leads if the lead was dropped rather than handed on. A slot a leader took and
+        never answered (a second interrupt cut its ``_finish`` short) raises
+        ``OutcomeUnknownError`` as soon as that leader is seen gone (nobody leads, or
+        another leader took another batch), at the latest one more timeout on:
+        nothing waits for ever.
         """
         deadline = time.monotonic() + self._timeout
         while not slot.wake.acquire(True, _RECHECK):
             with self._lock:
                 if slot.done or slot.lead:
                     return
+                if slot not in self._queue and (not self._leading or slot not in self._committing):
+                    raise _interrupted()  # its leader gave up the lead without answering
                 if not self._leading and self._queue and self._queue[0] is slot:
-                    self._queue.popleft()
                     self._leading = slot.lead = True
+                    self._queue.popleft()
                     return
-                if time.monotonic() >= deadline and slot in self._queue:
+                now = time.monotonic()
+                if now >= deadline and slot in self._queue:
                     self._queue.remove(slot)
                     raise BusyError(
                         f"this process's writer stayed busy for more than {self._timeout} s"
+                    )
+                if now >= deadline + self._timeout:
+                    raise OutcomeUnknownError(
+                        "the thread committing this write together with others did not "
+                        f"answer within {2 * self._timeout} s; it may or may not have "
+                        "been applied"
                     )
 
     def _take(self, own: _Slot[Any]) -> None:
@@ -194,25 +213,25 @@ class Combiner:
         shared. The batch is noted, then the line changes, in two stores with nothing
         between them: an interrupt loses no one's work."""
         with self._lock:
-            if not own.shared or not self._queue:
+            if not self._queue:
                 own.batch = [own]
                 return
             batch = [own]
             kept: deque[_Slot[Any]] = deque()
             for slot in self._queue:
-                if slot.shared and slot.on_commit in (None, own.on_commit):
+                if slot is own:
+                    continue
+                if own.shared and slot.shared and slot.on_commit in (None, own.on_commit):
                     batch.append(slot)
                 else:
                     kept.append(slot)  # work that runs alone waits for a lead of its own
-            own.batch = batch
+            own.batch = self._committing = batch
             self._queue = kept
 
     def _finish(self, own: _Slot[Any]) -> None:
-        """Give up the lead, then wake every other thread of ``own.batch`` (failing
+        """After a lead given up: wake every other thread of ``own.batch`` (failing
         what an interrupted commit left undone), and hand the lead to the first in
-        line. Giving up comes first, in one store: if an interrupt cuts the rest
-        short, the sleepers find out within a slice (``_wait``)."""
-        self._leading = own.lead = False
+        line."""
         for other in own.batch:
             if not other.done:  # the commit was interrupted: its outcome is unknown
                 other.error = _interrupted()
@@ -226,8 +245,12 @@ class Combiner:
         """Hand the lead to the first in line, if any and nobody leads (with the lock
         held)."""
         if self._queue and not self._leading:
-            following = self._queue.popleft()
+            # Led before it leaves the line (a subscript, two stores, then a call):
+            # an interrupt after the call leaves it leading, and it finds out
+            # within a slice if the wake-up is lost.
+            following = self._queue[0]
             self._leading = following.lead = True
+            self._queue.popleft()
             following.wake.release()
 
     def _commit(self, batch: list[_Slot[Any]]) -> None:
