@@ -941,6 +941,8 @@ def test_quick_bench_on_a_terminal_fits_80_columns(tmp_path: Path) -> None:
             assert 0.5 <= shared <= 1.0 if mode == "1t" else shared >= 0.5, (mode, verb)
     assert "writes_per_transaction" not in figures["reactor"]["4p"]["set"]
     assert "calls_per_op" not in figures["reactor"]["4t"]["set"]
+    for verb in VERBS:  # counted on the event loop's thread, 100 tasks at once
+        assert figures["reactor"]["aio100"][verb]["loop_calls_per_op"] >= 1, verb
     assert result["events"]["in_process"]["delivered"] > 0
     assert result["machine"]["sqlite"]
     section = assert_scaling(result, "sqlite")

@@ -24,6 +24,7 @@ import sqlalchemy as sa
 import reactor
 from reactor._backup import exchange as _exchange
 from reactor._backup.export import ExportView
+from reactor._base.keys import compile_pattern
 from reactor._handles import registry as _registry
 from reactor._handles.binding import engine_of
 from reactor._storage import postgres_text as _postgres
@@ -35,7 +36,7 @@ from reactor._storage.sqlite import SQLiteStore
 from reactor._storage.txn import WriteTxn
 from reactor.errors import BusyError, StorageError, TypeMismatchError
 
-from .conftest import PostgresSchemas, postgres_url, raw_query, wait_for
+from .conftest import PostgresSchemas, backend, postgres_url, raw_query, wait_for
 
 # -- the statements both SQL backends share --------------------------------------------
 
@@ -655,7 +656,8 @@ def test_an_export_survives_dropped_connections_and_its_own_dropping(
     """An export begins on a new connection when the idle ones are gone (a server
     restart); one whose own connection drops midway is a StorageError that leaves the
     store as it was: the next export works, and no connection is left behind."""
-    with reactor.open(schemas.create()) as state:
+    # No upkeep: its reads would open connections of their own meanwhile.
+    with reactor.open(schemas.create(), sweep_interval=1e6) as state:
         state.scope("s").set_many({f"k{n:04}": n for n in range(1_000)})
         store = _store(state)
         expected = io.StringIO()
@@ -671,10 +673,12 @@ def test_an_export_survives_dropped_connections_and_its_own_dropping(
         opened = len(store._opened)
 
         real = ExportView.key_lines
+        dropped: list[Any] = []
 
         def cut_off(view: ExportView) -> Any:
             for n, line in enumerate(real(view)):
                 if n == 300:
+                    dropped.append(view._reads._conn)
                     pid = view._reads._conn.info.backend_pid
                     admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
                 yield line
@@ -686,7 +690,10 @@ def test_an_export_survives_dropped_connections_and_its_own_dropping(
         last = io.StringIO()
         _exchange.dump(state, last)
         assert last.getvalue() == expected.getvalue()
-        assert len(store._opened) <= opened
+        assert dropped
+        assert all(proxy.dbapi_connection is not dropped[0] for proxy in store._opened)
+        # The export's connection went with it; a reader may have opened one meanwhile.
+        assert len(store._opened) <= opened + 1
 
 
 def _server_gone(admin: psycopg.Connection[Any], pids: list[int]) -> bool:
@@ -848,7 +855,8 @@ def test_every_statement_that_looks_up_a_name_can_seek_an_index(
         (_sql.ITEMS + f" AND [key] IN ({ins})", ("s", now, "k", long)),
         (_sql.KEYS + _sql.RANGE + _sql.RANGE_END + " ORDER BY key", ("s", now, "a", "b")),
         (_sql.DELETE, ("s", "k")),
-        (_sql.CHANGED_SINCE, ("s", 0)),
+        (_sql.CHANGED_SINCE, (0, "s")),
+        (_sql.SCOPE_CHANGES_SINCE, (0, "s")),
         (_sql.HISTORY, ("s", "k", 10)),
         (_sql.KEY_HISTORY, ("s", "k", 0, 10)),
         (_sql.VALUE_AT, ("s", "k", 1, "s", "k", 1)),
@@ -961,4 +969,88 @@ def test_a_database_of_version_5_gets_the_indexes_of_names(schemas: PostgresSche
     by_name = dict(indexes)
     for name in ("reactor_kv_name", "reactor_changes_key", "reactor_jobs_key"):
         assert "reactor_name(" in by_name[name], by_name[name]
-    assert _schema.SCHEMA_VERSION == 6
+    assert "reactor_changes_scope" not in by_name  # version 7 dropped it
+    assert _schema.SCHEMA_VERSION == 7
+
+
+# -- the change log's indexes (schema version 7) ----------------------------------------
+def _indexes_of_the_log(request: pytest.FixtureRequest, db: Any) -> set[str]:
+    if backend(request.config) == "postgresql":
+        found = raw_query(
+            db,
+            "SELECT indexname FROM pg_indexes WHERE schemaname = current_schema() "
+            "AND tablename = 'reactor_changes'",
+        )
+    else:
+        found = raw_query(
+            db,
+            "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'reactor_changes'",
+        )
+    return {name for (name,) in found}
+
+
+def _plan_of(request: pytest.FixtureRequest, db: Any, sql: str, params: tuple[Any, ...]) -> str:
+    """The plan of ``sql``; on PostgreSQL the one it takes where a scan of the whole
+    table costs more than any index (as it does for a long log: a small one it scans)."""
+    if backend(request.config) == "postgresql":
+        with _connect(db) as conn:
+            conn.execute("SET enable_seqscan = off")
+            return _plan(conn, _postgres.pg(sql), params)
+    rows = raw_query(db, "EXPLAIN QUERY PLAN " + sql, params)
+    return "\n".join(str(row[-1]) for row in rows)
+
+
+def test_a_scopes_change_since_a_revision_is_read_off_the_revisions_after_it(
+    open_state: Callable[..., reactor.State], db_path: Any, request: pytest.FixtureRequest
+) -> None:
+    """The log has no index by scope (a page less for every write): whether a scope
+    changed after revision R (a transaction's commit asks) is read off the records after
+    R, on the primary key, however long the log and the scope's history."""
+    state = open_state()
+    busy, quiet = state.scope("busy"), state.scope("quiet")
+    for round_ in range(5):
+        busy.set_many({f"k{n}": round_ for n in range(400)})
+    quiet.set("q", 1)
+    base = engine_of(state).store.revision()
+    assert _indexes_of_the_log(request, db_path) == (
+        {"reactor_changes_key", "reactor_changes_pkey"}
+        if backend(request.config) == "postgresql"
+        else {"reactor_changes_key"}
+    )
+    for sql, params in (
+        (_sql.CHANGED_SINCE, (base - 1, "quiet")),
+        (_sql.SCOPE_CHANGES_SINCE, (base - 1, "quiet")),
+    ):
+        plan = _plan_of(request, db_path, sql, params)
+        assert "reactor_changes_key" not in plan, plan
+        assert "reactor_changes_pkey" in plan or "INTEGER PRIMARY KEY" in plan, plan
+    statements = engine_of(state).store.reader()
+    assert statements.changed_since("quiet", base - 1)
+    assert not statements.changed_since("quiet", base)
+    assert not statements.changed_since("other", 0)
+    busy.set("k0", "late")
+    assert statements.changed_since("busy", base)
+    assert not statements.changed_since("quiet", base)
+    # A pattern's condition (if_revision= on a write of keys by pattern) asks the same.
+    assert statements.keys_matching_changed_since("quiet", compile_pattern("*"), base - 1)
+    assert not statements.keys_matching_changed_since("quiet", compile_pattern("*"), base)
+    assert statements.keys_matching_changed_since("busy", compile_pattern("*0"), base)
+    assert not statements.keys_matching_changed_since("busy", compile_pattern("*1"), base)
+
+
+@pytest.mark.sqlite_only("SQLite files of an older version")
+def test_version_7_drops_the_logs_index_by_scope_and_keeps_the_history(tmp_path: Any) -> None:
+    path = tmp_path / "v6.db"
+    engine = sa.create_engine(f"sqlite:///{path}")
+    _schema.migrate(engine, target=6)
+    engine.dispose()
+    with reactor.open(path) as state:  # migrated to the current version
+        scope = state.scope("s")
+        for n in range(3):
+            scope.set("k", n)
+        assert [change.new_value for change in scope.history("k")] == [0, 1, 2]
+    names = raw_query(path, "SELECT name FROM sqlite_master WHERE type = 'index'")
+    assert ("reactor_changes_scope",) not in names
+    assert ("reactor_changes_key",) in names
+    version = "SELECT value FROM reactor_meta WHERE name = 'schema_version'"
+    assert raw_query(path, version) == [(_schema.SCHEMA_VERSION,)] == [(7,)]

@@ -72,7 +72,7 @@ def summarize(rounds: Sequence[dict[str, dict[str, dict[str, Any]]]]) -> dict[st
                     key: statistics.median(fig[key] for fig in figs)
                     for key in ("ops_per_s", "p50_us", "p99_us")
                 }
-                for key in ("writes_per_transaction", "calls_per_op"):
+                for key in ("writes_per_transaction", "calls_per_op", "loop_calls_per_op"):
                     found = [fig[key] for fig in figs if key in fig]
                     if found:
                         entry[key] = statistics.median(found)
@@ -310,7 +310,7 @@ def _work_table(result: dict[str, Any]) -> Group:
         "writes per transaction by mode"
     )
     table.add_column("verb")
-    for heading in [*(_SHORT.get(peer, peer) for peer in peers), *batching]:
+    for heading in [*(_SHORT.get(peer, peer) for peer in peers), *batching, "loop"]:
         table.add_column(heading, justify="right", no_wrap=True)
     for verb in VERBS:
         calls = [
@@ -321,15 +321,19 @@ def _work_table(result: dict[str, Any]) -> Group:
             figures.get("reactor", {}).get(mode, {}).get(verb, {}).get("writes_per_transaction")
             for mode in batching
         ]
+        loop = figures.get("reactor", {}).get(modes["asyncio"], {}).get(verb, {})
+        on_loop = loop.get("loop_calls_per_op")
         table.add_row(
             verb,
             *("-" if count is None else f"{count:.0f}" for count in calls),
             *("-" if writes is None else f"{writes:.2f}" for writes in shared),
+            "-" if on_loop is None else f"{on_loop:.0f}",
         )
     legend = Text(
         "calls: Python and C function calls per operation, counted with sys.setprofile "
         "(the bench's adapter adds one or two; sqd's own thread is not counted); "
-        "writes per transaction: operations ÷ transactions reactor committed in the phase",
+        "writes per transaction: operations ÷ transactions reactor committed in the phase; "
+        f"loop: reactor's calls per operation on the event loop's thread ({modes['asyncio']})",
         style="dim",
     )
     return Group(table, legend)

@@ -42,6 +42,7 @@ VERBS: Final = ("set", "get", "update", "increment", "delete")
 COUNTER: Final = "counter"
 _TIMEOUT: Final = 300.0  # seconds a worker waits at a barrier, or the parent for a worker
 _CALLS_WORKER: Final = 99_999  # the keys calls_per_op writes: no timed worker's
+_CALLS_COUNTER: Final = ("calls-counter",)  # what the loop's count increments
 
 
 @dataclass(frozen=True)
@@ -173,23 +174,35 @@ def calls_per_op(peer: Peer, ops: int) -> dict[str, float]:
     plan = _plan(_CALLS_WORKER, Counts(ops, ops))
     found: dict[str, float] = {}
     for verb in VERBS:
-        calls = 0
-
-        def count(_frame: Any, event: str, _arg: Any) -> None:
-            nonlocal calls
-            if event in ("call", "c_call"):
-                calls += 1
-
         call = getattr(peer, verb)
-        sys.setprofile(count)
-        try:
+        with _Counted() as counted:
             for arguments in plan[verb]:
                 call(*arguments)
-        finally:
-            sys.setprofile(None)
         peer.flush()
-        found[verb] = (calls - 1) / len(plan[verb])  # less setprofile's own call
+        found[verb] = counted.calls / len(plan[verb])
     return found
+
+
+class _Counted:
+    """Counts the function calls (Python and C, as ``sys.setprofile`` sees them) this
+    thread makes inside the ``with`` block, less the block's own."""
+
+    _OWN = 2  # __exit__, and its sys.setprofile(None)
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def _count(self, _frame: Any, event: str, _arg: Any) -> None:
+        if event in ("call", "c_call"):
+            self.calls += 1
+
+    def __enter__(self) -> _Counted:
+        sys.setprofile(self._count)
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        sys.setprofile(None)
+        self.calls -= self._OWN
 
 
 def _process_main(
@@ -281,9 +294,31 @@ async def _run_asyncio(peer: Peer, tasks: int, counts: Counts) -> dict[str, dict
             peer.flush()
             phase = Phase(start, clock(), [s for part in done for s in part])
             figures[verb] = figure([phase], _between([before, peer.transactions()], 0, verb))
+        for verb, calls in (await _loop_calls_per_op(peer, tasks)).items():
+            figures[verb]["loop_calls_per_op"] = calls
         return figures
     finally:
         await peer.astop()
+
+
+async def _loop_calls_per_op(peer: Peer, tasks: int, ops: int = 10) -> dict[str, float]:
+    """Function calls (Python and C, as ``sys.setprofile`` sees them) per operation on
+    the loop's thread, ``tasks`` tasks calling at once, ``ops`` calls each: the loop's
+    time that every other task waits for. On keys of no timed worker, and a counter of
+    their own (the phases' count stays exact)."""
+    plans = [_plan(_CALLS_WORKER + 1 + n, Counts(ops, ops)) for n in range(tasks)]
+    found: dict[str, float] = {}
+    for verb in VERBS:
+
+        async def task(args: Sequence[tuple[Any, ...]], verb: str = verb) -> None:
+            for arguments in args:
+                await peer.acall(verb, *(_CALLS_COUNTER if verb == "increment" else arguments))
+
+        with _Counted() as counted:
+            await asyncio.gather(*(task(plan[verb]) for plan in plans))
+        peer.flush()
+        found[verb] = counted.calls / (ops * tasks)
+    return found
 
 
 # -- event delivery (reactor only) ----------------------------------------------------

@@ -27,7 +27,7 @@ from reactor.errors import ClosedError, OperationTimeout, ReadOnlyError
 
 from .dispatch import Dispatcher
 from .hub import Hub
-from .mailbox import Mailbox, Request, shard_index
+from .mailbox import Mailbox, Reply, Request, shard_index
 from .options import Options
 from .stats import Stats
 
@@ -46,7 +46,7 @@ FINISH_TIMEOUT: Final = 5.0  # seconds close() waits, in all, for subscribers to
 _OWNERS_KEPT: Final = 4096  # scopes whose mailbox is looked up by name, not by hash
 
 
-def operation_timeout(scope: str, seconds: float, future: Future[Any]) -> OperationTimeout:
+def operation_timeout(scope: str, seconds: float, future: Reply) -> OperationTimeout:
     """The error for a request that got no answer in time; withdraws it if it can."""
     withdrawn = future.cancel()
     return OperationTimeout(
@@ -129,7 +129,9 @@ class Engine:
         Raises:
             OperationTimeout: no answer within the engine's timeout.
         """
-        return self._mailbox(scope).call(work, scope, lambda future: self.wait(scope, future))
+        # _mailbox's cache inline (a write's path): its call only for a new scope.
+        mailbox = self._owner.get(scope) or self._mailbox(scope)
+        return mailbox.call(work, scope, lambda future: self.wait(scope, future))
 
     def submit(
         self,
@@ -146,7 +148,20 @@ class Engine:
         Raises:
             ClosedError: the engine is closed.
         """
-        return self._mailbox(scope).submit(Request(work, scope, owner, scopes, alone=alone))
+        future: Future[T] = Future()
+        self._mailbox(scope).submit(Request(work, scope, owner, scopes, alone=alone, reply=future))
+        return future
+
+    def send(self, scope: str, work: Work[Any], reply: Reply) -> None:
+        """Queue ``work`` on the actor that owns ``scope``, its outcome settled on
+        ``reply`` after the commit: ``submit`` without a ``Future`` (an asyncio
+        caller's answer wakes its loop).
+
+        Raises:
+            ClosedError: the engine is closed.
+        """
+        mailbox = self._owner.get(scope) or self._mailbox(scope)  # as in ``write``
+        mailbox.submit(Request(work, scope, reply=reply))
 
     def hold(self, scope: str, owner: object) -> Future[None]:
         """Ask ``scope``'s actor to hold the scope for transaction ``owner``: the future
@@ -155,7 +170,9 @@ class Engine:
         Raises:
             ClosedError: the engine is closed.
         """
-        return self._mailbox(scope).submit(Request(None, scope, owner))
+        future: Future[None] = Future()
+        self._mailbox(scope).submit(Request(None, scope, owner, reply=future))
+        return future
 
     def release(self, scope: str, owner: object) -> None:
         """End ``owner``'s hold on ``scope`` (if it has it); what it deferred runs next."""

@@ -35,7 +35,7 @@ import zlib
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
-from typing import Any, Final, TypeVar
+from typing import Any, Final, Protocol, TypeVar
 
 import pykka
 
@@ -45,7 +45,7 @@ from reactor._storage.store import Store
 from reactor._storage.txn import Work, WriteTxn
 from reactor.errors import ClosedError, StorageError
 
-__all__ = ["Mailbox", "Request", "shard_index"]
+__all__ = ["Mailbox", "Reply", "Request", "shard_index"]
 
 logger = logging.getLogger("reactor")
 
@@ -61,8 +61,28 @@ def shard_index(scope: str, shards: int) -> int:
     return zlib.crc32(scope.encode("utf-8", "surrogatepass")) % shards
 
 
+class Reply(Protocol):
+    """Where a request's outcome goes, settled once by the actor: a
+    ``concurrent.futures.Future``, or anything that settles like one (an asyncio
+    caller's answer, ``aio.bridge.Answer``, wakes its event loop with no thread
+    waiting and no ``Condition``)."""
+
+    def set_running_or_notify_cancel(self) -> bool:
+        """Mark it running unless it was cancelled; whether it runs."""
+        ...
+
+    def set_result(self, result: Any) -> None: ...
+
+    def set_exception(self, exception: BaseException | None) -> None: ...
+
+    def cancel(self) -> bool:
+        """Withdraw it if it is not running yet; whether it was withdrawn."""
+        ...
+
+
 class Request:
-    """One write: the work to run in the transaction, and the caller's future.
+    """One write: the work to run in the transaction, and where its outcome goes
+    (``reply``: a new ``Future`` unless given).
 
     ``owner`` marks the requests of a transaction holding ``scope``; a request with
     no work is a transaction's ``begin`` (asking for the scope for ``owner``).
@@ -83,13 +103,14 @@ class Request:
         scopes: tuple[str, ...] | None = None,
         *,
         alone: bool = False,
+        reply: Reply | None = None,
     ) -> None:
         self.work = work
         self.scope = scope
         self.owner = owner
         self.scopes = (scope,) if scopes is None else scopes
         self.alone = alone
-        self.future: Future[Any] = Future()
+        self.future: Reply = Future() if reply is None else reply
 
 
 class _ScopeActor(pykka.ThreadingActor):
@@ -127,9 +148,9 @@ class Mailbox:
         self._closed = False
         self._actor: pykka.ActorRef[Any] | None = None
 
-    def submit(self, request: Request) -> Future[Any]:
-        """Queue ``request`` for the actor; return its future, which holds the result of
-        its work after commit (a begin's is done once the scope is held).
+    def submit(self, request: Request) -> None:
+        """Queue ``request`` for the actor; its reply gets the result of its work after
+        the commit (a begin's is settled once the scope is held).
 
         Raises:
             ClosedError: the engine is closing.
@@ -140,8 +161,8 @@ class Mailbox:
             if request.work is None and request.scope in self._owners:
                 self._drop_lost_hold(request.scope)
             self._pending.append(request)
-            self._schedule()
-        return request.future
+            if not self._scheduled:  # _schedule's own test, saving a call per request
+                self._schedule()
 
     def call(self, work: Work[T], scope: str, wait: Callable[[Future[T]], T]) -> T:
         """Run ``work`` on ``scope`` and return its result once committed: at once in
@@ -164,7 +185,9 @@ class Mailbox:
                     not self._pending and scope not in self._owners and self._running.try_take()
                 )
             if not inline:
-                return wait(self.submit(Request(work, scope)))
+                future: Future[T] = Future()
+                self.submit(Request(work, scope, reply=future))
+                return wait(future)
             # No batch, no future: one request, one transaction; an error rolls it back.
             result, _ = self._store.write(
                 work.run,

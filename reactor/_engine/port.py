@@ -20,6 +20,7 @@ from reactor._storage.txn import Work, WriteTxn
 
 from .dispatch import Dispatcher
 from .hub import Hub
+from .mailbox import Reply
 from .options import Options
 from .stats import Stats
 
@@ -77,6 +78,10 @@ class EnginePort(Protocol):
         scopes: tuple[str, ...] | None = None,
         alone: bool = False,
     ) -> Future[T]: ...
+
+    def send(self, scope: str, work: Work[Any], reply: Reply) -> None:
+        """``submit``, its outcome settled on ``reply`` rather than a new ``Future``."""
+        ...
 
     def hold(self, scope: str, owner: object) -> Future[None]: ...
 

@@ -54,7 +54,12 @@ class Scope(ScopeVerbs):
     def _writable(self) -> EnginePort:
         if self._reserved:
             check_writable(self.name)  # raises
-        return self._usable()
+        engine = self._binding.current  # _usable() inline: every write's first step
+        if engine is None or engine.closed:
+            raise ClosedError("this reactor handle is closed")
+        if held.holds and in_transaction(engine, self.name):
+            raise _reentered(self.name)
+        return engine
 
     def _usable(self) -> EnginePort:
         # Every verb's first step: Binding.engine's check, and in_transaction's only
@@ -63,10 +68,7 @@ class Scope(ScopeVerbs):
         if engine is None or engine.closed:
             raise ClosedError("this reactor handle is closed")
         if held.holds and in_transaction(engine, self.name):
-            raise ReentrancyError(
-                f"this thread holds a transaction on scope {self.name!r}: "
-                "use the transaction (tx), not the scope's handle, inside its body"
-            )
+            raise _reentered(self.name)
         return engine
 
     @property
@@ -162,3 +164,10 @@ class Scope(ScopeVerbs):
         """
         self._writable()
         return Transaction(self._binding, self.name)
+
+
+def _reentered(scope: str) -> ReentrancyError:
+    return ReentrancyError(
+        f"this thread holds a transaction on scope {scope!r}: "
+        "use the transaction (tx), not the scope's handle, inside its body"
+    )

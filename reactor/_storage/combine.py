@@ -96,9 +96,15 @@ class _Slot(Generic[T]):
 class Combiner:
     """Runs the writes of a store, several threads' at a time in one transaction."""
 
-    def __init__(self, write_once: WriteOnce, timeout: float) -> None:
+    def __init__(
+        self, write_once: WriteOnce, timeout: float, reclaim: Callable[[], None] = lambda: None
+    ) -> None:
         self._write_once = write_once
         self._timeout = timeout
+        # Called before this thread queues behind another's commit: gives back a turn
+        # at the store that a Ctrl-C kept this thread from giving back (the leader
+        # would wait for it). A thread that commits at once takes that turn itself.
+        self._reclaim = reclaim
         self._lock = threading.Lock()  # guards the line and the lead; never held long
         self._queue: deque[_Slot[Any]] = deque()  # the threads in line, in order
         self._leading = False  # someone leads; then nobody leads but they
@@ -140,6 +146,7 @@ class Combiner:
     def _in_line(self, slot: _Slot[T]) -> tuple[T, list[ChangeRecord]]:
         """Commit ``slot``'s work once its turn comes: by a leader, with its own, or
         by this thread, leading with the work in line behind it."""
+        self._reclaim()
         try:
             with self._lock:
                 if self._leading:

@@ -124,7 +124,7 @@ class PostgresStore(SQLStore):
         # Group commit across scopes: a commit is a round trip and a WAL flush, and the
         # database's write lock is held through it; threads writing together share it
         # (measured, 4 threads on 4 scopes: 0.99x one thread without, 1.72x with).
-        self._combiner: Combiner | None = Combiner(self._write_once, timeout)
+        self._combiner: Combiner | None = Combiner(self._write_once, timeout, self.reclaim)
         self._idle: deque[psycopg.Connection[Any]] = deque()
         self._opened: list[Any] = []  # every connection handed out, to close them
         self._opened_lock = threading.Lock()

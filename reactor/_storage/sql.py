@@ -172,7 +172,6 @@ class SQLStore:
         """
         if self._combiner is None:
             return self._write_once(work, now, on_commit, scopes, reads)
-        self._gate.reclaim()  # the leader may be another thread: see ``_turn``
         return self._combiner.write(work, now, on_commit, shared=shared, scopes=scopes, reads=reads)
 
     def _write_once(

@@ -31,6 +31,7 @@ from .sql_text import (
     SAVE_LOCK,
     SAVE_POSITION,
     SCOPE_CHANGED_KEYS,
+    SCOPE_CHANGES_SINCE,
     SET_COMPACTED_AT,
     SLOWEST,
     TIMER,
@@ -88,8 +89,12 @@ class SQLReads:
     def keys_matching_changed_since(self, scope: str, pattern: Pattern, revision: int) -> bool:
         """Whether a key of ``scope`` matching ``pattern`` has a change after
         ``revision`` (or the log, compacted past it, can no longer tell)."""
-        sql, params = ranged(SCOPE_CHANGED_KEYS, scope, pattern.bounds(), revision)
-        if any(pattern.matches(key) for (key,) in self._all(sql, params)):
+        bounds = pattern.bounds()
+        if bounds is None:  # any key: the revisions after, not the scope's whole history
+            found = self._all(SCOPE_CHANGES_SINCE, (revision, scope))
+        else:  # a range of keys: their records, on the index by key
+            found = self._all(*ranged(SCOPE_CHANGED_KEYS, scope, bounds, revision))
+        if any(pattern.matches(key) for (key,) in found):
             return True
         return self.compacted() > revision
 
@@ -138,7 +143,7 @@ class SQLReads:
         return int(self._all(REVISION, ())[0][0])
 
     def changed_since(self, scope: str, revision: int) -> bool:
-        if self._all(CHANGED_SINCE, (scope, revision)):
+        if self._all(CHANGED_SINCE, (revision, scope)):
             return True
         # A log compacted past the revision can no longer tell: assume a change.
         return self.compacted() > revision

@@ -45,7 +45,12 @@ UPSERT: Final = (
 )
 DELETE: Final = "DELETE FROM reactor_kv WHERE [scope] = ? AND [key] = ?"
 REVISION: Final = "SELECT COALESCE(MAX(revision), 0) FROM reactor_changes"
-CHANGED_SINCE: Final = "SELECT 1 FROM reactor_changes WHERE [scope] = ? AND revision > ? LIMIT 1"
+# Whether a scope changed after a revision: on the revisions after it (the primary key),
+# the scope compared in each record. "scope || ''" keeps any index of names out (there
+# is none by scope: see _schema._to_v7); ORDER BY the key makes PostgreSQL walk it too.
+CHANGED_SINCE: Final = (
+    "SELECT 1 FROM reactor_changes WHERE revision > ? AND scope || '' = ? ORDER BY revision LIMIT 1"
+)
 COMPACT_UPTO: Final = "DELETE FROM reactor_changes WHERE revision <= ?"
 # By age: everything below the oldest revision still young enough, so that the log
 # stays a contiguous range even if timestamps do not rise with revisions; the newest
@@ -118,6 +123,10 @@ VALUE_AT: Final = (
 )
 SCOPE_CHANGED_KEYS: Final = (
     "SELECT DISTINCT key FROM reactor_changes WHERE [scope] = ? AND revision > ?"
+)
+# The same for any key of the scope: on the revisions after it, as CHANGED_SINCE.
+SCOPE_CHANGES_SINCE: Final = (
+    "SELECT key FROM reactor_changes WHERE revision > ? AND scope || '' = ? ORDER BY revision"
 )
 # Whether any of some keys changed after a revision (if_revision on a write of several).
 KEYS_CHANGED_SINCE: Final = (

@@ -85,12 +85,15 @@ class SQLiteStore(SQLStore):
         self._gate = Turn()
         # Group commit across scopes (``combine``): SQLite has one writer, so threads
         # writing at once share its transactions rather than queue for its lock.
-        self._combiner: Combiner | None = None if readonly else Combiner(self._write_once, timeout)
+        self._combiner: Combiner | None = (
+            None if readonly else Combiner(self._write_once, timeout, self.reclaim)
+        )
         self._idle: deque[sqlite3.Connection] = deque()
         self._opened: list[Any] = []  # every pool connection handed out, to close them
         self._opened_lock = threading.Lock()
         self._follower: sqlite3.Connection | None = None  # for data_version, one thread only
         self._writer: sqlite3.Connection | None = None  # None when read-only
+        self._statements: SQLiteStatements | None = None  # the writer's, made once
         # Read-only: the immutable connections, each with the file as it was then (files.file_mark).
         self._snapshots: dict[sqlite3.Connection, tuple[int, ...]] = {}
         self._seen_version: int | None = None
@@ -460,7 +463,9 @@ class SQLiteStore(SQLStore):
             raise ReadOnlyError(
                 f"cannot write {self.location}: it is open read-only (readonly=True)"
             )
-        statements = SQLiteStatements(writer)
+        statements = self._statements
+        if statements is None or statements.connection is not writer:  # made once a writer
+            statements = self._statements = SQLiteStatements(writer)
         if writer.in_transaction:  # a write a Ctrl-C interrupted left it open: undo it
             writer.rollback()
         writer.execute("BEGIN IMMEDIATE")

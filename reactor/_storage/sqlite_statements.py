@@ -42,7 +42,7 @@ _READONLY: Final = 8  # SQLITE_READONLY, the primary code of every "cannot write
 class SQLiteStatements(SQLStatements):
     """The write-path statements on the writer connection."""
 
-    __slots__ = ("_conn",)
+    __slots__ = ("_conn", "connection")
 
     SET_COMPACTED = "UPDATE reactor_meta SET value = MAX(value, ?) WHERE name = 'compacted'"
     # One key is read where the work asks for it: reading it ahead saves no round trip.
@@ -50,9 +50,13 @@ class SQLiteStatements(SQLStatements):
 
     def __init__(self, conn: sqlite3.Connection) -> None:
         self._conn = conn
+        self.connection = conn  # which connection these are: read as is, no call
 
     def _all(self, sql: str, params: tuple[Any, ...]) -> list[Any]:
-        return fetch_all(self._conn, sql, params)
+        try:  # fetch_all inline: every read of a write transaction comes here
+            return self._conn.execute(sql, params).fetchall()
+        except sqlite3.Error as exc:
+            raise translate(exc) from exc
 
     def _run(self, sql: str, params: tuple[Any, ...]) -> int:
         try:

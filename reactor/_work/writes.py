@@ -200,11 +200,12 @@ def set_value(
     if_revision: object = None,
 ) -> Work[Change]:
     check_key(key)
-    expected = check_if_revision(if_revision)
+    # The checks of None inline: the usual set has no condition and no ttl.
+    expected = None if if_revision is None else check_revision(if_revision, "if_revision")
     if keep_ttl is not False and keep_ttl is not True:
         raise InvalidArgumentError(f"keep_ttl is True or False, not {keep_ttl!r}")
     text = encode(value, max_depth=options.max_depth, max_bytes=options.max_value_bytes)
-    seconds = check_ttl(ttl)
+    seconds = None if ttl is None else check_ttl(ttl)
 
     def work(txn: WriteTxn) -> Change:
         old = txn.live_row(scope, key)

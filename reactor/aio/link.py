@@ -21,7 +21,7 @@ from typing import Any, Final, TypeVar
 
 from reactor._engine.port import EnginePort
 from reactor._handles import lock_lines
-from reactor._handles.binding import binding_of
+from reactor._handles.binding import Binding, binding_of
 from reactor._handles.open import open as open_sync
 from reactor._handles.state import State
 from reactor.errors import ClosedError
@@ -38,13 +38,24 @@ _WORKERS: Final = min(8, (os.cpu_count() or 1) + 2)
 class Link:
     """An asyncio handle's synchronous ``State``, its worker threads and its answers."""
 
-    __slots__ = ("_closed", "_on_open", "_opening", "_options", "_target", "_workers", "state")
+    __slots__ = (
+        "_closed",
+        "_on_open",
+        "_opening",
+        "_options",
+        "_target",
+        "_workers",
+        "binding",
+        "state",
+    )
 
     def __init__(self, target: str | os.PathLike[str] | None, options: dict[str, Any]) -> None:
         self._target = target
         self._options = options
         self.state: State | None = None
         """The synchronous handle once opened (None before, and once closed)."""
+        self.binding: Binding | None = None
+        """The synchronous handle's binding, as ``state`` (a write's fast path)."""
         self._opening: asyncio.Future[State] | None = None
         self._on_open: list[weakref.WeakMethod[Callable[[int], None]]] = []
         self._closed = False
@@ -77,6 +88,7 @@ class Link:
             state = await asyncio.shield(self._opening)
             if self.state is None:  # the first task to resume: before any other goes on
                 self.state = state
+                self.binding = binding_of(state)
                 published = binding_of(state).engine.dispatcher.published
                 calls, self._on_open = self._on_open, []
                 for ref in calls:
@@ -129,6 +141,7 @@ class Link:
             lock_lines.wake_all(engine.hub)  # its lock waiters try again: the handle closed
         opening, self._opening = self._opening, None
         state, self.state = self.state, None
+        self.binding = None
         if state is None and opening is not None:
             # An open that failed has nothing to close; its error went to the calls
             # that waited for it (closing must not raise it again in a finally block).

@@ -7,15 +7,17 @@ short blocking calls, run in the handle's worker threads.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from time import perf_counter
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from reactor._base.keys import check_writable
+from reactor._base.keys import RESERVED_PREFIXES, check_writable
 from reactor._handles import waiting as _waiting
 from reactor._handles.binding import engine_of
 from reactor._handles.scope import Scope
 
+from .bridge import bridge
 from .exclusive import AsyncTransaction, check_not_held
 from .verbs import AsyncVerbs
 
@@ -36,12 +38,13 @@ T = TypeVar("T")
 class AsyncScope(AsyncVerbs):
     """A scope's verbs as coroutines; the same results and errors as ``Scope``'s."""
 
-    __slots__ = ("_link", "_scope", "name")
+    __slots__ = ("_link", "_reserved", "_scope", "name")
 
     def __init__(self, link: Link, name: str) -> None:
         self._link = link
         self.name = name
         self._scope: Scope | None = None
+        self._reserved = name.startswith(RESERVED_PREFIXES)  # its writes raise
 
     def __repr__(self) -> str:
         return f"<reactor.aio.AsyncScope {self.name!r}>"
@@ -71,13 +74,25 @@ class AsyncScope(AsyncVerbs):
             ClosedError: the handle is closed.
             ReentrancyError: this task holds a transaction on the scope.
         """
-        check_writable(self.name)
-        engine = await self._engine()
+        if self._reserved:
+            check_writable(self.name)  # raises
+        binding = self._link.binding
+        current = None if binding is None else binding.current
+        engine: EnginePort
+        if current is None or current.closed:  # not open yet, or closed
+            engine = await self._engine()
+        else:  # what ``_engine`` checks, on every write's path
+            engine = current
+            check_not_held(id(engine), self.name)
         work = make(engine.options)
         start = perf_counter()
         try:
-            future = engine.submit(self.name, work)
-            return await self._link.answer(engine, self.name, future)
+            answer = bridge().send(engine, self.name, work)
+            try:
+                return await answer.target
+            except asyncio.CancelledError:
+                answer.cancel()  # withdrawn, unless the actor has begun it
+                raise
         finally:
             engine.stats.record(verb, perf_counter() - start)
 

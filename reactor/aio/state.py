@@ -5,6 +5,7 @@ it, all tied to the synchronous handle by one ``Link`` (its worker threads, its 
 
 from __future__ import annotations
 
+import asyncio
 import os
 import weakref
 from collections.abc import Callable
@@ -20,6 +21,7 @@ from reactor._handles.state import Events, State, Where, cancelling
 from reactor._handles.subscriptions import DEFAULT_BUFFER, Subscription
 from reactor.errors import ClosedError
 
+from .bridge import bridge
 from .exclusive import AsyncLock, AsyncMultiTransaction, check_not_held
 from .link import Link
 from .queue import AsyncQueue
@@ -183,7 +185,12 @@ class AsyncState:
             return False
         scope, work = found
         check_not_held(id(engine), scope)  # its own transaction would hold it up
-        return await self._link.answer(engine, scope, engine.submit(scope, work))
+        answer = bridge().send(engine, scope, work)
+        try:
+            return await answer.target
+        except asyncio.CancelledError:
+            answer.cancel()  # withdrawn, unless the actor has begun it
+            raise
 
     async def changes(
         self,
