@@ -623,3 +623,26 @@ async def test_a_write_costs_the_loop_few_function_calls(db_path: Path) -> None:
         finally:
             sys.setprofile(None)
         assert calls / 1000 <= 90, calls / 1000
+
+
+async def test_writes_waiting_as_the_handle_closes_each_get_an_answer(db_path: Path) -> None:
+    """A race with close: every queued write is answered (committed, or ClosedError),
+    none is left waiting, and what was answered as committed is in the file."""
+    state = reactor.aio.open(db_path, timeout=5)
+    scope = state.scope("s")
+    await scope.set("warm", 1)
+    engine = engine_of(await state._sync())
+    with held_elsewhere(engine._mailbox("s")._running):  # type: ignore[attr-defined]
+        writers = [asyncio.create_task(scope.set(f"k{n}", n)) for n in range(50)]
+        await asyncio.sleep(0.05)  # queued for an actor that cannot start yet
+        closing = asyncio.create_task(state.close())
+        await asyncio.sleep(0.05)
+    _, pending = await asyncio.wait([*writers, closing], timeout=20)
+    assert not pending, "a write or the close never ended"
+    assert closing.exception() is None
+    committed = {n for n, writer in enumerate(writers) if writer.exception() is None}
+    for n, writer in enumerate(writers):
+        if n not in committed:
+            assert isinstance(writer.exception(), reactor.ClosedError), writer.exception()
+    async with reactor.aio.open(db_path) as again:
+        assert set(await again.scope("s").keys("k*")) == {f"k{n}" for n in committed}
