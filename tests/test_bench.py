@@ -113,6 +113,16 @@ def test_bench_options_that_do_not_go_together(tmp_path: Path) -> None:
     done = bench("bench", "--postgres-url", "postgresql://x@y/z", cwd=tmp_path, timeout=60)
     assert done.returncode == 2
     assert "--backend postgresql" in done.stderr
+    done = bench("bench", "--peers", "diskcache", "--only", "writers", cwd=tmp_path, timeout=60)
+    assert done.returncode == 2
+    assert "--peers goes with the comparison" in done.stderr
+
+
+def test_bench_peers_must_be_known(tmp_path: Path) -> None:
+    for given in ("memcached", "reactor", "diskcache,memcachd", ","):
+        done = bench("bench", "--peers", given, cwd=tmp_path, timeout=60)
+        assert done.returncode == 2, given
+        assert "the peers are dict+lock, sqlite3, sqlite3x100" in " ".join(done.stderr.split())
 
 
 @pytest.mark.timeout(300)
@@ -125,6 +135,8 @@ def test_quick_bench_runs_reactor_on_postgresql(tmp_path: Path) -> None:
     done = bench(
         "bench",
         "--quick",
+        "--peers",  # the peers do not change with reactor's backend: the SQLite pass has all
+        "dict+lock",
         "--backend",
         "postgresql",
         "--postgres-url",
@@ -143,7 +155,7 @@ def test_quick_bench_runs_reactor_on_postgresql(tmp_path: Path) -> None:
     result = json.loads((tmp_path / "out.json").read_text())
     assert result["backend"]["name"] == "postgresql"
     figures = result["figures"]
-    assert "dict+lock" in figures, (result["skipped"], result["errors"])
+    assert sorted(figures) == ["dict+lock", "reactor"], (result["skipped"], result["errors"])
     assert "reactor" not in result["errors"], result["errors"]["reactor"]
     for mode in ("1t", "4t", "1p", "4p", "aio100"):
         for verb in VERBS:

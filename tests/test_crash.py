@@ -29,7 +29,7 @@ At the end, every TTL key ever written has been expired exactly once (one ``expi
 record in the change log; the log is kept whole) and swept from the table.
 
 The database is kept from round to round, so every round checks again everything
-acknowledged so far. The default suite runs 20 rounds (10 on PostgreSQL); the long
+acknowledged so far. The default suite runs 12 rounds (6 on PostgreSQL); the long
 campaign (200 rounds, about 9 minutes on SQLite) is behind the ``slow`` marker, and
 skips itself unless ``-m`` selects it:
 
@@ -552,11 +552,11 @@ def _sqlite(request: pytest.FixtureRequest) -> bool:
     return request.config.getoption("backend") != "postgresql"
 
 
-def test_20_crash_rounds_lose_no_acknowledged_write(
+def test_12_crash_rounds_lose_no_acknowledged_write(
     db_path: Any, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     sqlite = _sqlite(request)
-    figures = _campaign(db_path, tmp_path, 20 if sqlite else 10, sqlite)
+    figures = _campaign(db_path, tmp_path, 12 if sqlite else 6, sqlite)
     assert sum(figures.acked.values()) > 0
 
 

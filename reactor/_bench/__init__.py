@@ -53,6 +53,7 @@ class Options:
     processes: int = 4
     tasks: int = 100
     backend: str = "sqlite"  # or "postgresql": reactor only; the peers stay as they are
+    peers: tuple[str, ...] | None = None  # the peers to measure beside reactor; None: all
     url: str | None = None  # the PostgreSQL server; None: backends.default_postgres_url()
     progress: Callable[[str], None] | None = None
 
@@ -132,7 +133,7 @@ def run(options: Options) -> dict[str, Any]:
 
 
 def _run(options: Options, backend: Backend) -> dict[str, Any]:
-    names, skipped = available() if options.only in (None, "peers") else ([], {})
+    names, skipped = available(options.peers) if options.only in (None, "peers") else ([], {})
     fresh = "files" if backend.name == "sqlite" else "files (reactor: a PostgreSQL schema)"
     notes = [
         (

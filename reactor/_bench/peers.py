@@ -479,12 +479,15 @@ def redis_server_version() -> str | None:
         client.close()
 
 
-def available() -> tuple[list[str], dict[str, str]]:
-    """The peers that can run here, and for each one that cannot, why."""
+def available(wanted: tuple[str, ...] | None = None) -> tuple[list[str], dict[str, str]]:
+    """The peers that can run here (reactor and those ``wanted``; None: every one), and
+    for each one that cannot, why."""
     modules = {"diskcache": "diskcache", "sqlitedict": "sqlitedict", "redis": "redis"}
     names: list[str] = []
     skipped: dict[str, str] = {}
     for name in PEERS:
+        if wanted is not None and name != ReactorPeer.name and name not in wanted:
+            continue
         module = modules.get(name)
         if module is not None:
             try:

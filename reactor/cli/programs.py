@@ -166,6 +166,13 @@ def demo(db: str | None) -> None:
     "or its timers and work queue (against a Redis list and a SQLite table) "
     "[default: all].",
 )
+@click.option(
+    "--peers",
+    metavar="NAMES",
+    default=None,
+    help="Only these peers beside reactor, comma-separated (of dict+lock, sqlite3, "
+    "sqlite3x100, diskcache, sqlitedict, redis) [default: every one installed].",
+)
 @format_option()
 @click.option(
     "--output",
@@ -210,6 +217,7 @@ def bench(
     quick: bool,
     rounds: int | None,
     only: str | None,
+    peers: str | None,
     output_file: str | None,
     scale: bool,
     db_dir: str | None,
@@ -230,6 +238,7 @@ def bench(
 
     ctx = click.get_current_context()
     _check_bench_choices(ctx, scale=scale, only=only, backend=backend)
+    wanted = None if peers is None else _bench_peers(peers, scale=scale, only=only)
     as_json = ctx.meta.get(AS_JSON)
     if as_json is None:
         as_json = not sys.stdout.isatty()
@@ -242,6 +251,7 @@ def bench(
                     rounds=rounds,
                     scale=scale,
                     only=only,
+                    peers=wanted,
                     db_dir=db_dir,
                     threads=threads,
                     processes=processes,
@@ -274,6 +284,20 @@ def _check_bench_choices(
     given = ctx.get_parameter_source("url")
     if backend == "sqlite" and given is click.core.ParameterSource.COMMANDLINE:
         raise click.UsageError("--postgres-url goes with --backend postgresql")
+
+
+def _bench_peers(given: str, *, scale: bool, only: str | None) -> tuple[str, ...]:
+    """The peer names of ``--peers``, each known; refused where no peer runs."""
+    from reactor._bench.peers import PEERS
+
+    if scale or only not in (None, "peers"):
+        raise click.UsageError("--peers goes with the comparison: leave out --scale and --only")
+    names = tuple(name.strip() for name in given.split(",") if name.strip())
+    unknown = [name for name in names if name not in PEERS or name == "reactor"]
+    if unknown or not names:
+        known = ", ".join(name for name in PEERS if name != "reactor")
+        raise click.BadParameter(f"{', '.join(unknown) or given!r}: the peers are {known}")
+    return names
 
 
 COMMANDS: Final = (ui, demo, bench)
