@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 VERBS = ("set", "get", "update", "increment", "delete")
-REQUIRED = ("reactor", "dict+lock", "sqlite3", "diskcache")
+REQUIRED = ("reactor", "dict+lock", "sqlite3", "sqlite3+log", "diskcache")
 QUICK_WRITERS = ("1", "2")  # what --quick measures, in threads and in processes
 
 

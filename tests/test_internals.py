@@ -35,6 +35,7 @@ from reactor._backup.export import ExportView
 from reactor._base.keys import compile_pattern
 from reactor._bench import writers
 from reactor._bench.report import render
+from reactor._bench.sqlite_peers import SQLiteFloorPeer
 from reactor._engine import engine as _engine
 from reactor._handles import registry as _registry
 from reactor._storage import schema as _schema
@@ -905,6 +906,32 @@ def rendered(result: dict[str, Any]) -> list[str]:
     console = Console(width=80, record=True, force_terminal=True, file=io.StringIO())
     render(result, console)
     return console.export_text().splitlines()
+
+
+def test_the_floor_peer_logs_each_write_in_its_transaction(tmp_path: Path) -> None:
+    """``sqlite3+log``, the floor of reactor's guarantees in bare sqlite3: a change
+    record for each write that changed something, numbered, with the row's version."""
+    peer = SQLiteFloorPeer(str(tmp_path))
+    try:
+        peer.set("a", {"x": 1})
+        peer.set("a", {"x": 2})
+        assert [peer.increment("n"), peer.increment("n")] == [1, 2]
+        peer.delete("a")
+        peer.delete("absent")  # nothing to delete: no record
+        assert peer.get("a") is None
+        assert peer.count("n") == 2
+    finally:
+        peer.close()
+    with sqlite3.connect(tmp_path / "sqlite3.db") as conn:
+        log = conn.execute("SELECT revision, k, type, version FROM floor_log").fetchall()
+    conn.close()
+    assert log == [
+        (1, "a", "created", 1),
+        (2, "a", "updated", 2),
+        (3, "n", "created", 1),
+        (4, "n", "updated", 2),
+        (5, "a", "deleted", 3),
+    ]
 
 
 @pytest.mark.timeout(200)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -261,6 +262,25 @@ def test_stats(state: reactor.State) -> None:
     latency = stats["latency_ms"]["set"]
     assert latency["samples"] == 3
     assert 0 < latency["p50"] <= latency["p99"]
+
+
+def test_stats_time_each_threads_first_calls_then_one_in_eight(state: reactor.State) -> None:
+    """``operations`` counts every call; ``latency_ms`` times a sample: each thread's
+    first 64 calls of a verb, then every 8th (two clock reads cost a get a tenth)."""
+    scope = state.scope("s")
+    for n in range(64 + 80):
+        scope.set("k", n)
+
+    def another_thread() -> None:
+        for n in range(10):
+            scope.set("k", n)
+
+    thread = threading.Thread(target=another_thread)
+    thread.start()
+    thread.join(10)
+    stats = state.stats()
+    assert stats["operations"]["set"] == 64 + 80 + 10
+    assert stats["latency_ms"]["set"]["samples"] == 64 + 80 // 8 + 10
 
 
 def test_stats_count_the_write_transactions_committed(

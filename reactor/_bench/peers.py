@@ -5,12 +5,11 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import sqlite3
 import threading
-from collections.abc import Callable
 from typing import Any
 
 from .peer import UPDATE_NAME, Peer, apply_update, reactor_target
+from .sqlite_peers import SQLiteBatchPeer, SQLiteFloorPeer, SQLitePeer
 
 __all__ = ["PEERS", "available", "redis_server_version"]
 
@@ -133,139 +132,6 @@ class DictLockPeer(Peer):
 
     def close(self) -> None:
         self._data.clear()
-
-
-_UPSERT = "INSERT INTO kv (k, v) VALUES (?, ?) ON CONFLICT (k) DO UPDATE SET v = excluded.v"
-_DELETE = "DELETE FROM kv WHERE k = ?"
-
-
-class SQLitePeer(Peer):
-    """Raw sqlite3: WAL, ``synchronous=NORMAL``, one connection per thread, a commit
-    for every operation."""
-
-    name = "sqlite3"
-    batch = 1
-    notes = (
-        (
-            "WAL, synchronous=NORMAL, one connection per thread; increment and update "
-            "read and write in one BEGIN IMMEDIATE transaction; asyncio calls it inline "
-            "on the loop's thread (sqlite3 has no asyncio API)"
-        ),
-    )
-    aio = "inline"
-
-    def __init__(self, location: str) -> None:
-        super().__init__(location)
-        self._path = os.path.join(location, "sqlite3.db")
-        self._local = threading.local()
-        self._connections: list[sqlite3.Connection] = []
-        self._guard = threading.Lock()
-        self._conn().execute("CREATE TABLE IF NOT EXISTS kv (k TEXT PRIMARY KEY, v)")
-
-    def _conn(self) -> sqlite3.Connection:
-        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
-        if conn is None:
-            conn = sqlite3.connect(
-                self._path, isolation_level=None, timeout=60.0, check_same_thread=False
-            )
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute("PRAGMA synchronous=NORMAL")
-            self._local.conn = conn
-            self._local.pending = 0
-            with self._guard:
-                self._connections.append(conn)
-        return conn
-
-    def _run(self, work: Callable[[sqlite3.Connection], Any], write: bool) -> Any:
-        """``work`` in a transaction: its own, or every ``batch`` operations one."""
-        conn = self._conn()
-        if not conn.in_transaction:
-            conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
-        try:
-            result = work(conn)
-        except BaseException:
-            conn.execute("ROLLBACK")
-            self._local.pending = 0
-            raise
-        self._local.pending += 1
-        if self._local.pending >= self.batch:
-            conn.execute("COMMIT")
-            self._local.pending = 0
-        return result
-
-    def flush(self) -> None:
-        conn = self._conn()
-        if conn.in_transaction:
-            conn.execute("COMMIT")
-        self._local.pending = 0
-
-    def set(self, key: str, value: dict[str, Any]) -> None:
-        params = (key, json.dumps(value))
-        if self.batch == 1:  # one statement: its own transaction
-            self._conn().execute(_UPSERT, params)
-            return
-        self._run(lambda conn: conn.execute(_UPSERT, params), write=True)
-
-    def get(self, key: str) -> Any:
-        def read(conn: sqlite3.Connection) -> Any:
-            row = conn.execute("SELECT v FROM kv WHERE k = ?", (key,)).fetchone()
-            return None if row is None else json.loads(row[0])
-
-        if self.batch == 1:
-            return read(self._conn())
-        return self._run(read, write=False)
-
-    def increment(self, key: str) -> int:
-        def add(conn: sqlite3.Connection) -> int:
-            if conn.execute("UPDATE kv SET v = v + 1 WHERE k = ?", (key,)).rowcount == 0:
-                conn.execute("INSERT INTO kv (k, v) VALUES (?, 1)", (key,))
-            return int(conn.execute("SELECT v FROM kv WHERE k = ?", (key,)).fetchone()[0])
-
-        return int(self._run(add, write=True))
-
-    def update(self, key: str) -> Any:
-        def change(conn: sqlite3.Connection) -> Any:
-            row = conn.execute("SELECT v FROM kv WHERE k = ?", (key,)).fetchone()
-            value = apply_update(json.loads(row[0]))
-            conn.execute("UPDATE kv SET v = ? WHERE k = ?", (json.dumps(value), key))
-            return value
-
-        return self._run(change, write=True)
-
-    def delete(self, key: str) -> None:
-        if self.batch == 1:
-            self._conn().execute(_DELETE, (key,))
-            return
-        self._run(lambda conn: conn.execute(_DELETE, (key,)), write=True)
-
-    def count(self, key: str) -> int:
-        self.flush()
-        row = self._conn().execute("SELECT v FROM kv WHERE k = ?", (key,)).fetchone()
-        return 0 if row is None else int(row[0])
-
-    async def acall(self, verb: str, *args: Any) -> Any:
-        return getattr(self, verb)(*args)
-
-    def close(self) -> None:
-        with self._guard:
-            connections, self._connections = self._connections, []
-        for conn in connections:
-            if conn.in_transaction:
-                conn.execute("COMMIT")
-            conn.close()
-
-
-class SQLiteBatchPeer(SQLitePeer):
-    """Raw sqlite3 as above, committing once every 100 operations per connection."""
-
-    name = "sqlite3x100"
-    batch = 100
-    notes = (
-        (
-            "as sqlite3, but each connection commits once per 100 operations (reads too "
-            "run in transactions of 100); every phase ends with a commit, which is timed"
-        ),
-    )
 
 
 class DiskCachePeer(_KeyValuePeer):
@@ -441,6 +307,7 @@ PEERS: dict[str, type[Peer]] = {
         DictLockPeer,
         SQLitePeer,
         SQLiteBatchPeer,
+        SQLiteFloorPeer,
         DiskCachePeer,
         SqliteDictPeer,
         RedisPeer,

@@ -116,7 +116,9 @@ def _ratio_target(
 ) -> dict[str, Any]:
     mine = _ops(figures, "reactor", mode, verb)
     theirs = _ops(figures, peer, peer_mode or mode, peer_verb or verb)
-    against = peer if peer_verb is None else f"reactor {peer_verb}"
+    against = peer
+    if peer == "reactor":  # against itself: another verb, or another mode
+        against = f"reactor {peer_verb or verb}" + (f" {peer_mode}" if peer_mode else "")
     measured = None if mine is None or not theirs else mine / theirs
     return {
         "verb": verb,
@@ -149,11 +151,12 @@ def targets(
     """Reactor's targets, each with what was measured and whether it is met (None: not
     measured in this run)."""
     one, many, aio = modes["threads_1"], modes["threads_n"], modes["asyncio"]
-    found = [
-        _ratio_target(figures, "get", one, "diskcache", 1.0),
-        _ratio_target(figures, "set", one, "diskcache", 1.0),
-        _ratio_target(figures, "set", many, "diskcache", 2.0),
-        _ratio_target(figures, "increment", many, "diskcache", 1.5),
+    found = [  # issue 24's, on SQLite
+        _ratio_target(figures, "set", one, "sqlite3+log", 0.75),
+        _ratio_target(figures, "set", one, "diskcache", 1.5),
+        _ratio_target(figures, "get", one, "diskcache", 1.5),
+        _ratio_target(figures, "set", many, "reactor", 1.3, peer_mode=one),
+        _ratio_target(figures, "increment", many, "diskcache", 1.2),
     ]
     counter = figures.get("reactor", {}).get(many, {}).get("increment", {})
     exact = counter.get("count_exact")
@@ -167,10 +170,9 @@ def targets(
             "ok": exact,
         }
     )
+    found.append(_ratio_target(figures, "set", aio, "sqlite3x100", 0.3))
+    found.extend(_ratio_target(figures, verb, one, "redis", 2.0) for verb in VERBS if verb != "get")
     found.append(_ratio_target(figures, "update", one, "reactor", 0.8, peer_verb="set"))
-    for mode in dict.fromkeys((one, many)):
-        found.extend(_ratio_target(figures, verb, mode, "redis", 2.0) for verb in VERBS)
-    found.append(_ratio_target(figures, "set", aio, "sqlite3x100", 0.5))
     found.append(_latency_target(events, "in_process", 1000.0, "1 ms"))
     found.append(_latency_target(events, "cross_process", 50_000.0, "50 ms"))
     return found
@@ -182,6 +184,7 @@ _SHORT = {
     "dict+lock": "dict",
     "sqlite3": "sq3",
     "sqlite3x100": "sq3b",
+    "sqlite3+log": "sq3l",
     "diskcache": "dc",
     "sqlitedict": "sqd",
     "redis": "redis",
@@ -190,6 +193,7 @@ _LEGEND = {
     "dict+lock": "dict = dict+lock",
     "sqlite3": "sq3 = sqlite3",
     "sqlite3x100": "sq3b = sqlite3, 100 ops a commit",
+    "sqlite3+log": "sq3l = sqlite3 keeping reactor's change log (the floor)",
     "diskcache": "dc = diskcache",
     "sqlitedict": "sqd = sqlitedict",
 }

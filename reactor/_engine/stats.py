@@ -6,16 +6,18 @@ import threading
 from collections import Counter, deque
 from typing import Any, Final
 
-__all__ = ["EVENT_COUNTERS", "Stats"]
+__all__ = ["EVENT_COUNTERS", "TIMED_EVERY", "TIMED_FIRST", "Stats"]
 
 _SAMPLES: Final = 2048  # latencies kept per verb: the most recent ones
+TIMED_FIRST: Final = 64  # calls of a verb each thread times, before it samples
+TIMED_EVERY: Final = 8  # then one call in this many is timed
 EVENT_COUNTERS: Final = ("published", "delivered", "failed", "dropped")
 
 
 class Stats:
     """Thread-safe counters: operations and latency by verb, events, expired keys.
 
-    ``record`` runs on every verb, so it takes no lock: each thread counts calls in a
+    ``timing`` runs on every verb, so it takes no lock: each thread counts calls in a
     tally of its own (summed when asked), and ``deque.append`` is atomic.
     """
 
@@ -28,18 +30,41 @@ class Stats:
 
     def record(self, verb: str, seconds: float) -> None:
         """Count one call of ``verb`` that took ``seconds``."""
+        self._tally()[verb] += 1
+        self.sample(verb, seconds)
+
+    def timing(self, verb: str) -> bool:
+        """Count one call of ``verb``; whether to time it (then ``sample`` its time).
+
+        Each thread times its first ``TIMED_FIRST`` calls of a verb, then one in
+        ``TIMED_EVERY``: two clock reads and a sample cost a fast read more than a
+        tenth of its time, and percentiles need a sample, not every call.
+        """
+        try:
+            tally: Counter[str] = self._local.tally
+        except AttributeError:
+            tally = self._tally()
+        count = tally[verb] = tally[verb] + 1
+        return count <= TIMED_FIRST or not count % TIMED_EVERY
+
+    def sample(self, verb: str, seconds: float) -> None:
+        """Keep ``seconds``, the time a call of ``verb`` took (``deque.append`` is
+        atomic)."""
+        try:
+            samples = self._latency[verb]  # a subscript, not a call: no dict.get
+        except KeyError:
+            samples = self._latency.setdefault(verb, deque(maxlen=_SAMPLES))
+        samples.append(seconds)
+
+    def _tally(self) -> Counter[str]:
+        """This thread's counts of calls by verb."""
         try:
             tally: Counter[str] = self._local.tally
         except AttributeError:
             tally = self._local.tally = Counter()
             with self._lock:
                 self._tallies.append(tally)
-        tally[verb] += 1
-        try:
-            samples = self._latency[verb]  # a subscript, not a call: no dict.get
-        except KeyError:
-            samples = self._latency.setdefault(verb, deque(maxlen=_SAMPLES))
-        samples.append(seconds)
+        return tally
 
     def count(self, name: str, amount: int = 1) -> None:
         """Add to a named counter (``keys_expired``, ``events_published``, ...)."""

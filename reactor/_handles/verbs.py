@@ -44,16 +44,19 @@ def verb(
     name: str, *, write: bool = False
 ) -> Callable[[Callable[Concatenate[V, P], R]], Callable[Concatenate[V, P], R]]:
     """Check the handle may be used (``write``: may write, before any argument is looked
-    at), and time the call for ``stats()``."""
+    at), and count the call for ``stats()`` (timing a sample of them)."""
 
     def decorate(method: Callable[Concatenate[V, P], R]) -> Callable[Concatenate[V, P], R]:
         def timed(self: V, /, *args: P.args, **kwargs: P.kwargs) -> R:
             engine = self._writable() if write else self._usable()
+            stats = engine.stats
+            if not stats.timing(name):  # counted, not timed (Stats.timing)
+                return method(self, *args, **kwargs)
             start = perf_counter()
             try:
                 return method(self, *args, **kwargs)
             finally:
-                engine.stats.record(name, perf_counter() - start)
+                stats.sample(name, perf_counter() - start)
 
         functools.update_wrapper(timed, method)
         return timed

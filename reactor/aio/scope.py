@@ -85,7 +85,9 @@ class AsyncScope(AsyncVerbs):
             engine = current
             check_not_held(id(engine), self.name)
         work = make(engine.options)
-        start = perf_counter()
+        stats = engine.stats
+        timed = stats.timing(verb)  # counted; timed one call in several (Stats.timing)
+        start = perf_counter() if timed else 0.0
         try:
             answer = bridge().send(engine, self.name, work)
             try:
@@ -94,7 +96,8 @@ class AsyncScope(AsyncVerbs):
                 answer.cancel()  # withdrawn, unless the actor has begun it
                 raise
         finally:
-            engine.stats.record(verb, perf_counter() - start)
+            if timed:
+                stats.sample(verb, perf_counter() - start)
 
     def transaction(self) -> AsyncTransaction:
         """``async with scope.transaction() as tx:``: the scope is this task's until the

@@ -171,7 +171,7 @@ def demo(db: str | None) -> None:
     metavar="NAMES",
     default=None,
     help="Only these peers beside reactor, comma-separated (of dict+lock, sqlite3, "
-    "sqlite3x100, diskcache, sqlitedict, redis) [default: every one installed].",
+    "sqlite3x100, sqlite3+log, diskcache, sqlitedict, redis) [default: every one installed].",
 )
 @format_option()
 @click.option(
