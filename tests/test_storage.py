@@ -218,6 +218,37 @@ def test_writes_queued_behind_a_transaction_commit_together(counted: Counted) ->
     assert [counted.store.get(f"s{n}", "k", 1.0) for n in range(6)] == [str(n) for n in range(6)]
 
 
+def test_a_rollback_keeps_what_was_staged_before_its_savepoint(counted: Counted) -> None:
+    """What a write replaced is kept from the first savepoint on (a lone write keeps
+    none): rolling back undoes exactly the writes after the mark, a key written on
+    both sides of it included."""
+
+    def work(txn: WriteTxn) -> None:
+        txn.write("s", "before", None, "1", None)
+        txn.write("s", "both", None, "1", None)
+        mark = txn.savepoint()
+        txn.write("s", "both", txn.live_row("s", "both"), "2", None)
+        txn.write("s", "after", None, "2", None)
+        inner = txn.savepoint()
+        txn.write("s", "inner", None, "3", None)
+        txn.rollback_to(inner)
+        assert txn.live_row("s", "inner") is None
+        assert txn.live_row("s", "both") is not None
+        txn.rollback_to(mark)
+
+    _, records = counted.store.write(work, 1.0)
+    assert [(record.key, record.type) for record in records] == [
+        ("before", "created"),
+        ("both", "created"),
+    ]
+    assert [counted.store.get("s", key, 1.0) for key in ("before", "both", "after", "inner")] == [
+        "1",
+        "1",
+        None,
+        None,
+    ]
+
+
 def test_a_piece_that_fails_is_undone_alone(counted: Counted) -> None:
     results: dict[str, Any] = {}
 

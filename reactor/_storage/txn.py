@@ -71,7 +71,9 @@ class WriteTxn:
         self._fetched: dict[Key, Row | None] = {}  # rows read ahead by prefetch()
         self._staged: dict[Key, Row | None] = {}
         self._changes: list[ChangeRecord] = []
-        self._undo: list[tuple[Key, Row | _Absent | None]] = []
+        # What each staged write replaced, kept from the first savepoint on (only then
+        # can anything be undone): a lone write pays nothing for it.
+        self._undo: list[tuple[Key, Row | _Absent | None]] | None = None
         # Work for the commit's transaction, of a transaction body (``defer``), with how
         # many changes the body had recorded before it: its place among them.
         self._deferred: list[tuple[int, Callable[[WriteTxn], None]]] = []
@@ -206,7 +208,8 @@ class WriteTxn:
         return None
 
     def _stage(self, key: Key, row: Row | None) -> None:
-        self._undo.append((key, self._staged.get(key, _ABSENT)))
+        if self._undo is not None:
+            self._undo.append((key, self._staged.get(key, _ABSENT)))
         self._staged[key] = row
 
     def _record(
@@ -230,13 +233,17 @@ class WriteTxn:
 
     # -- undo and flush ------------------------------------------------------------
     def savepoint(self) -> tuple[int, int, int, int]:
+        if self._undo is None:
+            self._undo = []  # from now on, what each write replaces is kept
         return len(self._undo), len(self._changes), self._count, len(self._deferred)
 
     def rollback_to(self, mark: tuple[int, int, int, int]) -> None:
         undo_len, changes_len, count, deferred_len = mark
+        undo = self._undo
+        assert undo is not None, "a mark comes from savepoint()"
         del self._deferred[deferred_len:]
-        while len(self._undo) > undo_len:
-            key, previous = self._undo.pop()
+        while len(undo) > undo_len:
+            key, previous = undo.pop()
             if previous is _ABSENT:
                 del self._staged[key]
             else:
