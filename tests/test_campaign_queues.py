@@ -24,9 +24,10 @@ from tests.conftest import backend, raw_query
 from tests.conftest import wait_for as eventually
 
 
-def _python(code: str, *args: str) -> subprocess.Popen[str]:
+def _python(code: str, *args: str, stdin: bool = False) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-c", textwrap.dedent(code), *args],
+        stdin=subprocess.PIPE if stdin else None,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -45,6 +46,8 @@ import json, sys, reactor
 with reactor.open(sys.argv[1]) as state:
     queue = state.queue("work")
     done = []
+    print("ready", flush=True)
+    sys.stdin.readline()  # every worker starts at once: none finishes before another opens
     while (job := queue.take(timeout=3, lease=60)) is not None:
         if job.item % 11 == 0 and job.attempts == 1:
             job.nack()  # a failure: taken again, by whoever comes first
@@ -66,7 +69,14 @@ def test_four_processes_do_every_job_exactly_once(
         for n in range(count):
             tx.enqueue("work", n)
     started = time.monotonic()
-    workers = [_python(WORKER, str(db_path)) for _ in range(4)]
+    workers = [_python(WORKER, str(db_path), stdin=True) for _ in range(4)]
+    for worker in workers:
+        assert worker.stdout is not None
+        assert worker.stdout.readline().strip() == "ready", _finish(worker)
+    for worker in workers:
+        assert worker.stdin is not None
+        worker.stdin.write("go\n")
+        worker.stdin.flush()
     done: Counter[int] = Counter()
     shares = []
     for worker in workers:
