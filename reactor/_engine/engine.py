@@ -13,7 +13,6 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Collection
-from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar
@@ -29,6 +28,7 @@ from .dispatch import Dispatcher
 from .hub import Hub
 from .mailbox import Mailbox, Reply, Request, shard_index
 from .options import Options
+from .reply import ThreadReply
 from .stats import Stats
 
 if TYPE_CHECKING:  # imported when used: SQLAlchemy for PostgreSQL, asyncio by reactor.aio
@@ -141,20 +141,20 @@ class Engine:
         owner: object = None,
         scopes: tuple[str, ...] | None = None,
         alone: bool = False,
-    ) -> Future[T]:
+    ) -> ThreadReply[T]:
         """Queue ``work`` on the actor that owns ``scope``: its future holds the result
         after the commit (see ``Request`` for ``owner``, ``scopes``, ``alone``).
 
         Raises:
             ClosedError: the engine is closed.
         """
-        future: Future[T] = Future()
+        future: ThreadReply[T] = ThreadReply()
         self._mailbox(scope).submit(Request(work, scope, owner, scopes, alone=alone, reply=future))
         return future
 
     def send(self, scope: str, work: Work[Any], reply: Reply) -> None:
         """Queue ``work`` on the actor that owns ``scope``, its outcome settled on
-        ``reply`` after the commit: ``submit`` without a ``Future`` (an asyncio
+        ``reply`` after the commit: ``submit`` without a ``ThreadReply`` (an asyncio
         caller's answer wakes its loop).
 
         Raises:
@@ -163,14 +163,14 @@ class Engine:
         mailbox = self._owner.get(scope) or self._mailbox(scope)  # as in ``write``
         mailbox.submit(Request(work, scope, reply=reply))
 
-    def hold(self, scope: str, owner: object) -> Future[None]:
+    def hold(self, scope: str, owner: object) -> ThreadReply[None]:
         """Ask ``scope``'s actor to hold the scope for transaction ``owner``: the future
         is done once it does; ``release`` ends the hold.
 
         Raises:
             ClosedError: the engine is closed.
         """
-        future: Future[None] = Future()
+        future: ThreadReply[None] = ThreadReply()
         self._mailbox(scope).submit(Request(None, scope, owner, reply=future))
         return future
 
@@ -247,7 +247,7 @@ class Engine:
         first (``_turn``)."""
         self.store.reclaim()
 
-    def wait(self, scope: str, future: Future[T]) -> T:
+    def wait(self, scope: str, future: ThreadReply[T]) -> T:
         """The result of a request to ``scope``'s actor, within the engine's timeout
         counted from the request, or from the scope's last hand-over if later: a
         request queued behind transactions that take the scope in turn waits as long as

@@ -29,12 +29,12 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import queue
 import threading
 import time
 import zlib
 from collections import deque
 from collections.abc import Callable
-from concurrent.futures import Future
 from typing import Any, Final, Protocol, TypeVar
 
 import pykka
@@ -44,6 +44,8 @@ from reactor._storage.records import ChangeRecord, RefusedError, copy_error
 from reactor._storage.store import Store
 from reactor._storage.txn import Work, WriteTxn
 from reactor.errors import ClosedError, StorageError
+
+from .reply import ThreadReply
 
 __all__ = ["Mailbox", "Reply", "Request", "shard_index"]
 
@@ -63,7 +65,7 @@ def shard_index(scope: str, shards: int) -> int:
 
 class Reply(Protocol):
     """Where a request's outcome goes, settled once by the actor: a
-    ``concurrent.futures.Future``, or anything that settles like one (an asyncio
+    ``ThreadReply``, or anything that settles like one (an asyncio
     caller's answer, ``aio.bridge.Answer``, wakes its event loop with no thread
     waiting and no ``Condition``)."""
 
@@ -82,7 +84,7 @@ class Reply(Protocol):
 
 class Request:
     """One write: the work to run in the transaction, and where its outcome goes
-    (``reply``: a new ``Future`` unless given).
+    (``reply``: a new ``ThreadReply`` unless given).
 
     ``owner`` marks the requests of a transaction holding ``scope``; a request with
     no work is a transaction's ``begin`` (asking for the scope for ``owner``).
@@ -110,7 +112,7 @@ class Request:
         self.owner = owner
         self.scopes = (scope,) if scopes is None else scopes
         self.alone = alone
-        self.future: Reply = Future() if reply is None else reply
+        self.future: Reply = ThreadReply() if reply is None else reply
 
 
 class _ScopeActor(pykka.ThreadingActor):
@@ -122,6 +124,14 @@ class _ScopeActor(pykka.ThreadingActor):
     def __init__(self, mailbox: Mailbox) -> None:
         super().__init__()
         self._mailbox = mailbox
+
+    @staticmethod
+    def _create_actor_inbox() -> queue.SimpleQueue[Any]:
+        # pykka's default, a queue.Queue, enters a threading.Condition in Python on each
+        # put: a Ctrl-C landing right after its lock was taken leaves that lock held,
+        # and every later ``tell`` waits for ever (see ``reply``). A SimpleQueue's put
+        # is one C call.
+        return queue.SimpleQueue()
 
     def on_receive(self, message: Any) -> Any:
         if message == _DRAIN:
@@ -164,7 +174,7 @@ class Mailbox:
             if not self._scheduled:  # _schedule's own test, saving a call per request
                 self._schedule()
 
-    def call(self, work: Work[T], scope: str, wait: Callable[[Future[T]], T]) -> T:
+    def call(self, work: Work[T], scope: str, wait: Callable[[ThreadReply[T]], T]) -> T:
         """Run ``work`` on ``scope`` and return its result once committed: at once in
         this thread when the mailbox is idle; else queued for the actor, its future
         handed to ``wait`` (``Engine.wait``: within a timeout).
@@ -185,7 +195,7 @@ class Mailbox:
                     not self._pending and scope not in self._owners and self._running.try_take()
                 )
             if not inline:
-                future: Future[T] = Future()
+                future: ThreadReply[T] = ThreadReply()
                 self.submit(Request(work, scope, reply=future))
                 return wait(future)
             # No batch, no future: one request, one transaction; an error rolls it back.

@@ -11,7 +11,6 @@ through its ``hub``; reads go to its ``store`` (never its ``write``: see
 from __future__ import annotations
 
 from collections.abc import Callable, Collection
-from concurrent.futures import Future
 from typing import Any, Protocol, TypeVar
 
 from reactor._base.results import Upkeep
@@ -22,6 +21,7 @@ from .dispatch import Dispatcher
 from .hub import Hub
 from .mailbox import Reply
 from .options import Options
+from .reply import ThreadReply
 from .stats import Stats
 
 __all__ = ["EnginePort"]
@@ -77,13 +77,13 @@ class EnginePort(Protocol):
         owner: object = None,
         scopes: tuple[str, ...] | None = None,
         alone: bool = False,
-    ) -> Future[T]: ...
+    ) -> ThreadReply[T]: ...
 
     def send(self, scope: str, work: Work[Any], reply: Reply) -> None:
-        """``submit``, its outcome settled on ``reply`` rather than a new ``Future``."""
+        """``submit``, its outcome settled on ``reply`` rather than a new ``ThreadReply``."""
         ...
 
-    def hold(self, scope: str, owner: object) -> Future[None]: ...
+    def hold(self, scope: str, owner: object) -> ThreadReply[None]: ...
 
     def release(self, scope: str, owner: object) -> None: ...
 
@@ -93,7 +93,7 @@ class EnginePort(Protocol):
         self, work: Callable[[WriteTxn], T], *, scopes: Collection[str] | None = None
     ) -> T: ...
 
-    def wait(self, scope: str, future: Future[T]) -> T: ...
+    def wait(self, scope: str, future: ThreadReply[T]) -> T: ...
 
     def reclaim(self) -> None:
         """Give back the writers' turn if this thread lost it to a Ctrl-C: before a

@@ -23,7 +23,6 @@ from __future__ import annotations
 import builtins
 import threading
 from collections.abc import Callable, Iterable
-from concurrent.futures import Future
 from time import perf_counter
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -40,6 +39,7 @@ from .verbs import ScopeVerbs, verb
 
 if TYPE_CHECKING:
     from reactor._engine.port import EnginePort
+    from reactor._engine.reply import ThreadReply
 
     from .binding import Binding
 
@@ -276,7 +276,7 @@ class Hold:
         self.engine, self.status = engine, "waiting"
         return engine
 
-    def ask(self, name: str) -> Future[None]:
+    def ask(self, name: str) -> ThreadReply[None]:
         """Ask ``name``'s actor for the scope: the future is done once it is held (the
         caller then notes it with ``took``)."""
         engine = self.engine
@@ -286,7 +286,7 @@ class Hold:
     def took(self, name: str) -> None:
         self.taken.append(name)
 
-    def give_up(self, name: str, future: Future[Any] | None) -> None:
+    def give_up(self, name: str, future: ThreadReply[Any] | None) -> None:
         """Stop taking the scopes: those taken go back; the request for ``name`` is
         withdrawn or, if its actor is handing the scope over already, the scope goes
         back once it is handed over."""
@@ -307,7 +307,7 @@ class Hold:
         self.txn = WriteTxn(reader, engine.now())
         self.status = "open"
 
-    def submit_commit(self, commit: bool) -> Future[None] | None:
+    def submit_commit(self, commit: bool) -> ThreadReply[None] | None:
         """Queue the commit of what the body staged, on the first scope's actor, in one
         database transaction covering every scope: its future, or None when there is
         nothing to commit (``commit`` false, or nothing staged)."""
@@ -423,12 +423,12 @@ class Transaction(ScopeVerbs):
             )
 
     # The steps of begin and finish, for reactor.aio (and its tests).
-    def _ask(self) -> tuple[EnginePort, Future[None]]:
+    def _ask(self) -> tuple[EnginePort, ThreadReply[None]]:
         """Ask the scope's actor for the scope: the future is done once it is held."""
         engine = self._hold.start()
         return engine, self._hold.ask(self.name)
 
-    def _withdraw(self, future: Future[Any]) -> None:
+    def _withdraw(self, future: ThreadReply[Any]) -> None:
         """Stop waiting for the scope (see ``Hold.give_up``)."""
         self._hold.give_up(self.name, future)
 

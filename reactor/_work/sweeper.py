@@ -16,10 +16,10 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Collection
-from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from reactor._base.results import Upkeep
+from reactor._engine.reply import ThreadReply
 from reactor._storage.records import RefusedError
 from reactor._storage.txn import WriteTxn
 from reactor.errors import ClosedError, OperationTimeout, ReentrancyError
@@ -63,8 +63,8 @@ class Sweeper:
         self._engine = engine
         self._lock = threading.Lock()
         self._round = threading.Lock()  # held by a round of chores: the thread's, or upkeep's
-        self._sweeping: dict[str, Future[Any]] = {}  # scope -> its expiry request
-        self._firing: dict[str, Future[Fired]] = {}  # scope -> its timers' request
+        self._sweeping: dict[str, ThreadReply[Any]] = {}  # scope -> its expiry request
+        self._firing: dict[str, ThreadReply[Fired]] = {}  # scope -> its timers' request
         self._again = threading.Event()
         self._stop = threading.Event()
         self._thread = threading.Thread(
@@ -201,7 +201,7 @@ class Sweeper:
             more = more and fired.fired + len(fired.failed) > before
         return fired
 
-    def _answer(self, scope: str, future: Future[T]) -> T:
+    def _answer(self, scope: str, future: ThreadReply[T]) -> T:
         """The result of a chore's request to ``scope``'s actor, within the engine's
         timeout; the request is not withdrawn (the firing of timers goes on in parts).
 
@@ -258,14 +258,14 @@ class Sweeper:
         # with many timers due, must not keep other scopes' timers from their turn.
         self._fire_due(skip=self._in_flight(self._firing))
 
-    def _in_flight(self, requests: dict[str, Future[Any]]) -> list[str]:
+    def _in_flight(self, requests: dict[str, ThreadReply[Any]]) -> list[str]:
         """The scopes of ``requests`` (those still in flight), read under the lock."""
         with self._lock:
             return list(requests)
 
     def _expire(
         self, skip: list[str], held: Collection[str] = ()
-    ) -> tuple[list[tuple[str, Future[int]]], bool]:
+    ) -> tuple[list[tuple[str, ThreadReply[int]]], bool]:
         """Send the actors the keys whose deadline has passed, but those of the scopes
         in ``skip``: the requests (scope, future of how many it expired), and whether
         more may be due (look again once these are done).
@@ -275,7 +275,7 @@ class Sweeper:
         """
         engine = self._engine
         by_scope, more = self._due(engine.store.expired, SWEEP_BATCH, skip, held, "a key", _key)
-        requests: list[tuple[str, Future[int]]] = []
+        requests: list[tuple[str, ThreadReply[int]]] = []
         for scope, keys in by_scope.items():
             future = engine.submit(scope, expire_keys(scope, keys))
             with self._lock:
@@ -310,7 +310,7 @@ class Sweeper:
 
     def _fire_due(
         self, skip: list[str], held: Collection[str] = ()
-    ) -> tuple[list[tuple[str, Future[Fired]]], bool]:
+    ) -> tuple[list[tuple[str, ThreadReply[Fired]]], bool]:
         """Fire the timers that are due, but those of the scopes in ``skip``: the
         requests (scope, future of what they did, all told), and whether more may be
         due.
@@ -321,9 +321,9 @@ class Sweeper:
         """
         find = self._engine.store.due_timers
         by_scope, more = self._due(find, TIMER_BATCH, skip, held, "a timer", _timer)
-        requests: list[tuple[str, Future[Fired]]] = []
+        requests: list[tuple[str, ThreadReply[Fired]]] = []
         for scope, timers in by_scope.items():
-            firing: Future[Fired] = Future()
+            firing: ThreadReply[Fired] = ThreadReply()
             requests.append((scope, firing))
             with self._lock:
                 self._firing[scope] = firing
@@ -337,7 +337,9 @@ class Sweeper:
             self._fire(scope, parts, Fired(), firing)
         return requests, more
 
-    def _fire(self, scope: str, parts: list[_Part], done: Fired, firing: Future[Fired]) -> None:
+    def _fire(
+        self, scope: str, parts: list[_Part], done: Fired, firing: ThreadReply[Fired]
+    ) -> None:
         """Fire the last of ``parts``, then the others, one request at a time, each in
         a transaction of its own (so that a write the database refuses fails no other
         write); ``firing`` gets what they did, all told.
@@ -367,8 +369,8 @@ class Sweeper:
         part: _Part,
         parts: list[_Part],
         done: Fired,
-        firing: Future[Fired],
-        future: Future[Fired],
+        firing: ThreadReply[Fired],
+        future: ThreadReply[Fired],
     ) -> None:
         timers, why = part
         try:
@@ -391,7 +393,7 @@ class Sweeper:
         with contextlib.suppress(ClosedError):
             self._fire(scope, parts, done, firing)
 
-    def _fired(self, scope: str, firing: Future[Fired], *, more: bool) -> None:
+    def _fired(self, scope: str, firing: ThreadReply[Fired], *, more: bool) -> None:
         with self._lock:
             if self._firing.get(scope) is firing:
                 del self._firing[scope]
@@ -411,7 +413,7 @@ class Sweeper:
         elif more and in_flight <= 1:
             self._again.set()
 
-    def _swept(self, scope: str, future: Future[Any], *, more: bool) -> None:
+    def _swept(self, scope: str, future: ThreadReply[Any], *, more: bool) -> None:
         with self._lock:
             if self._sweeping.get(scope) is future:
                 del self._sweeping[scope]

@@ -18,10 +18,10 @@ import threading
 import time
 import weakref
 from collections.abc import Callable
-from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar
 
 from reactor._engine.engine import operation_timeout
+from reactor._engine.reply import ThreadReply
 
 if TYPE_CHECKING:
     from reactor._engine.mailbox import Reply
@@ -78,7 +78,7 @@ class LoopBridge:
 
     def track(
         self,
-        source: Future[T],
+        source: ThreadReply[T],
         scope: str,
         timeout: float | None,
         engine: EnginePort | None = None,
@@ -217,7 +217,7 @@ class Answer(Generic[T]):
         self._bridge.settle(self.target, False, exception)
 
 
-def _settle(source: Future[Any], target: asyncio.Future[Any]) -> None:
+def _settle(source: ThreadReply[Any], target: asyncio.Future[Any]) -> None:
     if target.done():
         return  # its caller stopped waiting (a timeout, a cancellation)
     if source.cancelled():
@@ -271,7 +271,7 @@ def bridge() -> LoopBridge:
 
 async def in_thread(call: Callable[[], None], name: str) -> None:
     """``call()`` in a thread of its own; on return that thread has ended."""
-    done: Future[None] = Future()
+    done: ThreadReply[None] = ThreadReply()
 
     def run() -> None:
         try:

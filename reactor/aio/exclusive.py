@@ -39,11 +39,10 @@ from reactor.errors import (
 from .verbs import AsyncVerbs
 
 if TYPE_CHECKING:
-    from concurrent.futures import Future
-
     from reactor._base.results import Snapshot
     from reactor._engine.options import Options
     from reactor._engine.port import EnginePort
+    from reactor._engine.reply import ThreadReply
     from reactor._handles.state import State
     from reactor._work.writes import Work
 
@@ -106,7 +105,7 @@ async def _take(link: Link, hold: Hold) -> contextvars.Token[_Held]:
     engine, a cancelled task) none stays held. The token to give to ``_finish``."""
     engine = hold.start()
     for name in hold.names:
-        granted: Future[None] | None = None
+        granted: ThreadReply[None] | None = None
         try:
             granted = hold.ask(name)
             await link.answer(engine, name, granted)

@@ -16,10 +16,11 @@ import functools
 import os
 import weakref
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Final, TypeVar
 
 from reactor._engine.port import EnginePort
+from reactor._engine.reply import ThreadReply
 from reactor._handles import lock_lines
 from reactor._handles.binding import Binding, binding_of
 from reactor._handles.open import open as open_sync
@@ -127,7 +128,7 @@ class Link:
         this loop soon, through its bridge (one wake-up for a burst)."""
         return functools.partial(bridge().call_soon, callback)
 
-    def answer(self, engine: EnginePort, scope: str, future: Future[T]) -> asyncio.Future[T]:
+    def answer(self, engine: EnginePort, scope: str, future: ThreadReply[T]) -> asyncio.Future[T]:
         """The answer of ``scope``'s actor to a request, awaited on the loop with no
         thread waiting: ``OperationTimeout`` once the scope has not moved on for the
         engine's timeout (see ``Engine.wait``)."""
