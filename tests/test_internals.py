@@ -5,6 +5,7 @@ and, to inject faults, ``tests.conftest.engine_of`` (see ``tests/README.md``).""
 
 from __future__ import annotations
 
+import datetime as dt
 import io
 import json
 import os
@@ -613,7 +614,11 @@ def test_finding_due_timers_uses_the_index(db_path: Any, open_state: Callable[..
         import sqlite3
 
         with sqlite3.connect(db_path) as conn:
-            conn.executemany("INSERT INTO reactor_timers VALUES (?, ?, ?, ?, ?, ?, ?, ?)", rows)
+            conn.executemany(
+                "INSERT INTO reactor_timers (id, scope, key, due, every, value, ops, "
+                "created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                rows,
+            )
         conn.close()
         plan = raw_query(
             db_path,
@@ -1855,3 +1860,32 @@ def _dumped(state: reactor.State) -> str:
     out = io.StringIO()
     _exchange.dump(state, out)
     return out.getvalue()
+
+
+@pytest.mark.sqlite_only("SQLite schema versions")
+def test_a_database_of_schema_7_keeps_its_timers_and_takes_cron_ones(tmp_path: Path) -> None:
+    """Version 8 adds the expression and zone to the timers' table: the timers already
+    there stay, and fire, as they were."""
+    import sqlalchemy as sa
+
+    older = tmp_path / "older.db"
+    engine = sa.create_engine(f"sqlite:///{older}")
+    _schema.migrate(engine, target=7)
+    engine.dispose()
+    raw_query(
+        older,
+        "INSERT INTO reactor_timers (id, scope, key, due, every, value, ops, created_at) "
+        "VALUES ('old', 's', 'k', 100.0, 60.0, '1', NULL, 0.0)",
+    )
+    monday = dt.datetime(2026, 1, 5, 8, 58, tzinfo=dt.UTC).timestamp()
+    clock = ManualClock(monday)
+    with reactor.open(older, clock=clock, sweep_interval=1e6) as state:
+        (kept,) = state.timers()
+        assert kept == reactor.Timer("old", "s", "k", 100.0, 60.0, None, None)
+        run_upkeep(state)  # overdue: fires once, then every 60 s from its first due time
+        assert state.scope("s").get("k") == 1
+        cron = state.scope("s").schedule("c", 2, cron="0 9 * * *")
+        assert cron.due == monday + 120
+    assert raw_query(older, "SELECT value FROM reactor_meta WHERE name = 'schema_version'") == [
+        (_schema.SCHEMA_VERSION,)
+    ]

@@ -1889,7 +1889,8 @@ class ReactorMachine(RuleBasedStateMachine):
         else:
             timer = h.schedule(key, ops=payload, **times)
         want = (self.real_name(scope), key, due, every)
-        assert tuple(timer)[1:] == want, (timer, want)
+        assert (timer.scope, timer.key, timer.due, timer.every) == want, (timer, want)
+        assert (timer.cron, timer.tz) == (None, None)
         value = payload if kind == "value" else None
         pending = ModelTimer(scope, key, due, every, value, payload if kind == "ops" else None)
         event(f"schedule: {kind}, {'recurring' if every else 'once'}, {when[0]}")

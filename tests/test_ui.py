@@ -624,6 +624,8 @@ def test_the_pending_timers_earliest_first_with_what_they_write(
         "due": beat.due,
         "due_in": pytest.approx(600, abs=30),
         "every": 600,
+        "cron": None,
+        "tz": None,
         "value": None,
         "ops": '[{"type":"increment","path":""}]',
     }

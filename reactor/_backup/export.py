@@ -93,6 +93,7 @@ def _timer_line(row: TimerRow, now: float) -> dict[str, Any]:
         name: orjson.Fragment(text),
         "due_in": _seconds(row.due - now),
         "every": row.every,
+        **({} if row.cron is None else {"cron": row.cron, "tz": row.tz}),
     }
 
 

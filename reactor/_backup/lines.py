@@ -27,7 +27,9 @@ __all__ = [
 ]
 
 KEY_FIELDS: Final = frozenset({"scope", "key", "value", "ttl"})
-TIMER_FIELDS: Final = frozenset({"timer", "scope", "key", "value", "ops", "due_in", "every"})
+TIMER_FIELDS: Final = frozenset(
+    {"timer", "scope", "key", "value", "ops", "due_in", "every", "cron", "tz"}
+)
 QUEUE_FIELDS: Final = frozenset({"queue", "max_attempts"})
 JOB_FIELDS: Final = frozenset({"queue", "item", "attempts", "state", "ready_in", "key"})
 JOB_STATES: Final = ("ready", "dead")
@@ -50,7 +52,8 @@ class Entry(NamedTuple):
 class TimerEntry(NamedTuple):
     """One pending timer of an export: its id, the key it writes, what it writes (a
     value, or update ops; ``value`` is ``MISSING`` with ops), its seconds until due
-    (<= 0: overdue) and its period (None: it fires once)."""
+    (<= 0: overdue) and its period (None: it fires once), or its cron expression and
+    zone."""
 
     timer: str
     scope: str
@@ -59,6 +62,8 @@ class TimerEntry(NamedTuple):
     ops: Any
     due_in: float
     every: float | None
+    cron: str | None = None
+    tz: str | None = None
 
 
 class QueueEntry(NamedTuple):
@@ -171,9 +176,11 @@ def _timer(data: dict[str, Any]) -> TimerEntry:
         raise _BadLine(f"'due_in' must be a finite number of seconds, not {data['due_in']!r}")
     every = check_ttl(data.get("every"), "'every'")
     key, value, ops = data["key"], data.get("value", MISSING), data.get("ops")
-    # What scheduling it checks (the key, one of value and ops, ops that are ops).
-    _timers.schedule(_DEFAULTS, scope, key, value, ops, due_in, None, every, timer_id=timer_id)
-    return TimerEntry(timer_id, scope, key, value, ops, due_in, every)
+    cron, tz = data.get("cron"), data.get("tz")
+    # What scheduling it checks (the key, one of value and ops, ops that are ops, a
+    # cron expression and zone).
+    _timers.restore(_DEFAULTS, timer_id, scope, key, value, ops, due_in, every, cron, tz)
+    return TimerEntry(timer_id, scope, key, value, ops, due_in, every, cron, tz)
 
 
 def _queue(data: dict[str, Any]) -> QueueEntry:

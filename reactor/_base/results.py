@@ -69,7 +69,11 @@ class Timer(NamedTuple):
     due: float
     """When it fires next (epoch seconds)."""
     every: float | None
-    """Its period in seconds if it recurs, else None."""
+    """Its period in seconds if it recurs every so many seconds, else None."""
+    cron: str | None = None
+    """The cron expression naming the times it fires, if it is a cron timer."""
+    tz: str | None = None
+    """The IANA time zone its ``cron`` expression is read in (a cron timer's)."""
 
 
 @dataclass(frozen=True)

@@ -257,10 +257,15 @@ class ScopeVerbs:
         at: float | None = None,
         every: float | None = None,
         ops: builtins.list[dict[str, Any]] | None = None,
+        cron: str | None = None,
+        tz: str | None = None,
     ) -> Timer:
         """Schedule a write to ``key``: ``value`` (as ``set``), or ``ops`` (as
         ``update``), due ``after`` seconds from now or ``at`` an epoch time (with
         neither, one period from now), and again every ``every`` seconds if given.
+        Or, with ``cron`` (five fields: ``"0 9 * * MON-FRI"``), at each time the
+        expression names in the IANA zone ``tz`` (UTC if not given), local wall-clock
+        times across DST changes.
 
         When due, the write is applied once, by one process, as an ordinary write; its
         event's ``timer`` is the timer's id. In a transaction the timer is created with
@@ -268,12 +273,17 @@ class ScopeVerbs:
 
         Raises:
             InvalidArgumentError: not exactly one of ``value`` and ``ops``; both
-                ``after`` and ``at``, or no time at all; a bad number.
+                ``after`` and ``at``, or no time at all; a bad number; a bad cron
+                expression or zone, ``cron`` with another time, ``tz`` without it.
             InvalidValueError: ``value`` is not storable.
             InvalidOpError: ``ops`` are not update ops nor a JSON Patch.
         """
         options = self._engine.options
-        return self._run(_timers.schedule(options, self.name, key, value, ops, after, at, every))
+        return self._run(
+            _timers.schedule(
+                options, self.name, key, value, ops, after, at, every, cron=cron, tz=tz
+            )
+        )
 
     # -- writes --------------------------------------------------------------------
     @verb("set", write=True)

@@ -79,8 +79,9 @@ class LockRow:
 
 @dataclass(slots=True)
 class TimerRow:
-    """A scheduled write: its key, when it is due, its period if it recurs, and what
-    it writes: a value's JSON text, or update ops' JSON text."""
+    """A scheduled write: its key, when it is due, its period if it recurs (``every``
+    seconds, or a ``cron`` expression read in zone ``tz``), and what it writes: a
+    value's JSON text, or update ops' JSON text."""
 
     id: str
     scope: str
@@ -89,6 +90,8 @@ class TimerRow:
     every: float | None
     value: str | None
     ops: str | None
+    cron: str | None = None
+    tz: str | None = None
 
 
 @dataclass(slots=True)

@@ -32,7 +32,7 @@ __all__ = [
     "tables",
 ]
 
-SCHEMA_VERSION: Final = 7
+SCHEMA_VERSION: Final = 8
 META_TABLE: Final = "reactor_meta"  # every version has it, with its "schema_version"
 # A PostgreSQL index holds a name (scope, key, queue, lock, durable subscriber) as
 # reactor_name(name): the name itself up to this many characters, else its first ones
@@ -151,11 +151,17 @@ def _locks(metadata: sa.MetaData) -> sa.Table:
     )
 
 
-def _timers(metadata: sa.MetaData) -> sa.Table:
-    """Timers: scheduled writes (value, or ops), due at an absolute time; ``every``
-    seconds apart when recurring. The sweeper of any process fires those due."""
+def _timers(metadata: sa.MetaData, *, version: int = SCHEMA_VERSION) -> sa.Table:
+    """Timers: scheduled writes (value, or ops), due at an absolute time; when
+    recurring, ``every`` seconds apart or at the times a ``cron`` expression names in
+    zone ``tz`` (from version 8). The sweeper of any process fires those due."""
     import sqlalchemy as sa
 
+    cron = (
+        [sa.Column("cron", sa.Text, nullable=True), sa.Column("tz", sa.Text, nullable=True)]
+        if version >= 8
+        else []
+    )
     return sa.Table(
         "reactor_timers",
         metadata,
@@ -166,6 +172,7 @@ def _timers(metadata: sa.MetaData) -> sa.Table:
         sa.Column("every", sa.Float, nullable=True),
         sa.Column("value", sa.Text, nullable=True),  # JSON text to set, or
         sa.Column("ops", sa.Text, nullable=True),  # update ops to apply
+        *cron,
         sa.Column("created_at", sa.Float, nullable=False),
     )
 
@@ -342,6 +349,8 @@ def _to_v4(conn: sa.Connection, t: Tables) -> None:
 
 
 def _to_v5(conn: sa.Connection, t: Tables) -> None:
+    import sqlalchemy as sa
+
     # A key written before version 5: its history is unknown, so it counts from its last
     # change (created then, version 1); the records before carry no version (NULL).
     for statement in (
@@ -356,7 +365,9 @@ def _to_v5(conn: sa.Connection, t: Tables) -> None:
     # When the record at the compaction horizon was made (µs); -1: not known.
     conn.execute(t.meta.insert().values(name="compacted_at", value=-1))
     t.changes_by_key.create(conn)
-    t.timers.create(conn)
+    timers = _timers(sa.MetaData(), version=5)  # as version 5 made it
+    timers.create(conn)
+    sa.Index("reactor_timers_due", timers.c.due, timers.c.id).create(conn)
     t.queues.create(conn)
     t.jobs.create(conn)
 
@@ -444,6 +455,12 @@ def _to_v7(conn: sa.Connection, t: Tables) -> None:  # noqa: ARG001 - every step
     conn.exec_driver_sql("DROP INDEX IF EXISTS reactor_changes_scope")
 
 
+def _to_v8(conn: sa.Connection, t: Tables) -> None:  # noqa: ARG001 - every step takes both
+    # Cron timers (SPEC §13): the expression and its zone; NULL for the others.
+    conn.exec_driver_sql("ALTER TABLE reactor_timers ADD COLUMN cron TEXT")
+    conn.exec_driver_sql("ALTER TABLE reactor_timers ADD COLUMN tz TEXT")
+
+
 MIGRATIONS: Final[dict[int, Callable[[sa.Connection, Tables], None]]] = {
     1: _to_v1,
     2: _to_v2,
@@ -452,6 +469,7 @@ MIGRATIONS: Final[dict[int, Callable[[sa.Connection, Tables], None]]] = {
     5: _to_v5,
     6: _to_v6,
     7: _to_v7,
+    8: _to_v8,
 }
 
 

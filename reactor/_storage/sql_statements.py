@@ -263,7 +263,18 @@ class SQLStatements(SQLReads):
     def add_timer(self, timer: TimerRow, now: float) -> None:
         self._send(  # on PostgreSQL, not a round trip per timer of a transaction
             TIMER_INSERT,
-            (timer.id, timer.scope, timer.key, timer.due, timer.every, timer.value, timer.ops, now),
+            (
+                timer.id,
+                timer.scope,
+                timer.key,
+                timer.due,
+                timer.every,
+                timer.value,
+                timer.ops,
+                timer.cron,
+                timer.tz,
+                now,
+            ),
         )
 
     def _send(self, sql: str, params: tuple[Any, ...]) -> None:

@@ -133,10 +133,10 @@ KEYS_CHANGED_SINCE: Final = (
     "SELECT 1 FROM reactor_changes WHERE [scope] = ? AND [key] IN ({}) AND revision > ? LIMIT 1"
 )
 # Timers (reactor_timers): on the index reactor_timers_due (due, id).
-TIMER_COLUMNS: Final = "id, scope, key, due, every, value, ops"
+TIMER_COLUMNS: Final = "id, scope, key, due, every, value, ops, cron, tz"
 TIMER_INSERT: Final = (
-    "INSERT INTO reactor_timers (id, scope, key, due, every, value, ops, created_at) "
-    "VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+    "INSERT INTO reactor_timers (id, scope, key, due, every, value, ops, cron, tz, created_at) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 TIMER: Final = f"SELECT {TIMER_COLUMNS} FROM reactor_timers WHERE id = ?"
 TIMERS_DUE: Final = "SELECT id, scope, key FROM reactor_timers WHERE due <= ?"

@@ -10,7 +10,7 @@ GET  /api/value?scope=S&key=K
 GET  /api/history?scope=S&key=K&limit=N     {"scope", "key", "changes": [...], "compacted"}
 GET  /api/locks           {"locks": [{"name", "holder", "token", "expires_in"}], "held"}
 GET  /api/timers          {"timers": [{"id", "scope", "key", "due", "due_in", "every",
-                                       "value", "ops"}], "pending"}
+                                       "cron", "tz", "value", "ops"}], "pending"}
 GET  /api/queues          {"queues": [{"name", "max_attempts", "ready", "delayed", "taken",
                                        "dead", "oldest_ready_age"}], "count", "dead"}
 GET  /api/dead?queue=Q&limit=N  {"queue", "jobs": [{"id", "item", "attempts", "died"}], "dead"}
@@ -340,6 +340,8 @@ def _timer_view(row: TimerRow, now: float) -> dict[str, Any]:
         "due": row.due,
         "due_in": round(row.due - now, 3),  # below zero: overdue (no process fires it)
         "every": row.every,
+        "cron": row.cron,
+        "tz": row.tz,
         "value": _shortened(row.value),
         "ops": _shortened(row.ops),
     }

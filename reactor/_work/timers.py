@@ -37,6 +37,7 @@ from reactor._storage.txn import Work, WriteTxn
 from reactor.errors import InvalidArgumentError, ReactorError, StorageError
 
 from . import writes as _writes
+from .cron import check_cron, next_cron_time
 from .writes import check_ttl
 
 if TYPE_CHECKING:
@@ -50,6 +51,7 @@ __all__ = [
     "drop_failed",
     "drop_timer",
     "fire",
+    "following_due",
     "next_due",
     "pending_timer",
     "restore",
@@ -80,48 +82,89 @@ def schedule(
     at: object,
     every: object,
     *,
+    cron: object = None,
+    tz: object = None,
     timer_id: str | None = None,
+    first_in: float | None = None,
 ) -> Work[Timer]:
     """The work that schedules a write of ``value`` (or ``ops``) to ``key``: due
     ``after`` seconds from the write, or ``at`` an epoch time, or, with neither, one
-    period from now; again every ``every`` seconds if given. ``timer_id``: the
-    timer's id (None: a new one).
+    period from now; again every ``every`` seconds if given. Or, with ``cron``, at
+    each time the expression names in zone ``tz`` (UTC if None), the first after the
+    write. ``timer_id``: the timer's id (None: a new one). ``first_in``: when it is
+    due first, in seconds from the write, whatever else says (``restore``).
 
     Raises:
         InvalidArgumentError: not exactly one of value and ops, both after and at, or
-            neither with no period; a period that is not a number > 0.
+            neither with no period; a period that is not a number > 0; a bad cron
+            expression or zone, or cron with another time; tz without cron.
         InvalidValueError: the value is not storable.
         InvalidOpError: the ops are not update ops nor a JSON Patch.
     """
     check_key(key)
-    if (value is MISSING) == (ops is None):
-        raise InvalidArgumentError("a timer writes a value or applies ops: give one of them")
+    value_text, ops_text = _writing(options, value, ops)
     if after is not None and at is not None:
         raise InvalidArgumentError("a timer is due after= seconds or at= a time, not both")
     period = check_ttl(every, "every")
-    if after is None and at is None and period is None:
-        raise InvalidArgumentError("a timer needs a time: after=, at= or every=")
+    zoned = _cron_of(cron, tz, after, at, period)
+    if after is None and at is None and period is None and zoned is None:
+        raise InvalidArgumentError("a timer needs a time: after=, at=, every= or cron=")
     delay = None if after is None else _seconds(after, "after")
     due_at = None if at is None else _seconds(at, "at")
-    encoded = _writes.encoder(options)
-    value_text = None if value is MISSING else encoded(value)
-    ops_text = None
-    if ops is not None:
-        op_style(ops)
-        ops_text = _writes.encode_ops(options, ops)
     if timer_id is None:
         timer_id = uuid6.uuid7().hex  # in scheduling order: a burst fires in runs of rows
 
     def work(txn: WriteTxn) -> Timer:
-        if due_at is not None:
+        if first_in is not None:
+            due = txn.now + first_in
+        elif due_at is not None:
             due = due_at
+        elif zoned is not None:
+            due = next_cron_time(*zoned, txn.now)
         else:
             due = txn.now + (delay if delay is not None else period or 0.0)
-        row = TimerRow(timer_id, scope, key, due, period, value_text, ops_text)
+        cron_text, zone = zoned or (None, None)
+        row = TimerRow(timer_id, scope, key, due, period, value_text, ops_text, cron_text, zone)
         txn.defer(AddTimer(row))
         return timer_of(row)
 
     return Work(work)
+
+
+def _writing(options: Options, value: Any, ops: object) -> tuple[str | None, str | None]:
+    """The JSON text of what a timer writes: its value's, or its ops'.
+
+    Raises:
+        InvalidArgumentError: not exactly one of value and ops.
+        InvalidValueError: the value is not storable.
+        InvalidOpError: the ops are not update ops nor a JSON Patch.
+    """
+    if (value is MISSING) == (ops is None):
+        raise InvalidArgumentError("a timer writes a value or applies ops: give one of them")
+    if ops is None:
+        return _writes.encoder(options)(value), None
+    op_style(ops)
+    return None, _writes.encode_ops(options, ops)
+
+
+def _cron_of(
+    cron: object, tz: object, after: object, at: object, period: float | None
+) -> tuple[str, str] | None:
+    """``(cron, tz)`` of a cron timer, checked; None for another timer.
+
+    Raises:
+        InvalidArgumentError: a bad expression or zone; cron with another time; tz
+            without cron.
+    """
+    if cron is None:
+        if tz is not None:
+            raise InvalidArgumentError("tz= is the zone of a cron= expression: give cron= too")
+        return None
+    if after is not None or at is not None or period is not None:
+        raise InvalidArgumentError(
+            "a cron timer fires at the times its expression names: not with after=, at= or every="
+        )
+    return check_cron(cron, "UTC" if tz is None else tz)
 
 
 def restore(
@@ -133,6 +176,8 @@ def restore(
     ops: object,
     due_in: float,
     every: float | None,
+    cron: str | None = None,
+    tz: str | None = None,
 ) -> Work[Timer]:
     """The work that puts back a timer of an export under its id (replacing a timer
     of that id, as a key's value is replaced): due ``due_in`` seconds from the write
@@ -141,7 +186,21 @@ def restore(
     Raises:
         the errors of ``schedule``.
     """
-    scheduled = schedule(options, scope, key, value, ops, due_in, None, every, timer_id=timer_id)
+    after = None if cron is not None or every is not None else due_in
+    scheduled = schedule(
+        options,
+        scope,
+        key,
+        value,
+        ops,
+        after,
+        None,
+        every,
+        cron=cron,
+        tz=tz,
+        timer_id=timer_id,
+        first_in=due_in,
+    )
 
     def work(txn: WriteTxn) -> Timer:
         txn.defer(DropTimer(timer_id))  # before the timer's row goes in: deferred too
@@ -215,7 +274,21 @@ def pending_timer(txn: WriteTxn, timer_id: str) -> TimerRow | None:
 
 
 def timer_of(row: TimerRow) -> Timer:
-    return Timer(row.id, row.scope, row.key, row.due, row.every)
+    return Timer(row.id, row.scope, row.key, row.due, row.every, row.cron, row.tz)
+
+
+def following_due(row: TimerRow, now: float) -> float | None:
+    """When recurring timer ``row``, firing at ``now``, is due next: its first period
+    after ``now`` (missed ones fire once, not in a flood); None if it does not recur,
+    or its cron expression names no time any more."""
+    if row.cron is not None:
+        try:
+            return next_cron_time(row.cron, row.tz or "UTC", max(now, row.due))
+        except ValueError:
+            return None
+    if row.every is None:
+        return None
+    return next_due(row.due, row.every, now)
 
 
 def next_due(due: float, every: float, now: float) -> float:
@@ -270,10 +343,11 @@ def fire(options: Options, scope: str, timers: list[tuple[str, str]]) -> Work[Fi
             why = _apply(options, txn, row)
             if why is not None:
                 done.failed.append((timer_id, why))
-            if row.every is None:
+            following = following_due(row, txn.now)
+            if following is None:
                 dropped.append(timer_id)
             else:
-                moved.append((timer_id, next_due(row.due, row.every, txn.now)))
+                moved.append((timer_id, following))
         txn.writes.drop_timers(dropped)
         txn.writes.move_timers(moved)
         return done
@@ -293,10 +367,11 @@ def drop_failed(scope: str, timer_id: str, why: str) -> Work[Fired]:
             return done  # fired or cancelled elsewhere, or moved on
         done.fired = 1
         done.failed.append((timer_id, why))
-        if row.every is None:
+        following = following_due(row, txn.now)
+        if following is None:
             txn.writes.drop_timers([timer_id])
         else:
-            txn.writes.move_timers([(timer_id, next_due(row.due, row.every, txn.now))])
+            txn.writes.move_timers([(timer_id, following)])
         return done
 
     return Work(work)

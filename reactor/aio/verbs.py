@@ -163,12 +163,17 @@ class AsyncVerbs(AsyncReads):
         at: float | None = None,
         every: float | None = None,
         ops: builtins.list[dict[str, Any]] | None = None,
+        cron: str | None = None,
+        tz: str | None = None,
     ) -> Timer:
-        """``Scope.schedule``: a write of ``value`` (or ``ops``) to ``key``, due later; in
-        a transaction, the timer is created with the commit."""
+        """``Scope.schedule``: a write of ``value`` (or ``ops``) to ``key``, due later (or
+        at the times ``cron`` names in zone ``tz``); in a transaction, the timer is
+        created with the commit."""
         return await self._submit(
             "schedule",
-            lambda options: _timers.schedule(options, self.name, key, value, ops, after, at, every),
+            lambda options: _timers.schedule(
+                options, self.name, key, value, ops, after, at, every, cron=cron, tz=tz
+            ),
         )
 
     async def update(

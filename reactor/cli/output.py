@@ -234,13 +234,17 @@ def timers_view(timers: list[Mapping[str, Any]]) -> RenderableType:
         due = float(timer["due"])
         left = due - now
         when = dt.datetime.fromtimestamp(due).isoformat(sep=" ", timespec="seconds")
-        every = timer["every"]
+        every, cron = timer["every"], timer.get("cron")
+        if cron is not None:
+            period = f"{cron} ({timer.get('tz') or 'UTC'})"
+        else:
+            period = "" if every is None else f"{every:g} s"
         table.add_row(
             when,
             "due" if left <= 0 else f"{left:,.0f} s",
             Text(timer["scope"]),
             Text(timer["key"]),
-            "" if every is None else f"{every:g} s",
+            Text(period),
             timer["id"],
         )
     return table

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Final
 
 import click
@@ -32,6 +33,12 @@ def timers(ctx: click.Context, pattern: str, limit: int | None) -> None:
 @click.option("--after", type=float, metavar="SECONDS", help="Due this many seconds from now.")
 @click.option("--at", type=float, metavar="EPOCH", help="Due at this time (epoch seconds).")
 @click.option("--every", type=float, metavar="SECONDS", help="Again every SECONDS.")
+@click.option(
+    "--cron",
+    metavar="EXPR",
+    help="At each time the cron expression names (five fields: '0 9 * * MON-FRI').",
+)
+@click.option("--tz", metavar="ZONE", help="The IANA time zone of --cron (default UTC).")
 @click.option("--ops", is_flag=True, help="VALUE is a list of update ops (as update takes).")
 @options.data_options()
 def add_timer(
@@ -41,17 +48,17 @@ def add_timer(
     after: float | None,
     at: float | None,
     every: float | None,
+    cron: str | None,
+    tz: str | None,
     ops: bool,
 ) -> None:
     """Schedule a write of VALUE (JSON) to KEY in SCOPE; print the timer."""
     target = options.command_state(create=True).scope(scope)
+    schedule = functools.partial(target.schedule, after=after, at=at, every=every, cron=cron, tz=tz)
     if ops:
-        given = options.parse_json(value, "OPS")
-        timer = target.schedule(key, after=after, at=at, every=every, ops=given)
+        timer = schedule(key, ops=options.parse_json(value, "OPS"))
     else:
-        timer = target.schedule(
-            key, options.parse_json(value, "VALUE", value=True), after=after, at=at, every=every
-        )
+        timer = schedule(key, options.parse_json(value, "VALUE", value=True))
     options.command_output().show(timer._asdict(), value_view)
 
 

@@ -328,7 +328,13 @@ async function loadTimers() {
       cell(timer.scope),
       cell(timer.key),
       cell(writes),
-      cell(timer.every === null ? "once" : "every " + formatSeconds(timer.every)),
+      cell(
+        timer.cron
+          ? "cron " + timer.cron + " (" + (timer.tz || "UTC") + ")"
+          : timer.every === null
+            ? "once"
+            : "every " + formatSeconds(timer.every),
+      ),
       id,
     );
     row.cells[4].title = timer.ops === null ? timer.value : timer.ops;
