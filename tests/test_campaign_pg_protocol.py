@@ -839,7 +839,11 @@ def test_lock_timeouts_interleaved_with_writes_never_confuse_prepared_statements
     applied once, and psycopg's prepared statements match the server's."""
     url = schemas.create()
     schema = _schema(url)
-    with reactor.open(url, timeout=0.1) as state:
+    # The timeout is every lock's wait, and also every successful write's: after a
+    # failure drops the writer, the next write reconnects and prepares again, which took
+    # more than 0.1 s in a fresh clone's CI run (an OperationTimeout on a write that was
+    # to succeed). 0.5 s: 30 lock timeouts cost 15 s.
+    with reactor.open(url, timeout=0.5) as state:
         store = _store(state)
         scope, queue = state.scope("s"), state.queue("q")
         scope.set("n", 0)

@@ -46,6 +46,14 @@ EXPECTED: dict[str, list[str]] = {
         "dead letters: [('v1.4.0', 3)]",
     ],
     "global_counter": ["8 threads x 250: done = 2000", "+ 2 processes x 250: done = 2500"],
+    "nightly_report": [
+        "scheduled '30 6 * * MON-FRI' in Europe/Paris: first at Fri 2026-03-27 06:30 +0100",
+        "Mon 2026-03-30 06:31 +0200  upkeep fired 1",  # summer time: still 6:30 in Paris
+        "  report for 2026-04-01 done",
+        "Fri 2026-04-03 12:00 +0200  back after 2 missed mornings: fired 1",
+        "next: Mon 2026-04-06 06:30 +0200",
+        "reports: ['2026-03-27', '2026-03-30', '2026-03-31', '2026-04-01', '2026-04-03']",
+    ],
     "order_fulfilment": [
         "timers: ['o-1', 'o-2', 'o-3']",
         "o-1 paid: True | o-3 paid: True",
