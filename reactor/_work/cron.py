@@ -7,7 +7,6 @@ once, right after it; a time it repeats fires once, the first time).
 from __future__ import annotations
 
 import datetime as dt
-import functools
 import zoneinfo
 
 from cronsim import CronSim, CronSimError
@@ -19,9 +18,8 @@ __all__ = ["check_cron", "next_cron_time"]
 _FIELDS = 5  # minute hour day-of-month month day-of-week: no seconds, no years
 
 
-@functools.lru_cache(maxsize=256)
 def _zone(tz: str) -> zoneinfo.ZoneInfo:
-    return zoneinfo.ZoneInfo(tz)
+    return zoneinfo.ZoneInfo(tz)  # cached by zoneinfo itself: one object per name
 
 
 def check_cron(cron: object, tz: object) -> tuple[str, str]:
@@ -49,7 +47,7 @@ def check_cron(cron: object, tz: object) -> tuple[str, str]:
         next_cron_time(normal, tz, dt.datetime.now(zone).timestamp())
     except CronSimError as exc:
         raise InvalidArgumentError(f"cron {cron!r} is not a cron expression: {exc}") from None
-    except StopIteration:
+    except ValueError:  # cronsim read it, but it names no time in the next 50 years
         raise InvalidArgumentError(f"cron {cron!r} names no time in the next 50 years") from None
     return normal, tz
 
