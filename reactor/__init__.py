@@ -24,7 +24,7 @@ from ._engine.events import ChangeEvent, EventType
 from ._engine.options import Durability
 from ._handles.locks import Lock
 from ._handles.open import open  # noqa: A004 - reactor.open, as the spec names it
-from ._handles.queues import Job, Queue
+from ._handles.queues import Job, JobInfo, Queue
 from ._handles.scope import Scope
 from ._handles.state import State
 from ._handles.subscriptions import Subscription, Watch
@@ -65,6 +65,7 @@ for _public in (
     Clock,
     Entry,
     Job,
+    JobInfo,
     Lock,
     Missing,
     MultiTransaction,
@@ -133,6 +134,7 @@ __all__ = [
     "InvalidOpError",
     "InvalidValueError",
     "Job",
+    "JobInfo",
     "Lock",
     "LockNotOwnedError",
     "LockTimeout",

@@ -317,9 +317,11 @@ def _check_jobs_match_events(state: reactor.State, db: Any) -> dict[tuple[str, i
             "attempts": attempts,
             "ready_at": float(ready_at),
             "item": json.loads(item),
+            # The last failed attempt's error (a nack's, or the lease running out).
+            **({} if errors is None else {"error": json.loads(errors)[-1]["error"]}),
         }
-        for queue, job_id, item, job_state, ready_at, attempts in raw_query(
-            db, "SELECT queue, id, item, state, ready_at, attempts FROM reactor_jobs"
+        for queue, job_id, item, job_state, ready_at, attempts, errors in raw_query(
+            db, "SELECT queue, id, item, state, ready_at, attempts, errors FROM reactor_jobs"
         )
     }
     assert table == jobs, "the jobs table is not what the queue events describe"
@@ -332,6 +334,8 @@ def _check_jobs_match_events(state: reactor.State, db: Any) -> dict[tuple[str, i
             "delayed": 0,
             "taken": 0,
             "dead": len(dead),
+            "taken_by_group": {},
+            "rate_window": 0,
         }, name
         in_order = sorted(dead, key=lambda job_id: (dead[job_id]["ready_at"], job_id))
         assert [(job.id, job.attempts, job.item) for job in state.queue(name).dead()] == [
@@ -821,7 +825,14 @@ def test_the_leases_of_a_killed_worker_run_out_with_one_event_each(
 
     with reactor.open(db_path) as state:
         events = state.changes(scope="queue:*")
-        assert state.queue("w").stats() == {"ready": 3, "delayed": 0, "taken": 0, "dead": 0}
+        assert state.queue("w").stats() == {
+            "ready": 3,
+            "delayed": 0,
+            "taken": 0,
+            "dead": 0,
+            "taken_by_group": {},
+            "rate_window": 0,
+        }
         assert [(job.id, job.attempts) for job in state.queue("d").dead()] == [(1, 1)]
     log = [_row(event) for event in events]
     for out in outputs:
@@ -837,6 +848,7 @@ def test_the_leases_of_a_killed_worker_run_out_with_one_event_each(
         assert turned.new_value == {
             **before.new_value,
             "state": "dead" if queue == "d" else "ready",
+            "error": "the lease ran out (the worker did not ack, nack or extend in time)",
         }, f"{why}: {name}: the expiry keeps the end of the last lease committed"
         lateness.append(turned.timestamp.timestamp() - before.new_value["ready_at"])
     # The sweeper looks every 0.25 s: an expiry is due within a second (generous here).

@@ -86,7 +86,14 @@ def test_four_processes_do_every_job_exactly_once(
     assert sorted(done) == list(range(count))  # none lost
     assert set(done.values()) == {1}  # none done twice
     assert sum(1 for share in shares if share) >= 2  # the work was shared
-    assert state.queue("work").stats() == {"ready": 0, "delayed": 0, "taken": 0, "dead": 0}
+    assert state.queue("work").stats() == {
+        "ready": 0,
+        "delayed": 0,
+        "taken": 0,
+        "dead": 0,
+        "taken_by_group": {},
+        "rate_window": 0,
+    }
     events = state.changes(scope="queue:work")
     deleted = Counter(event.key for event in events if event.type == "deleted")
     assert len(deleted) == count
@@ -130,7 +137,14 @@ def test_a_killed_workers_job_is_taken_again(
     assert (job.id, job.item, job.attempts) == (job_id, {"task": "resize"}, 2)
     assert 1.0 <= time.monotonic() - taken_at < 25  # after the lease, and soon after
     job.ack()
-    assert queue.stats() == {"ready": 0, "delayed": 0, "taken": 0, "dead": 0}
+    assert queue.stats() == {
+        "ready": 0,
+        "delayed": 0,
+        "taken": 0,
+        "dead": 0,
+        "taken_by_group": {},
+        "rate_window": 0,
+    }
 
 
 KEYED = """
@@ -194,8 +208,22 @@ def test_sweepers_of_several_processes_turn_each_lease_back_once(
             assert states[0] == "ready", (name, key)
             turns = states[1:]
             assert turns == ["taken", back] * (len(turns) // 2), (name, key, states)
-    assert work.stats() == {"ready": 150, "delayed": 0, "taken": 0, "dead": 150}
-    assert again.stats() == {"ready": 300, "delayed": 0, "taken": 0, "dead": 0}
+    assert work.stats() == {
+        "ready": 150,
+        "delayed": 0,
+        "taken": 0,
+        "dead": 150,
+        "taken_by_group": {},
+        "rate_window": 0,
+    }
+    assert again.stats() == {
+        "ready": 300,
+        "delayed": 0,
+        "taken": 0,
+        "dead": 0,
+        "taken_by_group": {},
+        "rate_window": 0,
+    }
 
 
 def _histories(state: reactor.State, name: str) -> dict[str, list[str]]:

@@ -557,7 +557,14 @@ def test_export_then_import_carries_timers_and_queues(
         (restored,) = state.timers()
         assert restored._replace(due=0) == timer._replace(due=0)
         assert 3500 < restored.due - time.time() <= 3600  # the time it had left
-        assert state.queue("emails").stats() == {"ready": 1, "delayed": 1, "taken": 0, "dead": 0}
+        assert state.queue("emails").stats() == {
+            "ready": 1,
+            "delayed": 1,
+            "taken": 0,
+            "dead": 0,
+            "taken_by_group": {},
+            "rate_window": 0,
+        }
         job = state.queue("emails").take(timeout=0)
         assert job is not None
         assert (job.item, job.attempts) == ("a", 2)  # its take at export time counted
@@ -572,7 +579,14 @@ def test_export_then_import_carries_timers_and_queues(
     )
     with reactor.open(fresh_db) as state:
         assert [t.id for t in state.timers()] == [timer.id]
-        assert state.queue("emails").stats() == {"ready": 0, "delayed": 2, "taken": 1, "dead": 0}
+        assert state.queue("emails").stats() == {
+            "ready": 0,
+            "delayed": 2,
+            "taken": 1,
+            "dead": 0,
+            "taken_by_group": {},
+            "rate_window": 0,
+        }
 
     assert _ok(db_path, "export", "--only", "keys", "keys.jsonl", cwd=tmp_path)["exported"] == 1
     assert (tmp_path / "keys.jsonl").read_text(encoding="utf-8").count("\n") == 1

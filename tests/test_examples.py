@@ -63,7 +63,10 @@ EXPECTED: dict[str, list[str]] = {
         "o-2: cancelled",
         "sent: ['ada@example.com: o-1 paid', 'bob@example.com: o-2 cancelled']",
         "dead letters: [('o-3 paid', 3)]",
-        "queue: {'ready': 0, 'delayed': 0, 'taken': 0, 'dead': 1}",
+        (
+            "queue: {'ready': 0, 'delayed': 0, 'taken': 0, 'dead': 1, 'taken_by_group': {}, "
+            "'rate_window': 0}"
+        ),
     ],
     "order_updates": [
         "error:  op 1 type_mismatch",

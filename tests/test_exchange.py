@@ -313,7 +313,14 @@ def _fill_timers_and_queues(state: reactor.State) -> dict[str, reactor.Timer]:
     first.nack()  # its one attempt spent: dead
     fragile.put("y", key="ky")
     assert fragile.take(timeout=0) is not None  # its last attempt, under a lease
-    assert fragile.stats() == {"ready": 0, "delayed": 0, "taken": 1, "dead": 1}
+    assert fragile.stats() == {
+        "ready": 0,
+        "delayed": 0,
+        "taken": 1,
+        "dead": 1,
+        "taken_by_group": {},
+        "rate_window": 0,
+    }
     return timers
 
 
@@ -343,7 +350,7 @@ def _timer(timer: reactor.Timer, what: str, writes: Any, due_in: float) -> Any:
 
 def _max_attempts(state: reactor.State, queue: str) -> int | None:
     found = engine_of(state).store.reader().jobs().queue(queue)
-    return None if found is None else found[0]
+    return None if found is None else found.max_attempts
 
 
 def _took(queue: reactor.Queue) -> tuple[Any, int] | None:

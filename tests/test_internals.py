@@ -51,6 +51,7 @@ from reactor._ui.app import JOB_TEXT_MAX, QUEUES_MAX, TIMER_TEXT_MAX, TIMERS_MAX
 from reactor._ui.changes import MAX_DIFF_CHARS, MAX_DIFF_OPS, diff
 from reactor._ui.guard import allowed_hosts, host_refusal, is_loopback
 from reactor._work import jobs as _jobs
+from reactor._work import leases as _leases
 from reactor._work import timers as _timers
 from reactor._work import writes as _writes
 from reactor.errors import InvalidArgumentError, InvalidValueError
@@ -499,15 +500,26 @@ def _plans(config: pytest.Config, db: Any) -> list[str]:
     """The plans of the statements a take, a wait, the sweeper and stats run, on a
     queue called "big" (SQLite: EXPLAIN QUERY PLAN's details; PostgreSQL: EXPLAIN)."""
     now = time.time()
+    full = ("big", now, "big", now, 1)
     statements = [
         (_sql.FIRST_READY, ("big", now)),
+        (_sql.FIRST_PRIORITY, ("big", now)),
+        (_sql.FIRST_READY_NOT_FULL, full),
+        (_sql.FIRST_PRIORITY_NOT_FULL, full),
         (_sql.NEXT_TIMES, ("big", "big")),
+        (_sql.NEXT_TIMES_AFTER, ("big", now, "big", now)),
+        (_sql.TAKEN_COUNT, ("big", now)),
+        (_sql.TAKEN_BY_GROUP, ("big", now)),
+        (_sql.NTH_LAST_TAKE, ("big", 9)),
+        (_sql.TAKES_SINCE, ("big", now)),
         (_sql.DUE_JOBS, ("big", "taken", now, 1000)),
+        (_sql.LATER_JOBS, ("big", "ready", now, 1000)),
         (_sql.JOBS_IN_STATE, ("big", "dead", 1000)),
         (_sql.QUEUES_DUE, (now,)),
         (_sql.JOB, ("big", 5)),
+        (_sql.JOB_INFO, ("big", 5)),
         (_sql.JOBS_BY_KEY.format("?"), ("big", "some key")),
-        (_sql.SET_JOB, ("taken", now, 1, "token", "big", 5)),
+        (_sql.SET_JOB, ("taken", now, 1, "token", None, None, "big", 5)),
     ]
     plans = []
     for sql, params in statements:
@@ -535,15 +547,26 @@ def test_a_queue_of_100000_jobs_takes_in_log_time(
     big, small = state.queue("big"), state.queue("small")
     for n in range(10):
         small.put(n)
-    assert big.stats() == {"ready": 100_000, "delayed": 0, "taken": 0, "dead": 0}
+    assert big.stats() == {
+        "ready": 100_000,
+        "delayed": 0,
+        "taken": 0,
+        "dead": 0,
+        "taken_by_group": {},
+        "rate_window": 0,
+    }
     for plan in _plans(request.config, db_path):
         indexes = ("reactor_jobs_ready", "reactor_jobs_key", "reactor_jobs_pkey", "reactor_jobs_id")
-        indexes += ("autoindex",)
+        indexes += ("reactor_jobs_priority", "reactor_takes_at", "autoindex")
         assert any(index in plan for index in indexes), plan
         assert "SCAN reactor_jobs" not in plan, plan  # SQLite: a full scan
         assert "Seq Scan on reactor_jobs" not in plan, plan  # PostgreSQL: the same
-        assert "Sort" not in plan, plan  # PostgreSQL: no sort of the jobs found
-        assert "TEMP B-TREE" not in plan, plan  # SQLite: the same
+        assert "SCAN reactor_takes" not in plan, plan
+        assert "Seq Scan on reactor_takes" not in plan, plan
+        # No sort of the jobs found, but the grouping of the taken ones by group.
+        grouping = "grp" in plan or "GROUP BY" in plan
+        assert grouping or "Sort" not in plan, plan  # PostgreSQL
+        assert "TEMP B-TREE" not in plan.replace("TEMP B-TREE FOR GROUP BY", ""), plan
     _median_take(small)  # warm both up
     _median_take(big)
     on_big, on_small = _median_take(big), _median_take(small)
@@ -565,13 +588,20 @@ def test_stats_and_the_sweeper_look_stay_cheap_on_a_big_queue(
             tx.enqueue("big", n, delay=n % 2 * 60)
     queue = state.queue("big")
     started = time.process_time()
-    assert queue.stats() == {"ready": 10_000, "delayed": 10_000, "taken": 0, "dead": 0}
+    assert queue.stats() == {
+        "ready": 10_000,
+        "delayed": 10_000,
+        "taken": 0,
+        "dead": 0,
+        "taken_by_group": {},
+        "rate_window": 0,
+    }
     assert time.process_time() - started < 5
     from tests.conftest import engine_of
 
     engine = engine_of(state)
     started = time.process_time()
-    assert _jobs.expire_leases(engine) == 0
+    assert _leases.expire_leases(engine) == 0
     assert time.process_time() - started < 1
 
 
@@ -1582,6 +1612,9 @@ def test_keys_timers_and_queues_round_trip(
     tally, lines = _export(state)
     assert tally == Tally(keys=5, timers=3, queues=2, jobs=5)
     parsed = [json.loads(line) for line in lines]
+    # The dead job "x" was nacked: its attempt's error (none said) and worker go along.
+    (nacked,) = parsed[13].pop("errors")
+    assert (nacked["attempt"], nacked["error"], nacked["worker"]["pid"]) == (1, None, os.getpid())
     assert parsed[5:] == [
         _timer(timers["once"], "value", {"due": True}, 30.0),
         _timer(timers["beat"], "ops", [{"type": "increment", "path": "", "by": 1}], 60.0),
@@ -1607,8 +1640,22 @@ def test_keys_timers_and_queues_round_trip(
         for timer in timers.values()
     ]
     emails, fragile = restored.queue("emails"), restored.queue("fragile")
-    assert emails.stats() == {"ready": 2, "delayed": 1, "taken": 0, "dead": 0}
-    assert fragile.stats() == {"ready": 0, "delayed": 0, "taken": 0, "dead": 2}
+    assert emails.stats() == {
+        "ready": 2,
+        "delayed": 1,
+        "taken": 0,
+        "dead": 0,
+        "taken_by_group": {},
+        "rate_window": 0,
+    }
+    assert fragile.stats() == {
+        "ready": 0,
+        "delayed": 0,
+        "taken": 0,
+        "dead": 2,
+        "taken_by_group": {},
+        "rate_window": 0,
+    }
     assert (_max_attempts(restored, "emails"), _max_attempts(restored, "fragile")) == (3, 1)
     dead = fragile.dead()
     assert [(job.item, job.attempts) for job in dead] == [("x", 1), ("y", 1)]
@@ -1849,7 +1896,14 @@ def test_an_import_that_fails_in_its_jobs_changes_nothing(
     assert calls[0] == 2
     assert _dumped(state) == before
     assert state.timers() == timers
-    assert state.queue("q").stats() == {"ready": 1, "delayed": 0, "taken": 0, "dead": 0}
+    assert state.queue("q").stats() == {
+        "ready": 1,
+        "delayed": 0,
+        "taken": 0,
+        "dead": 0,
+        "taken_by_group": {},
+        "rate_window": 0,
+    }
     assert _max_attempts(state, "q") == 5
     assert state.stats()["revision"] == revision
     assert _exchange.load(state, lines) == Tally(keys=1, timers=2, queues=1, jobs=1501)
@@ -1886,6 +1940,44 @@ def test_a_database_of_schema_7_keeps_its_timers_and_takes_cron_ones(tmp_path: P
         assert state.scope("s").get("k") == 1
         cron = state.scope("s").schedule("c", 2, cron="0 9 * * *")
         assert cron.due == monday + 120
+    assert raw_query(older, "SELECT value FROM reactor_meta WHERE name = 'schema_version'") == [
+        (_schema.SCHEMA_VERSION,)
+    ]
+
+
+@pytest.mark.sqlite_only("SQLite schema versions")
+def test_a_database_of_schema_8_keeps_its_jobs_and_takes_flow_control(tmp_path: Path) -> None:
+    """Version 9 adds the queues' flow control and the jobs' priority, group, errors
+    and taker: the jobs already there stay, in their order, with their keys."""
+    import sqlalchemy as sa
+
+    older = tmp_path / "older.db"
+    engine = sa.create_engine(f"sqlite:///{older}")
+    _schema.migrate(engine, target=8)
+    engine.dispose()
+    raw_query(older, "INSERT INTO reactor_queues (name, max_attempts, next_id) VALUES ('q', 2, 3)")
+    for job_id, key in ((1, "k1"), (2, None)):
+        raw_query(
+            older,
+            "INSERT INTO reactor_jobs (queue, id, item, state, ready_at, attempts, owner, key, "
+            "created_at) VALUES ('q', ?, ?, 'ready', ?, 0, NULL, ?, 0.0)",
+            (job_id, str(job_id * 10), float(job_id), key),
+        )
+    with reactor.open(older, clock=ManualClock(), sweep_interval=1e6) as state:
+        q = state.queue("q", concurrency=1)
+        assert q.put("again", key="k1") == 1  # the key came along
+        assert q.put("urgent", priority=1) == 3
+        first = q.take(timeout=0)
+        assert first is not None
+        assert first.item == "urgent"
+        assert q.take(timeout=0) is None  # concurrency 1, stored in the new column
+        first.nack(error="boom")
+        info = q.job(3)
+        assert info is not None
+        assert [e["error"] for e in info.errors] == ["boom"]
+        job = q.take(timeout=0)
+        assert job is not None
+        assert job.item == "urgent"
     assert raw_query(older, "SELECT value FROM reactor_meta WHERE name = 'schema_version'") == [
         (_schema.SCHEMA_VERSION,)
     ]

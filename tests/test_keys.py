@@ -546,7 +546,14 @@ def test_queue_names_and_idempotency_keys_at_the_limit(state: reactor.State, kin
     assert job is not None
     assert job.id == other
     job.nack()
-    assert queue.stats() == {"ready": 1, "delayed": 0, "taken": 0, "dead": 0}
+    assert queue.stats() == {
+        "ready": 1,
+        "delayed": 0,
+        "taken": 0,
+        "dead": 0,
+        "taken_by_group": {},
+        "rate_window": 0,
+    }
     assert [e.key for e in state.changes(scope="queue:" + name)][:1] == [str(first)]
 
 

@@ -2141,6 +2141,8 @@ class ReactorMachine(RuleBasedStateMachine):
             "delayed": sum(job.state == "ready" and job.ready_at > self.now for job in jobs),
             "taken": sum(job.state == "taken" for job in jobs),
             "dead": sum(job.state == "dead" for job in jobs),
+            "taken_by_group": {},  # the model's jobs have no group, its queue no rate
+            "rate_window": 0,
         }
         assert self.queue().stats() == want
 

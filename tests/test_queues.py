@@ -123,7 +123,14 @@ def test_put_take_ack(state: reactor.State, q: reactor.Queue) -> None:
     assert q.put(item) == 1
     item["tags"].append("changed after the put")
     assert q.put("second") == 2
-    assert q.stats() == {"ready": 2, "delayed": 0, "taken": 0, "dead": 0}
+    assert q.stats() == {
+        "ready": 2,
+        "delayed": 0,
+        "taken": 0,
+        "dead": 0,
+        "taken_by_group": {},
+        "rate_window": 0,
+    }
     job = take_now(q)
     assert (job.id, job.item, job.attempts, job.queue) == (
         1,
@@ -132,9 +139,23 @@ def test_put_take_ack(state: reactor.State, q: reactor.Queue) -> None:
         "q",
     )
     assert repr(job) == "Job(id=1, item={'to': 'ada@example.com', 'tags': ['a']}, attempts=1)"
-    assert q.stats() == {"ready": 1, "delayed": 0, "taken": 1, "dead": 0}
+    assert q.stats() == {
+        "ready": 1,
+        "delayed": 0,
+        "taken": 1,
+        "dead": 0,
+        "taken_by_group": {},
+        "rate_window": 0,
+    }
     job.ack()
-    assert q.stats() == {"ready": 1, "delayed": 0, "taken": 0, "dead": 0}
+    assert q.stats() == {
+        "ready": 1,
+        "delayed": 0,
+        "taken": 0,
+        "dead": 0,
+        "taken_by_group": {},
+        "rate_window": 0,
+    }
     assert take_now(q).item == "second"
     assert q.take(timeout=0) is None
     assert repr(q) == "<reactor.Queue 'q'>"
@@ -214,7 +235,14 @@ def test_bad_arguments_are_refused(state: reactor.State, q: reactor.Queue) -> No
             q.take(timeout=timeout)  # type: ignore[arg-type]
     with pytest.raises(reactor.InvalidArgumentError):
         q.dead(limit=-1)
-    assert q.stats() == {"ready": 0, "delayed": 0, "taken": 0, "dead": 0}
+    assert q.stats() == {
+        "ready": 0,
+        "delayed": 0,
+        "taken": 0,
+        "dead": 0,
+        "taken_by_group": {},
+        "rate_window": 0,
+    }
     q.put("ok")
     job = take_now(q)
     for seconds in (0, -5, float("nan"), "1"):
@@ -235,7 +263,14 @@ def test_jobs_are_taken_in_the_order_they_became_ready(
     q.put("b")
     q.put("soon", delay=2)
     q.put("zero delay", delay=0)
-    assert q.stats() == {"ready": 3, "delayed": 2, "taken": 0, "dead": 0}
+    assert q.stats() == {
+        "ready": 3,
+        "delayed": 2,
+        "taken": 0,
+        "dead": 0,
+        "taken_by_group": {},
+        "rate_window": 0,
+    }
     assert [take_now(q).item for _ in range(3)] == ["a", "b", "zero delay"]
     assert q.take(timeout=0) is None
     clock.advance(2)  # "soon" is due (t=3); "late" at t=10
@@ -327,7 +362,14 @@ def test_eight_threads_take_every_job_once(state: reactor.State, q: reactor.Queu
     workers = [Background(work) for _ in range(8)]
     assert sum(worker.result() for worker in workers) == count
     assert sorted(taken) == list(range(count))
-    assert q.stats() == {"ready": 0, "delayed": 0, "taken": 0, "dead": 0}
+    assert q.stats() == {
+        "ready": 0,
+        "delayed": 0,
+        "taken": 0,
+        "dead": 0,
+        "taken_by_group": {},
+        "rate_window": 0,
+    }
 
 
 # -- leases ----------------------------------------------------------------------------
@@ -340,7 +382,14 @@ def test_a_lease_that_runs_out_makes_the_job_ready_again(
     assert run_upkeep(state).leases_turned_back == 0  # not yet
     assert q.take(timeout=0) is None
     clock.advance(1)
-    assert q.stats() == {"ready": 1, "delayed": 0, "taken": 0, "dead": 0}  # counted at once
+    assert q.stats() == {
+        "ready": 1,
+        "delayed": 0,
+        "taken": 0,
+        "dead": 0,
+        "taken_by_group": {},
+        "rate_window": 0,
+    }  # counted at once
     assert run_upkeep(state).leases_turned_back == 1
     assert run_upkeep(state).leases_turned_back == 0  # once
     again = take_now(q, lease=10)
@@ -350,7 +399,14 @@ def test_a_lease_that_runs_out_makes_the_job_ready_again(
         with pytest.raises(reactor.LockNotOwnedError, match="not held by this taker"):
             verb()
     assert state.stats()["revision"] == revision  # nothing changed
-    assert q.stats() == {"ready": 0, "delayed": 0, "taken": 1, "dead": 0}
+    assert q.stats() == {
+        "ready": 0,
+        "delayed": 0,
+        "taken": 1,
+        "dead": 0,
+        "taken_by_group": {},
+        "rate_window": 0,
+    }
     again.ack()
     assert queue_events(state) == [
         ("1", "created", "ready"),
@@ -466,7 +522,14 @@ def test_after_max_attempts_a_job_is_dead(
         clock.advance(11)
         assert run_upkeep(state).leases_turned_back == 1
     q.put("fine")
-    assert q.stats() == {"ready": 1, "delayed": 0, "taken": 0, "dead": 1}
+    assert q.stats() == {
+        "ready": 1,
+        "delayed": 0,
+        "taken": 0,
+        "dead": 1,
+        "taken_by_group": {},
+        "rate_window": 0,
+    }
     (dead,) = q.dead()
     assert (dead.id, dead.item, dead.attempts) == (1, "poison", 3)
     with pytest.raises(reactor.LockNotOwnedError):
@@ -486,12 +549,26 @@ def test_a_nack_on_the_last_attempt_is_a_death(state: reactor.State, clock: Manu
     q = state.queue("q", max_attempts=2)
     q.put("x")
     take_now(q).nack(delay=100)  # attempt 1 of 2: ready again, later
-    assert q.stats() == {"ready": 0, "delayed": 1, "taken": 0, "dead": 0}
+    assert q.stats() == {
+        "ready": 0,
+        "delayed": 1,
+        "taken": 0,
+        "dead": 0,
+        "taken_by_group": {},
+        "rate_window": 0,
+    }
     clock.advance(100)
     job = take_now(q)
     assert job.attempts == 2
     job.nack(delay=100)  # the last: dead at once, the delay is moot
-    assert q.stats() == {"ready": 0, "delayed": 0, "taken": 0, "dead": 1}
+    assert q.stats() == {
+        "ready": 0,
+        "delayed": 0,
+        "taken": 0,
+        "dead": 1,
+        "taken_by_group": {},
+        "rate_window": 0,
+    }
     assert [(dead.id, dead.attempts) for dead in q.dead()] == [(1, 2)]
 
 
@@ -511,7 +588,14 @@ def test_nack_extend_and_their_rules(
         job.nack()  # given back already
     with pytest.raises(reactor.LockNotOwnedError):
         job.extend(10)
-    assert q.stats() == {"ready": 0, "delayed": 1, "taken": 0, "dead": 0}
+    assert q.stats() == {
+        "ready": 0,
+        "delayed": 1,
+        "taken": 0,
+        "dead": 0,
+        "taken_by_group": {},
+        "rate_window": 0,
+    }
     clock.advance(5)
     job = take_now(q)
     assert job.attempts == 2
@@ -532,7 +616,14 @@ def test_nack_extend_and_their_rules(
 
 def test_max_attempts_is_saved_and_can_change(state: reactor.State, db_path: Any) -> None:
     q = state.queue("q", max_attempts=1)
-    assert q.stats() == {"ready": 0, "delayed": 0, "taken": 0, "dead": 0}
+    assert q.stats() == {
+        "ready": 0,
+        "delayed": 0,
+        "taken": 0,
+        "dead": 0,
+        "taken_by_group": {},
+        "rate_window": 0,
+    }
     assert raw_query(db_path, "SELECT name FROM reactor_queues") == []  # not yet
     q.put("x")
     assert raw_query(db_path, "SELECT max_attempts FROM reactor_queues") == [(1,)]
@@ -570,7 +661,14 @@ def test_enqueue_commits_with_the_transaction(state: reactor.State, q: reactor.Q
         tx.enqueue("q", "duplicate", key="o-1")  # the same key: nothing more
         tx.enqueue("other", "elsewhere", delay=5)
         assert q.stats()["ready"] == 0  # not before the commit
-    assert q.stats() == {"ready": 2, "delayed": 0, "taken": 0, "dead": 0}
+    assert q.stats() == {
+        "ready": 2,
+        "delayed": 0,
+        "taken": 0,
+        "dead": 0,
+        "taken_by_group": {},
+        "rate_window": 0,
+    }
     assert state.queue("other").stats()["delayed"] == 1
     assert [take_now(q).item for _ in range(2)] == [
         {"order": "o-1"},
@@ -877,7 +975,14 @@ def test_100_waiting_takers_and_10_puts(
     assert cpu_seconds() - cpu < 0.5
     assert looks["look"] - before_looks <= 2
     assert waiting(engine) == 90
-    assert q.stats() == {"ready": 0, "delayed": 0, "taken": 10, "dead": 0}
+    assert q.stats() == {
+        "ready": 0,
+        "delayed": 0,
+        "taken": 10,
+        "dead": 0,
+        "taken_by_group": {},
+        "rate_window": 0,
+    }
     for i in range(90):
         q.put(i)
     results = [taker.result() for taker in takers if taker not in done]
@@ -923,7 +1028,14 @@ def test_a_read_only_engine_reads_queues_and_refuses_writes(db_path: Any) -> Non
         take_now(q).nack()  # dead
     with reactor.open(db_path, readonly=True) as reader:
         q = reader.queue("q")
-        assert q.stats() == {"ready": 0, "delayed": 0, "taken": 1, "dead": 1}
+        assert q.stats() == {
+            "ready": 0,
+            "delayed": 0,
+            "taken": 1,
+            "dead": 1,
+            "taken_by_group": {},
+            "rate_window": 0,
+        }
         assert [job.item for job in q.dead()] == ["dead"]
         for write in (
             lambda: q.put("x"),
@@ -952,7 +1064,14 @@ def test_jobs_survive_a_restart(db_path: Any, clock: ManualClock) -> None:
         job = take_now(q)
         assert (job.item, job.attempts) == ("a", 2)
         job.nack()
-        assert q.stats() == {"ready": 0, "delayed": 1, "taken": 0, "dead": 1}
+        assert q.stats() == {
+            "ready": 0,
+            "delayed": 1,
+            "taken": 0,
+            "dead": 1,
+            "taken_by_group": {},
+            "rate_window": 0,
+        }
 
 
 def test_verbs_are_timed_in_stats(state: reactor.State, q: reactor.Queue) -> None:
@@ -1009,7 +1128,14 @@ async def test_async_put_take_ack_nack_extend(db_path: Any, clock: ManualClock) 
         await job.extend(20)
         clock.advance(1)
         await job.nack()  # in line after job 2, ready before
-        assert await q.stats() == {"ready": 2, "delayed": 0, "taken": 0, "dead": 0}
+        assert await q.stats() == {
+            "ready": 2,
+            "delayed": 0,
+            "taken": 0,
+            "dead": 0,
+            "taken_by_group": {},
+            "rate_window": 0,
+        }
         second = await q.take(timeout=0)
         assert second is not None
         assert second.item == "dup"
@@ -1056,7 +1182,14 @@ async def test_async_a_waiting_take_wakes_and_holds_no_thread(db_path: Any) -> N
         await asyncio.gather(*takers, return_exceptions=True)
         await eventually_async(lambda: waiting(engine) == 0)
         assert_clean(engine, before)
-        assert await q.stats() == {"ready": 0, "delayed": 0, "taken": 5, "dead": 0}
+        assert await q.stats() == {
+            "ready": 0,
+            "delayed": 0,
+            "taken": 5,
+            "dead": 0,
+            "taken_by_group": {},
+            "rate_window": 0,
+        }
         started = time.monotonic()
         assert await q.take(timeout=0.2) is None
         assert time.monotonic() - started >= 0.15
@@ -1195,7 +1328,14 @@ def test_takers_of_an_idle_queue_write_nothing(
         job.ack()
     assert writes_of(lambda: q.take(timeout=0)) == (None, 1)  # it was busy: one write
     assert writes_of(lambda: q.take(timeout=0)) == (None, 0)  # idle again: a read
-    assert q.stats() == {"ready": 0, "delayed": 0, "taken": 0, "dead": 0}
+    assert q.stats() == {
+        "ready": 0,
+        "delayed": 0,
+        "taken": 0,
+        "dead": 0,
+        "taken_by_group": {},
+        "rate_window": 0,
+    }
 
 
 async def test_a_queues_events_read_through_its_async_scope(db_path: Any) -> None:
@@ -1227,7 +1367,16 @@ def test_the_command_line_puts_takes_and_acks(db_path: Any, tmp_path: Any) -> No
     assert reactor_json("put", "emails", '"b"', "--key", "k") == {"id": 2}
     assert reactor_json("put", "emails", '"b again"', "--key", "k") == {"id": 2}
     assert reactor_json("put", "emails", "-1", "--delay", "3600") == {"id": 3}
-    assert reactor_json("stats") == {"emails": {"ready": 2, "delayed": 1, "taken": 0, "dead": 0}}
+    assert reactor_json("stats") == {
+        "emails": {
+            "ready": 2,
+            "delayed": 1,
+            "taken": 0,
+            "dead": 0,
+            "taken_by_group": {},
+            "rate_window": 0,
+        }
+    }
     job = reactor_json("take", "emails", "--lease", "60")
     assert set(job) == {"id", "item", "attempts", "token"}
     assert (job["id"], job["item"], job["attempts"]) == (1, {"to": "ada"}, 1)
@@ -1241,13 +1390,27 @@ def test_the_command_line_puts_takes_and_acks(db_path: Any, tmp_path: Any) -> No
         "id": 2,
         "nacked": True,
     }
-    assert reactor_json("stats", "emails") == {"ready": 0, "delayed": 2, "taken": 0, "dead": 0}
+    assert reactor_json("stats", "emails") == {
+        "ready": 0,
+        "delayed": 2,
+        "taken": 0,
+        "dead": 0,
+        "taken_by_group": {},
+        "rate_window": 0,
+    }
     none = run_reactor("queue", "take", "emails", "--timeout", "0.2", *db, cwd=tmp_path)
     assert (none.returncode, none.stdout) == (1, "")
     assert none.stderr.strip() == "Error: no job ready in queue 'emails' within 0.2 s"
     assert reactor_json("put", "once", "[1]") == {"id": 1}
     assert reactor_json("take", "once", "--ack") == {"id": 1, "item": [1], "attempts": 1}
-    assert reactor_json("stats", "once") == {"ready": 0, "delayed": 0, "taken": 0, "dead": 0}
+    assert reactor_json("stats", "once") == {
+        "ready": 0,
+        "delayed": 0,
+        "taken": 0,
+        "dead": 0,
+        "taken_by_group": {},
+        "rate_window": 0,
+    }
     assert reactor_json("dead", "emails") == []
     assert reactor_json("retry", "emails") == {"retried": 0}
     bad = run_reactor("queue", "put", "emails", "nope", *db, cwd=tmp_path)
@@ -1261,12 +1424,15 @@ def test_the_command_line_lists_dead_jobs_and_retries_them(db_path: Any, tmp_pat
     with reactor.open(db_path) as state:
         q = state.queue("flaky", max_attempts=1)
         q.put({"n": 1})
-        take_now(q).nack()
+        take_now(q).nack(error="ValueError: no n")
     db = ["--db", str(db_path)]
     dead = run_reactor("queue", "dead", "flaky", *db, cwd=tmp_path)
-    assert json.loads(dead.stdout) == [{"id": 1, "item": {"n": 1}, "attempts": 1}]
+    assert json.loads(dead.stdout) == [
+        {"id": 1, "item": {"n": 1}, "attempts": 1, "error": "ValueError: no n"}
+    ]
     table = run_reactor("queue", "dead", "flaky", "--table", *db, cwd=tmp_path)
     assert '{"n":1}' in table.stdout
+    assert "ValueError: no n" in table.stdout  # the last error, with each dead letter
     retried = run_reactor("queue", "retry", "flaky", *db, cwd=tmp_path)
     assert json.loads(retried.stdout) == {"retried": 1}
     stats = run_reactor("queue", "stats", "--table", *db, cwd=tmp_path)

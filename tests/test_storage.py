@@ -896,15 +896,29 @@ def test_every_statement_that_looks_up_a_name_can_seek_an_index(
         (_sql.POSITION, ("d",)),
         (_sql.LOCK, ("l",)),
         (_sql.QUEUE, ("q",)),
-        (_sql.SET_QUEUE, (5, 2, "q")),
+        (_sql.SET_QUEUE, (5, 2, None, None, None, None, None, None, "q")),
         (_sql.JOB, ("q", 1)),
+        (_sql.JOB_INFO, ("q", 1)),
         (_sql.FIRST_READY, ("q", now)),
+        (_sql.FIRST_PRIORITY, ("q", now)),
+        (_sql.FIRST_READY_NOT_FULL, ("q", now, "q", now, 1)),
+        (_sql.FIRST_PRIORITY_NOT_FULL, ("q", now, "q", now, 1)),
+        (_sql.TAKEN_COUNT, ("q", now)),
+        (_sql.TAKEN_BY_GROUP, ("q", now)),
+        (_sql.NEXT_TIMES_AFTER, ("q", now, "q", now)),
+        (_sql.LATER_JOBS, ("q", "ready", now, 10)),
+        (_sql.TAKES_SINCE, ("q", now)),
+        (_sql.NTH_LAST_TAKE, ("q", 4)),
+        (_sql.PRUNE_TAKES, ("q", now)),
+        (_sql.CLAMP_TAKES, (now, "q", now)),
+        (_sql.REPLACE_JOB, ("1", now, 0, None, "q", 1)),
+        (_sql.DELETE_JOBS.format(ins), ("q", 1, 2)),
         (_sql.DUE_JOBS, ("q", "taken", now, 10)),
         (_sql.JOBS_IN_STATE, ("q", "dead", 10)),
         (_sql.NEXT_TIMES, ("q", "q")),
         (_sql.QUEUE_JOBS, ("q",)),
         (_sql.JOBS_BY_KEY.format(ins), ("q", "i", long)),
-        (_sql.SET_JOB, ("taken", now, 1, "o", "q", 1)),
+        (_sql.SET_JOB, ("taken", now, 1, "o", None, None, "q", 1)),
         (_sql.SET_JOB_STATES.format(ins), ("dead", "q", 1, 2)),
         (_sql.REVIVE_JOBS.format(ins), (now, "q", 1, 2)),
         (_sql.DELETE_JOB, ("q", 1)),
@@ -1000,6 +1014,11 @@ def test_a_database_of_version_5_gets_the_indexes_of_names(schemas: PostgresSche
     by_name = dict(indexes)
     for name in ("reactor_kv_name", "reactor_changes_key", "reactor_jobs_key"):
         assert "reactor_name(" in by_name[name], by_name[name]
+    # Version 9: a key's index is not unique (a debounced put beside a taken job of its
+    # key); the partial index of priorities and the takes' index hold reactor_name too.
+    assert "UNIQUE" not in by_name["reactor_jobs_key"], by_name["reactor_jobs_key"]
+    for name in ("reactor_jobs_priority", "reactor_takes_at"):
+        assert "reactor_name((queue)" in by_name[name], by_name[name]
     assert "reactor_changes_scope" not in by_name  # version 7 dropped it
     columns = raw_query(
         url,
@@ -1007,7 +1026,7 @@ def test_a_database_of_version_5_gets_the_indexes_of_names(schemas: PostgresSche
         "WHERE table_schema = current_schema() AND table_name = 'reactor_timers'",
     )
     assert {("cron",), ("tz",)} <= set(columns)  # version 8 added them
-    assert _schema.SCHEMA_VERSION == 8
+    assert _schema.SCHEMA_VERSION == 9
 
 
 # -- the change log's indexes (schema version 7) ----------------------------------------

@@ -772,7 +772,8 @@ def test_the_queues_with_their_counts(client: Client, db_path: Any) -> None:
         assert _counts(listed) == {"emails": (3, 1, 0, 0, 2), "sms": (1, 0, 0, 0, 5)}
         assert (listed["count"], listed["dead"]) == (2, 0)
         first = listed["queues"][0]
-        fields = "name max_attempts ready delayed taken dead oldest_ready_age"
+        fields = "name max_attempts ready delayed taken dead taken_by_group rate_window"
+        fields += " oldest_ready_age"
         assert list(first) == fields.split()
         assert 0 <= first["oldest_ready_age"] < 60
 
@@ -798,7 +799,9 @@ def test_the_queues_with_their_counts(client: Client, db_path: Any) -> None:
             assert took is not None
             took.nack()  # the second time, its last attempt: dead
         listed = _queues(ui)
-        assert _counts(listed)["emails"] == (0, 1, 0, 1, 2) == (*emails.stats().values(), 2)
+        assert (
+            _counts(listed)["emails"] == (0, 1, 0, 1, 2) == (*list(emails.stats().values())[:4], 2)
+        )
         assert listed["dead"] == 1
         # No job ready now: no age (the delayed job is not in line yet).
         assert listed["queues"][0]["oldest_ready_age"] is None
@@ -898,7 +901,14 @@ def test_retrying_dead_letters_with_write(db_path: Any) -> None:
             job = flaky.take(timeout=0)
             assert job is not None
             job.nack()
-        assert flaky.stats() == {"ready": 1, "delayed": 0, "taken": 0, "dead": 2}
+        assert flaky.stats() == {
+            "ready": 1,
+            "delayed": 0,
+            "taken": 0,
+            "dead": 2,
+            "taken_by_group": {},
+            "rate_window": 0,
+        }
         with (
             dashboard_thread(db_path, write=True) as url,
             httpx.Client(base_url=url, timeout=TIMEOUT) as ui,
@@ -920,7 +930,14 @@ def test_retrying_dead_letters_with_write(db_path: Any) -> None:
             missing = ui.post("/api/retry_dead", json={"queue": "nothing"}, headers=HEADERS)
             assert missing.status_code == 404
             assert missing.json()["error"] == "NotFound"
-        assert flaky.stats() == {"ready": 3, "delayed": 0, "taken": 0, "dead": 0}
+        assert flaky.stats() == {
+            "ready": 3,
+            "delayed": 0,
+            "taken": 0,
+            "dead": 0,
+            "taken_by_group": {},
+            "rate_window": 0,
+        }
         assert listed == {"flaky": (3, 0, 0, 0, 1)}
         assert state.queues() == ["flaky"]  # "nothing" was not created
         # Ready again, attempts back to 0: one change each, of scope queue:NAME.

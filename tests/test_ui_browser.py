@@ -584,7 +584,14 @@ def test_the_page_shows_the_queues_their_dead_letters_and_retries_them(
         assert _attribute(browser, button, "disabled") == "true"  # nothing left to retry
         with reactor.open(db_path) as state:
             emails = state.queue("emails")
-            assert emails.stats() == {"ready": 1, "delayed": 1, "taken": 1, "dead": 0}
+            assert emails.stats() == {
+                "ready": 1,
+                "delayed": 1,
+                "taken": 1,
+                "dead": 0,
+                "taken_by_group": {},
+                "rate_window": 0,
+            }
             job = emails.take(timeout=0)
             assert job is not None
             assert (job.item, job.attempts) == ({"to": "bob@example"}, 1)

@@ -183,17 +183,37 @@ def queues(state: reactor.State) -> None:
         job.extend(60)
         job.nack(delay=5)
         job.ack()
-    assert_type(emails.stats(), dict[str, int])
+    assert_type(emails.stats(), dict[str, Any])
     assert_type(emails.dead(), list[reactor.Job])
     assert_type(emails.retry_dead(), int)
     assert_type(state.queues(), list[str])
     with state.scope("orders").transaction() as tx:
         assert_type(tx.enqueue("emails", {"order": "o-1"}, delay=None, key="o-1"), None)
+        assert_type(tx.enqueue("emails", 1, priority=5, group="c-7"), None)
     with state.transaction("orders", "ledger") as both:
-        assert_type(both.enqueue("emails", 1), None)
+        assert_type(both.enqueue("emails", 1, key="k", debounce=5), None)
     emails.put(1, delay="5")  # type: ignore[arg-type]
     emails.take(lease="30")  # type: ignore[arg-type]
     state.queue("emails", max_attempts="5")  # type: ignore[arg-type]
+    api = state.queue("api", concurrency=10, group_concurrency=1, rate=(100, 60.0))
+    assert_type(api.put(1, priority=5, group="customer-7"), int)
+    assert_type(api.put(1, key="k", debounce=5), int)
+    state.queue("api", concurrency=False, rate=False, backoff=(1.0, 60.0))
+    state.queue("api", concurrency="10")  # type: ignore[arg-type]
+    api.put(1, priority="high")  # type: ignore[arg-type]
+    info = api.job(1)
+    assert_type(info, reactor.JobInfo | None)
+    if info is not None:
+        assert_type(info.state, str)
+        assert_type(info.errors, list[dict[str, Any]])
+    assert_type(api.cancel(1), bool)
+    assert_type(api.purge("dead"), int)
+    assert_type(api.purge(["ready", "delayed"]), int)
+    job = api.take(timeout=0)
+    if job is not None:
+        job.nack(error=ValueError("bad input"))
+        job.nack(delay=0, error="timeout calling the API")
+        assert_type(job.errors, list[dict[str, Any]])
 
 
 async def queues_async(state: reactor.aio.AsyncState) -> None:
@@ -208,7 +228,12 @@ async def queues_async(state: reactor.aio.AsyncState) -> None:
         await job.extend(60)
         await job.nack()
         await job.ack()
-    assert_type(await emails.stats(), dict[str, int])
+    assert_type(await emails.stats(), dict[str, Any])
+    api = state.queue("api", concurrency=2, rate=(10, 1.0), backoff=(0.5, 30.0))
+    assert_type(await api.put(1, priority=1, group="g"), int)
+    assert_type(await api.job(1), reactor.JobInfo | None)
+    assert_type(await api.cancel(1), bool)
+    assert_type(await api.purge(), int)
     assert_type(await emails.dead(), list[reactor.aio.AsyncJob])
     assert_type(await emails.retry_dead(), int)
     assert_type(await state.queues(), list[str])

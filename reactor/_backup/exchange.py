@@ -53,6 +53,7 @@ from reactor._handles.binding import binding_of, engine_of
 from reactor._handles.transaction import Hold
 from reactor._work import jobs as _jobs
 from reactor._work import timers as _timers
+from reactor._work.queue_settings import Settings
 from reactor.errors import InvalidArgumentError, InvalidValueError, ReactorError
 
 from .export import ExportView
@@ -321,7 +322,7 @@ def write(
     engine = engine_of(state)
     keys = _keys_to_set(engine, found.keys)
     timers = _timers_to_restore(engine, found.timers)
-    settings = {entry.queue: entry.max_attempts for entry in found.queues}
+    settings = {entry.queue: entry.settings for entry in found.queues}
     jobs = _jobs_to_add(engine, found.jobs)
     queues = list(dict.fromkeys([*settings, *jobs]))
     tally = Tally(keys=sum(map(len, keys.values())), timers=len(timers), queues=len(queues))
@@ -422,21 +423,27 @@ def _jobs_to_add(engine: EnginePort, found: Iterable[JobEntry]) -> dict[str, lis
     for entry in found:
         jobs = by_queue.setdefault(entry.queue, [])
         try:
-            _, (text, delay, key) = _jobs.check_put(
-                engine.options, entry.queue, entry.item, entry.ready_in, entry.key
+            _, put = _jobs.check_put(
+                engine.options,
+                entry.queue,
+                entry.item,
+                entry.ready_in,
+                entry.key,
+                entry.priority,
+                entry.group,
             )
         except InvalidValueError as exc:
             raise InvalidValueError(
                 f"queue {entry.queue!r}, its job {len(jobs) + 1} in the file: {exc}"
             ) from None
-        jobs.append((text, delay, key, entry.attempts, entry.state))
+        jobs.append((put, entry.attempts, entry.state, entry.errors))
     return by_queue
 
 
 def _add_jobs(
     txn: WriteTxn,
     queue: str,
-    settings: dict[str, int | None],
+    settings: dict[str, Settings | None],
     jobs: list[_jobs.Restored],
     progress: Progress | None,
 ) -> int:

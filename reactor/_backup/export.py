@@ -15,11 +15,11 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from reactor._work import jobs as _jobs
+from reactor._work import queue_settings as _settings
 
 if TYPE_CHECKING:
     from reactor._base.keys import Pattern
-    from reactor._storage.records import JobRow, TimerRow
+    from reactor._storage.records import JobRow, QueueRow, TimerRow
     from reactor._storage.store import SnapshotReads
 
 __all__ = ["ExportView"]
@@ -66,11 +66,10 @@ class ExportView:
         """Each queue of ``queues``: its settings, then its jobs in the order they are
         taken."""
         for name in queues:
-            found = self._jobs.queue(name)
-            max_attempts = _jobs.DEFAULT_MAX_ATTEMPTS if found is None else found[0]
-            yield {"queue": name, "max_attempts": max_attempts}
+            settings = _settings.settled(self._jobs.queue(name), None)
+            yield _queue_line(name, settings)
             for row, key in self._reads.queue_jobs(name):
-                yield _job_line(name, row, key, max_attempts, self._now)
+                yield _job_line(name, row, key, settings.max_attempts, self._now)
 
 
 def _seconds(seconds: float) -> float:
@@ -97,6 +96,18 @@ def _timer_line(row: TimerRow, now: float) -> dict[str, Any]:
     }
 
 
+def _queue_line(name: str, row: QueueRow) -> dict[str, Any]:
+    line: dict[str, Any] = {"queue": name, "max_attempts": row.max_attempts}
+    for setting in ("concurrency", "group_concurrency"):
+        if getattr(row, setting) is not None:
+            line[setting] = getattr(row, setting)
+    if row.rate_limit is not None:
+        line["rate"] = [row.rate_limit, row.rate_seconds]
+    if row.backoff_base is not None:
+        line["backoff"] = [row.backoff_base, row.backoff_max]
+    return line
+
+
 def _job_line(
     queue: str, row: JobRow, key: str | None, max_attempts: int, now: float
 ) -> dict[str, Any]:
@@ -111,4 +122,7 @@ def _job_line(
         "state": state,
         "ready_in": ready_in,
         "key": key,
+        **({"priority": row.priority} if row.priority else {}),
+        **({} if row.group is None else {"group": row.group}),
+        **({} if row.errors is None else {"errors": orjson.Fragment(row.errors)}),
     }

@@ -9,11 +9,14 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Final, NamedTuple
 
+import orjson
+
 from reactor._base.keys import check_key, check_writable
 from reactor._base.values import DEFAULT_MAX_DEPTH, DEFAULT_MAX_VALUE_BYTES, MISSING, encode
 from reactor._engine.options import Options
 from reactor._work import jobs as _jobs
 from reactor._work import timers as _timers
+from reactor._work.queue_settings import Settings, check_settings
 from reactor._work.writes import check_ttl, finite
 
 __all__ = [
@@ -30,8 +33,12 @@ KEY_FIELDS: Final = frozenset({"scope", "key", "value", "ttl"})
 TIMER_FIELDS: Final = frozenset(
     {"timer", "scope", "key", "value", "ops", "due_in", "every", "cron", "tz"}
 )
-QUEUE_FIELDS: Final = frozenset({"queue", "max_attempts"})
-JOB_FIELDS: Final = frozenset({"queue", "item", "attempts", "state", "ready_in", "key"})
+QUEUE_FIELDS: Final = frozenset(
+    {"queue", "max_attempts", "concurrency", "group_concurrency", "rate", "backoff"}
+)
+JOB_FIELDS: Final = frozenset(
+    {"queue", "item", "attempts", "state", "ready_in", "key", "priority", "group", "errors"}
+)
 JOB_STATES: Final = ("ready", "dead")
 MAX_TIMER_ID: Final = 64  # characters: the column reactor_timers.id
 MAX_ATTEMPTS: Final = 2**31 - 1  # the column reactor_jobs.attempts
@@ -67,15 +74,17 @@ class TimerEntry(NamedTuple):
 
 
 class QueueEntry(NamedTuple):
-    """A queue of an export and its ``max_attempts`` (None: as the database has it)."""
+    """A queue of an export and its settings (None: as the database has them; a
+    setting absent or null in the line is lifted)."""
 
     queue: str
-    max_attempts: int | None
+    settings: Settings | None
 
 
 class JobEntry(NamedTuple):
     """One job of an export: its queue, item, takes so far, state (``"ready"`` or
-    ``"dead"``), seconds until ready, and idempotency key (or None)."""
+    ``"dead"``), seconds until ready, idempotency key (or None), priority, group (or
+    None) and the errors of its attempts (JSON text of a list, or None)."""
 
     queue: str
     item: Any
@@ -83,6 +92,9 @@ class JobEntry(NamedTuple):
     state: str
     ready_in: float
     key: str | None
+    priority: int = 0
+    group: str | None = None
+    errors: str | None = None
 
 
 @dataclass(slots=True)
@@ -186,7 +198,16 @@ def _timer(data: dict[str, Any]) -> TimerEntry:
 def _queue(data: dict[str, Any]) -> QueueEntry:
     _fields(data, QUEUE_FIELDS, ("queue",))
     name = _jobs.check_queue(data["queue"])
-    return QueueEntry(name, _jobs.check_max_attempts(data.get("max_attempts")))
+    if data.keys() == {"queue"}:
+        return QueueEntry(name, None)
+    settings = check_settings(
+        data.get("max_attempts"),
+        data.get("concurrency") or False,
+        data.get("group_concurrency") or False,
+        data.get("rate") or False,
+        data.get("backoff") or False,
+    )
+    return QueueEntry(name, settings)
 
 
 def _job(data: dict[str, Any]) -> JobEntry:
@@ -203,5 +224,10 @@ def _job(data: dict[str, Any]) -> JobEntry:
             f"'ready_in' must be a finite number of seconds >= 0, not {data['ready_in']!r}"
         )
     item, key = data["item"], data.get("key")
-    name, _ = _jobs.check_put(_DEFAULTS, data["queue"], item, ready_in, key)
-    return JobEntry(name, item, attempts, state, ready_in, key)
+    priority, group = data.get("priority", 0), data.get("group")
+    name, _ = _jobs.check_put(_DEFAULTS, data["queue"], item, ready_in, key, priority, group)
+    errors = data.get("errors")
+    if errors is not None and not isinstance(errors, list):
+        raise _BadLine(f"'errors' must be a list, not {errors!r}")
+    text = None if not errors else orjson.dumps(errors).decode()
+    return JobEntry(name, item, attempts, state, ready_in, key, priority, group, text)

@@ -33,22 +33,25 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable
 from time import perf_counter
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from reactor._base.checks import check_timeout
-from reactor._base.values import decode
 from reactor._storage.records import JobRow
 from reactor._storage.txn import WriteTxn
+from reactor._work import job_admin as _admin
 from reactor._work import jobs as _jobs
+from reactor._work import queue_settings as _settings
+from reactor._work.attempts import worker
+from reactor._work.take import take as _take
 from reactor.errors import (
     ClosedError,
     InvalidArgumentError,
-    LockNotOwnedError,
     ReadOnlyError,
     ReentrancyError,
 )
 
 from . import takers as _takers
+from .jobs import Job, JobInfo, job_info
 from .waiting import OnLoop
 
 if TYPE_CHECKING:
@@ -57,32 +60,46 @@ if TYPE_CHECKING:
 
     from .binding import Binding
 
-__all__ = ["Job", "Queue", "counts", "take_async", "writable_engine"]
+__all__ = ["Job", "JobInfo", "Queue", "counts", "take_async", "writable_engine"]
 
 logger = logging.getLogger("reactor")
 T = TypeVar("T")
 
 
 class Queue:
-    """A durable work queue; take it with ``state.queue(name, max_attempts=None)``.
+    """A durable work queue; take it with ``state.queue(name, ...)``.
 
-    Jobs are JSON items, taken in the order they became ready, each by one taker at a
-    time across threads and processes, under a lease: one not acknowledged when its
-    lease runs out (its worker died) is ready again, and dead (a dead letter) once it has
-    been taken ``max_attempts`` times. See the queues guide.
+    Jobs are JSON items, taken highest priority first, then in the order they became
+    ready, each by one taker at a time across threads and processes, under a lease: one
+    not acknowledged when its lease runs out (its worker died) is ready again, and dead
+    (a dead letter) once it has been taken ``max_attempts`` times. See the queues guide.
 
-    ``max_attempts`` (None: as stored, 5 for a new queue) is saved with this handle's
-    first write (a put, a take that finds a job, ...), and stays the queue's for every
-    process until another handle saves another.
+    The settings (``max_attempts``, 5 for a new queue; ``concurrency``,
+    ``group_concurrency``, ``rate``, ``backoff``, none for a new queue) are saved with
+    this handle's first write (a put, a take that finds a job, ...), and stay the
+    queue's for every process until another handle saves others. None keeps what is
+    stored; ``False`` lifts a limit.
     """
 
     __slots__ = ("_binding", "_busy", "_settings", "name")
 
-    def __init__(self, binding: Binding, name: str, max_attempts: int | None = None) -> None:
+    def __init__(
+        self,
+        binding: Binding,
+        name: str,
+        max_attempts: int | None = None,
+        *,
+        concurrency: int | Literal[False] | None = None,
+        group_concurrency: int | Literal[False] | None = None,
+        rate: tuple[int, float] | Literal[False] | None = None,
+        backoff: tuple[float, float] | Literal[False] | None = None,
+    ) -> None:
         self._binding = binding
         self.name: str = _jobs.check_queue(name)
         """The queue's name; its events have scope ``queue:NAME``."""
-        self._settings = _jobs.check_max_attempts(max_attempts)
+        self._settings = _settings.check_settings(
+            max_attempts, concurrency, group_concurrency, rate, backoff
+        )
         self._busy = False  # this handle's last take found a job
 
     def __repr__(self) -> str:
@@ -103,21 +120,39 @@ class Queue:
             if verb is not None:
                 engine.stats.record(verb, perf_counter() - start)
 
-    def put(self, item: Any, delay: float | None = None, key: str | None = None) -> int:
+    def put(
+        self,
+        item: Any,
+        delay: float | None = None,
+        key: str | None = None,
+        *,
+        priority: int = 0,
+        group: str | None = None,
+        debounce: float | None = None,
+    ) -> int:
         """Add a job; return its id (an int, never reused in this queue).
 
         It is ready at once, or ``delay`` seconds from now. ``key`` makes the put
         idempotent: while a job of this queue holds that key (ready, taken or dead:
         until it is acknowledged), a put with it adds nothing and returns that job's id.
+        A higher ``priority`` is taken first (default 0; FIFO among equals).
+        ``group``: the queue's ``group_concurrency`` limits the taken jobs of a group.
+        ``debounce=S`` (with ``key``): if a job with that key waits (ready or delayed,
+        not taken), its item, priority and group are replaced and it becomes ready
+        ``S`` seconds from now, keeping its id; otherwise a new job is put, ready in
+        ``S`` seconds.
 
         Raises:
             InvalidValueError: ``item`` is not storable JSON.
-            InvalidKeyError: a bad ``key``.
-            InvalidArgumentError: ``delay`` is not None or a finite number >= 0.
+            InvalidKeyError: a bad ``key`` or ``group``.
+            InvalidArgumentError: a bad ``delay``, ``priority`` or ``debounce``, or a
+                ``debounce`` without ``key`` or with ``delay``.
             ReadOnlyError: the engine is read-only.
         """
         engine = self._binding.engine
-        name, entry = _jobs.check_put(engine.options, self.name, item, delay, key)
+        name, entry = _jobs.check_put(
+            engine.options, self.name, item, delay, key, priority, group, debounce
+        )
         settings = self._settings
         ids = self._write("queue.put", lambda txn: _jobs.enqueue(txn, name, [entry], settings))
         if settings is not None:
@@ -168,9 +203,9 @@ class Queue:
             if not times or min(times) > engine.now():
                 return None, min(times, default=None)
         token = uuid.uuid4().hex
-        name, settings = self.name, self._settings
+        name, settings, taker = self.name, self._settings, worker()
         before, after, later = self._write(
-            None, lambda txn: _jobs.take(txn, name, token, lease, settings)
+            None, lambda txn: _take(txn, name, token, lease, settings, taker)
         )
         if settings is not None:
             self._settings = None
@@ -185,16 +220,95 @@ class Queue:
         ack, in another process than its take)."""
         return Job(self.name, self._write, JobRow(job_id, "null", "taken", 0.0, 0, token))
 
-    def stats(self) -> dict[str, int]:
+    def stats(self) -> dict[str, Any]:
         """How many jobs are ``ready`` (to take now), ``delayed`` (ready later),
-        ``taken`` (under a lease) and ``dead``. A job whose lease has run out counts as
-        ready (or dead) at once, before the sweeper moves it."""
+        ``taken`` (under a lease) and ``dead``; ``taken_by_group`` (group: taken jobs)
+        and ``rate_window`` (the takes in the current rate window; 0 without a rate).
+        A job whose lease has run out counts as ready (or dead) at once, before the
+        sweeper moves it."""
         engine = self._binding.engine
         start = perf_counter()
         try:
             return _counts(engine, self.name)
         finally:
             engine.stats.record("queue.stats", perf_counter() - start)
+
+    def settings(self) -> dict[str, Any]:
+        """The queue's settings as stored, once this handle's (if it was given any)
+        are saved: ``max_attempts``, ``concurrency``, ``group_concurrency``, ``rate``
+        (``(limit, seconds)``) and ``backoff`` (``(base, maximum)``); None: no limit.
+
+        Raises:
+            ReadOnlyError: this handle has settings to save, and the engine is read-only.
+        """
+        engine = self._binding.engine
+        name, given = self.name, self._settings
+        if given is not None:
+            writable_engine(self._binding)
+            self._write("queue.settings", lambda txn: _jobs.save_settings(txn, name, given))
+            self._settings = None
+        row = _settings.settled(engine.store.reader().jobs().queue(name), None)
+        return {
+            "max_attempts": row.max_attempts,
+            "concurrency": row.concurrency,
+            "group_concurrency": row.group_concurrency,
+            "rate": None if row.rate_limit is None else (row.rate_limit, row.rate_seconds),
+            "backoff": None if row.backoff_base is None else (row.backoff_base, row.backoff_max),
+        }
+
+    def job(self, job_id: int) -> JobInfo | None:
+        """Job ``job_id`` as it is now (state, item, attempts, errors, ...); None if the
+        queue holds no such job (never put, or acknowledged, cancelled, purged).
+
+        Raises:
+            InvalidArgumentError: ``job_id`` is not an int.
+        """
+        checked = _check_id(job_id)
+        engine = self._binding.engine
+        reads = engine.store.reader().jobs()
+        found = reads.job_info(self.name, checked)
+        if found is None:
+            return None
+        settings = _settings.settled(reads.queue(self.name), None)
+        return job_info(self.name, found, engine.now(), settings.max_attempts)
+
+    def cancel(self, job_id: int) -> bool:
+        """Remove job ``job_id``, whatever its state; whether the queue held it. A
+        taken job's worker gets ``LockNotOwnedError`` when it acks.
+
+        Raises:
+            InvalidArgumentError: ``job_id`` is not an int.
+            ReadOnlyError: the engine is read-only.
+        """
+        checked = _check_id(job_id)
+        writable_engine(self._binding)
+        name = self.name
+        cancelled: bool = self._write("queue.cancel", lambda txn: _admin.cancel(txn, name, checked))
+        return cancelled
+
+    def purge(self, state: str | list[str] | None = None) -> int:
+        """Remove every job in ``state`` (``"ready"``, ``"delayed"``, ``"taken"``,
+        ``"dead"``, a list of them, or None: all), as ``stats`` counts them; how many.
+        They go in batches of 1,000, a transaction each, an event each.
+
+        Raises:
+            InvalidArgumentError: an unknown state.
+            ReadOnlyError: the engine is read-only.
+        """
+        states = _admin.check_states(state)
+        engine = writable_engine(self._binding)
+        start = perf_counter()
+        name, removed = self.name, 0
+        try:
+            while True:
+                count, more = engine.commit(
+                    lambda txn: _admin.purge(txn, name, states), scopes=(self._lock,)
+                )
+                removed += count
+                if not more:
+                    return removed
+        finally:
+            engine.stats.record("queue.purge", perf_counter() - start)
 
     def dead(self, limit: int | None = None) -> list[Job]:
         """The dead jobs (at most ``limit``), in the order they died. They hold no
@@ -231,8 +345,8 @@ class Queue:
             left = _counts(engine, self.name)["dead"]
             revived = 0
             while left > 0:
-                batch = min(left, _jobs.RETRY_BATCH)
-                work = functools.partial(_jobs.retry_dead, queue=self.name, limit=batch)
+                batch = min(left, _admin.BATCH)
+                work = functools.partial(_admin.retry_dead, queue=self.name, limit=batch)
                 count = engine.commit(work, scopes=(self._lock,))
                 revived += count
                 left -= batch
@@ -243,18 +357,29 @@ class Queue:
             engine.stats.record("queue.retry_dead", perf_counter() - start)
 
 
-def _counts(engine: EnginePort, name: str) -> dict[str, int]:
+def _check_id(job_id: object) -> int:
+    if type(job_id) is not int:
+        raise InvalidArgumentError(f"a job id is an int, not {job_id!r}")
+    return job_id
+
+
+def _counts(engine: EnginePort, name: str) -> dict[str, Any]:
     """``Queue.stats``: jobs by state, as of now."""
     return counts(engine.store.reader().jobs(), name, engine.now())[1]
 
 
-def counts(jobs: JobReads, name: str, now: float) -> tuple[int, dict[str, int]]:
+def counts(jobs: JobReads, name: str, now: float) -> tuple[int, dict[str, Any]]:
     """Queue ``name``'s ``max_attempts`` (as stored, else the default) and its jobs by
     state at ``now``, as ``Queue.stats`` counts them, read with ``jobs`` (the store's
     reads: the dashboard's too)."""
-    found = jobs.queue(name)
-    max_attempts = _jobs.DEFAULT_MAX_ATTEMPTS if found is None else found[0]
-    return max_attempts, jobs.counts(name, now, max_attempts)
+    row = _settings.settled(jobs.queue(name), None)
+    found: dict[str, Any] = jobs.counts(name, now, row.max_attempts)
+    found["taken_by_group"] = jobs.taken_by_group(name, now)
+    window = 0
+    if row.rate_limit is not None and row.rate_seconds is not None:
+        window = jobs.takes_since(name, now - row.rate_seconds)
+    found["rate_window"] = window
+    return row.max_attempts, found
 
 
 def writable_engine(binding: Binding) -> EnginePort:
@@ -271,105 +396,6 @@ def writable_engine(binding: Binding) -> EnginePort:
             f"cannot write {engine.store.location}: it is open read-only (readonly=True)"
         )
     return engine
-
-
-class Job:
-    """A job taken from a queue (``Queue.take``), or a dead one (``Queue.dead``).
-
-    ``ack()`` when done, ``nack()`` to give it back, ``extend()`` to keep it longer.
-    Each raises ``LockNotOwnedError`` if this taker does not hold the job's lease any
-    more (it ran out, and the job may be someone else's), and then changes nothing.
-    """
-
-    __slots__ = ("_before", "_lease", "_queue", "_token", "_write", "attempts", "id", "item")
-
-    def __init__(
-        self,
-        queue: str,
-        write: Callable[[str | None, Callable[[WriteTxn], Any]], Any],
-        row: JobRow,
-        lease: float | None = None,
-        before: JobRow | None = None,
-    ) -> None:
-        self._queue = queue
-        self._write = write  # its queue's (``Queue._write``)
-        self._token = row.owner
-        self._lease = lease
-        self._before = before  # as it was before the take, to undo it
-        self.id: int = row.id
-        """The job's id in its queue."""
-        self.item: Any = decode(row.item)
-        """The job's item (a fresh copy)."""
-        self.attempts: int = row.attempts
-        """How many times it has been taken (1 at its first take)."""
-
-    def __repr__(self) -> str:
-        return f"Job(id={self.id}, item={self.item!r}, attempts={self.attempts})"
-
-    @property
-    def queue(self) -> str:
-        """The name of the job's queue."""
-        return self._queue
-
-    def _run(self, verb: str, work: Callable[[WriteTxn, str, int, str], T]) -> T:
-        token = self._token
-        if token is None:
-            raise LockNotOwnedError(
-                f"job {self.id} of queue {self.queue!r} was not taken by this handle "
-                "(a dead letter, say)"
-            )
-        name, job_id = self.queue, self.id
-        done: T = self._write(verb, lambda txn: work(txn, name, job_id, token))
-        return done
-
-    def ack(self) -> None:
-        """The job is done: it is removed (and its idempotency key is free).
-
-        Raises:
-            LockNotOwnedError: this taker's lease ran out, or it was acked or nacked
-                already; nothing changed.
-        """
-        self._run("queue.ack", _jobs.ack)
-
-    def nack(self, delay: float | None = None) -> None:
-        """Give the job back: ready again (after ``delay`` seconds), in line from then;
-        dead instead if it has been taken ``max_attempts`` times.
-
-        Raises:
-            LockNotOwnedError: as ``ack``.
-            InvalidArgumentError: ``delay`` is not None or a finite number >= 0.
-        """
-        seconds = _jobs.check_delay(delay)
-        self._run(
-            "queue.nack",
-            lambda txn, name, job_id, token: _jobs.nack(txn, name, job_id, token, seconds),
-        )
-
-    def extend(self, seconds: float | None = None) -> None:
-        """Renew the lease: it now ends ``seconds`` from now (the take's ``lease`` by
-        default).
-
-        Raises:
-            LockNotOwnedError: as ``ack``.
-            InvalidArgumentError: ``seconds`` is not None or a finite number > 0.
-        """
-        if seconds is not None:
-            lease = _jobs.check_lease(seconds, "seconds")
-        else:  # a job resumed by its token (the command line) has no lease of its own
-            lease = _jobs.DEFAULT_LEASE if self._lease is None else self._lease
-        self._run(
-            "queue.extend",
-            lambda txn, name, job_id, token: _jobs.extend(txn, name, job_id, token, lease),
-        )
-
-    def _untake(self) -> bool:
-        """Undo the take (its taker was cancelled before it got the job)."""
-        before, token = self._before, self._token
-        if before is None or token is None:
-            return False
-        name = self.queue
-        untaken: bool = self._write(None, lambda txn: _jobs.untake(txn, name, before, token))
-        return untaken
 
 
 # -- waiting: in the queue's line (``takers``) ---------------------------------------

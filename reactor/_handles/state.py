@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Collection
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from reactor._base.keys import compile_pattern
 from reactor._base.results import Timer
@@ -106,17 +106,41 @@ class State:
         self._binding.check()
         return Lock(self._binding, name, ttl, timeout)
 
-    def queue(self, name: str, max_attempts: int | None = None) -> Queue:
+    def queue(
+        self,
+        name: str,
+        max_attempts: int | None = None,
+        *,
+        concurrency: int | Literal[False] | None = None,
+        group_concurrency: int | Literal[False] | None = None,
+        rate: tuple[int, float] | Literal[False] | None = None,
+        backoff: tuple[float, float] | Literal[False] | None = None,
+    ) -> Queue:
         """A durable work queue, shared by every process on this database (created on
-        first use). ``max_attempts``: how many takes a job gets before it is dead (None:
-        as stored, 5 for a new queue); saved with the handle's first write.
+        first use).
+
+        Its settings are saved with the handle's first write and hold for every
+        process (None: as stored; ``False`` lifts a limit): ``max_attempts``, the takes
+        a job gets before it is dead (5 for a new queue); ``concurrency``, the most jobs
+        taken at once; ``group_concurrency``, the most taken at once per group;
+        ``rate=(limit, seconds)``, the most takes in any window of ``seconds``;
+        ``backoff=(base, maximum)``, the pause before a nacked job's next attempt
+        (``base`` doubled per attempt up to ``maximum``, with jitter).
 
         Raises:
             InvalidKeyError: ``name`` is not a valid name (at most 1,018 characters).
-            InvalidArgumentError: ``max_attempts`` is not None or an int >= 1.
+            InvalidArgumentError: a setting of the wrong type or out of range.
         """
         self._binding.check()
-        return Queue(self._binding, name, max_attempts)
+        return Queue(
+            self._binding,
+            name,
+            max_attempts,
+            concurrency=concurrency,
+            group_concurrency=group_concurrency,
+            rate=rate,
+            backoff=backoff,
+        )
 
     def queues(self) -> list[str]:
         """The names of the queues in the database, sorted: every queue that ever had

@@ -1,6 +1,7 @@
 """The takes waiting on a queue, in line: first come, first served, woken by the
-engine's hub when a job of their queue becomes ready (only the head: the others would
-only find it gone), the next one woken when the head leaves."""
+engine's hub when a job of their queue becomes ready, or a taken one is done (acked,
+nacked, dead, cancelled: a slot of the queue's or a group's concurrency frees) — only
+the head: the others would only find it gone — the next one woken when the head leaves."""
 
 from __future__ import annotations
 
@@ -120,9 +121,12 @@ class Line:
         """A line needs no revision to start from: its takes look at the table."""
 
     def offer(self, record: ChangeRecord, event: ChangeEvent) -> None:  # noqa: ARG002 - a Listener's call
-        text = record.new_value
-        if text is None or not text.startswith(_jobs.READY):
-            return  # no job became ready
+        text, old = record.new_value, record.old_value
+        freed = old is not None and old.startswith(_jobs.TAKEN)  # a slot of flow control
+        if text is not None and text.startswith(_jobs.TAKEN):
+            return  # a take, or a lease extended: nothing to take, no slot freed
+        if not freed and (text is None or not text.startswith(_jobs.READY)):
+            return  # no job became ready, and none that was taken is done
         with self._lock:
             head = self._waiters[0] if self._waiters else None
         if head is not None:

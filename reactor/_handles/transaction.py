@@ -24,22 +24,23 @@ import builtins
 import threading
 from collections.abc import Callable, Iterable
 from time import perf_counter
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, Unpack
 
 from reactor._base.keys import Pattern, check_key, check_writable
 from reactor._base.results import Snapshot
 from reactor._storage.records import Row
 from reactor._storage.txn import WriteTxn
 from reactor._work import jobs as _jobs
-from reactor._work import writes as _writes
+from reactor._work.commit_check import checked_commit
 from reactor._work.timers import DropTimer, check_timer_id, pending_timer
-from reactor.errors import ClosedError, ConflictError, InvalidArgumentError, ReentrancyError
+from reactor.errors import ClosedError, InvalidArgumentError, ReentrancyError
 
 from .verbs import ScopeVerbs, verb
 
 if TYPE_CHECKING:
     from reactor._engine.port import EnginePort
     from reactor._engine.reply import ThreadReply
+    from reactor._work.jobs import PutOptions
 
     from .binding import Binding
 
@@ -169,13 +170,13 @@ class Hold:
         self.locks: set[str] = set()
 
     def enqueue(
-        self, queue: str, item: Any, delay: float | None = None, key: str | None = None
+        self, queue: str, item: Any, delay: float | None, key: str | None, options: PutOptions
     ) -> None:
         """Add a job to ``queue`` when the transaction commits (``tx.enqueue``)."""
         engine = self.usable()
         start = perf_counter()
         try:
-            name, entry = _jobs.check_put(engine.options, queue, item, delay, key)
+            name, entry = _jobs.check_put(engine.options, queue, item, delay, key, **options)
             txn = self.txn
             assert txn is not None
             outbox = txn.last_deferred()  # enqueues in a row share one, run in the commit
@@ -319,7 +320,10 @@ class Hold:
         first = self.names[0]
         scopes = (*self.names, *sorted(self.locks - set(self.names)))
         return engine.submit(
-            first, _commit(self.names, txn, self.base, self.deadlines), owner=self, scopes=scopes
+            first,
+            checked_commit(self.names, txn, self.base, self.deadlines),
+            owner=self,
+            scopes=scopes,
         )
 
     def hand_back(self, status: str) -> None:
@@ -489,19 +493,24 @@ class Transaction(ScopeVerbs):
         return Snapshot(self.list(), self._hold.base)
 
     def enqueue(
-        self, queue: str, item: Any, delay: float | None = None, key: str | None = None
+        self,
+        queue: str,
+        item: Any,
+        delay: float | None = None,
+        key: str | None = None,
+        **options: Unpack[PutOptions],
     ) -> None:
-        """Add a job to ``queue`` (``state.queue(queue).put(item, delay, key)``) if, and
-        when, the transaction commits: the job and the body's writes are committed
-        together, or neither (an outbox). Its id is not known before the commit, so none
-        is returned; a ``key`` that a job of the queue holds adds nothing.
+        """Add a job to ``queue`` (``state.queue(queue).put(item, delay, key, ...)``,
+        with its ``priority``, ``group`` and ``debounce``) if, and when, the transaction
+        commits: the job and the body's writes are committed together, or neither (an
+        outbox). Its id is not known before the commit, so none is returned.
 
         Raises:
             InvalidValueError: ``item`` is not storable JSON.
-            InvalidKeyError: a bad queue name or ``key``.
-            InvalidArgumentError: ``delay`` is not None or a finite number >= 0.
+            InvalidKeyError: a bad queue name, ``key`` or ``group``.
+            InvalidArgumentError: as ``Queue.put``.
         """
-        self._hold.enqueue(queue, item, delay, key)
+        self._hold.enqueue(queue, item, delay, key, options)
 
     def transaction(self) -> Transaction:
         """Transactions do not nest.
@@ -545,11 +554,16 @@ class MultiTransaction:
         return self._hold.cancel_timer(timer_id)
 
     def enqueue(
-        self, queue: str, item: Any, delay: float | None = None, key: str | None = None
+        self,
+        queue: str,
+        item: Any,
+        delay: float | None = None,
+        key: str | None = None,
+        **options: Unpack[PutOptions],
     ) -> None:
         """Add a job to ``queue`` if, and when, the transaction commits, with the body's
         writes to every scope (see ``Transaction.enqueue``)."""
-        self._hold.enqueue(queue, item, delay, key)
+        self._hold.enqueue(queue, item, delay, key, options)
 
     def __enter__(self) -> MultiTransaction:
         self._hold.enter()
@@ -557,40 +571,3 @@ class MultiTransaction:
 
     def __exit__(self, exc_type: type[BaseException] | None, *_: object) -> None:
         self._hold.exit(commit=exc_type is None)
-
-
-def _commit(
-    scopes: tuple[str, ...],
-    pending: WriteTxn,
-    base: int,
-    deadlines: dict[tuple[str, str], float | None],
-) -> _writes.Work[None]:
-    def work(txn: WriteTxn) -> None:
-        changed = next(
-            (scope for scope in scopes if txn.statements.changed_since(scope, base)), None
-        )
-        if changed is None:
-            changed = _deadline_moved(txn, deadlines)
-        if changed is not None:
-            raise ConflictError(
-                f"another process changed scope {changed!r} during this transaction; "
-                "nothing of it was applied"
-            )
-        txn.adopt(pending, deadlines)
-
-    return _writes.Work(work)
-
-
-def _deadline_moved(txn: WriteTxn, deadlines: dict[tuple[str, str], float | None]) -> str | None:
-    """The scope of a key the body read whose expiry another process changed (``expire``,
-    or a same-value ``set`` with a new ttl): no change-log record tells of that."""
-    by_scope: dict[str, list[str]] = {}
-    for scope, key in deadlines:
-        by_scope.setdefault(scope, []).append(key)
-    for scope, keys in by_scope.items():
-        rows = txn.statements.fetch_many(scope, keys)
-        for key in keys:
-            row = rows.get(key)
-            if (None if row is None else row.expires_at) != deadlines[(scope, key)]:
-                return scope
-    return None

@@ -97,8 +97,9 @@ kept AS (
 # the driver, every time, at about 6 ms a hundred rows.
 ADD_JOBS: Final = (
     "INSERT INTO reactor_jobs (queue, id, item, state, ready_at, attempts, owner, key, "
-    "created_at) SELECT * FROM unnest(%b::text[], %b::bigint[], %b::text[], %b::text[], "
-    "%b::float8[], %b::int[], %b::text[], %b::text[], %b::float8[])"
+    "created_at, priority, grp, errors) SELECT * FROM unnest(%b::text[], %b::bigint[], "
+    "%b::text[], %b::text[], %b::float8[], %b::int[], %b::text[], %b::text[], %b::float8[], "
+    "%b::int[], %b::text[], %b::text[])"
 )
 
 # The rows of some keys of a scope: one seek of the index of names a key.

@@ -13,6 +13,7 @@ __all__ = [
     "JobRow",
     "Key",
     "LockRow",
+    "QueueRow",
     "RefusedError",
     "Row",
     "TimerRow",
@@ -98,8 +99,10 @@ class TimerRow:
 class JobRow:
     """A job of a work queue: its id (in its queue), item (JSON text), state
     (``"ready"``, ``"taken"`` or ``"dead"``), ``ready_at`` (ready: when it may be
-    taken; taken: when its lease runs out; dead: when it died), the takes so far and
-    the token of its taker (taken only)."""
+    taken; taken: when its lease runs out; dead: when it died), the takes so far, the
+    token of its taker (taken only), its priority and group, the errors of its
+    attempts (JSON text of a list; None: none) and its taker (JSON text: host, pid,
+    thread; taken only)."""
 
     id: int
     item: str
@@ -107,6 +110,25 @@ class JobRow:
     ready_at: float
     attempts: int
     owner: str | None
+    priority: int = 0
+    group: str | None = None
+    errors: str | None = None
+    worker: str | None = None
+
+
+@dataclass(slots=True, frozen=True)
+class QueueRow:
+    """A queue's row: ``max_attempts``, the id its next job takes, and its flow control
+    and backoff (None: none)."""
+
+    max_attempts: int
+    next_id: int
+    concurrency: int | None = None
+    group_concurrency: int | None = None
+    rate_limit: int | None = None
+    rate_seconds: float | None = None
+    backoff_base: float | None = None
+    backoff_max: float | None = None
 
 
 def copy_error(exc: Exception) -> Exception:

@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING, Any, Final
 
 from reactor.errors import SchemaError
 
+from .postgres_names import NAME_INDEXED, NAME_INDEXES, NAMED_PRIMARY_KEYS, REACTOR_NAME
+
 if TYPE_CHECKING:
     import sqlalchemy as sa
 
@@ -32,12 +34,8 @@ __all__ = [
     "tables",
 ]
 
-SCHEMA_VERSION: Final = 8
+SCHEMA_VERSION: Final = 9
 META_TABLE: Final = "reactor_meta"  # every version has it, with its "schema_version"
-# A PostgreSQL index holds a name (scope, key, queue, lock, durable subscriber) as
-# reactor_name(name): the name itself up to this many characters, else its first ones
-# and the SHA-256 of the whole (see _to_v6).
-NAME_INDEXED: Final = 256
 
 
 def _name() -> sa.types.TypeEngine[str]:
@@ -177,25 +175,51 @@ def _timers(metadata: sa.MetaData, *, version: int = SCHEMA_VERSION) -> sa.Table
     )
 
 
-def _queues(metadata: sa.MetaData) -> sa.Table:
+def _queues(metadata: sa.MetaData, *, version: int = SCHEMA_VERSION) -> sa.Table:
     """Work queues: each queue's settings and the id its next job takes (ids never come
-    back, so an old job's id never names a new one)."""
+    back, so an old job's id never names a new one). From version 9, flow control and
+    backoff (NULL: none)."""
     import sqlalchemy as sa
 
+    flow: list[sa.Column[Any]] = (
+        [
+            sa.Column("concurrency", sa.Integer, nullable=True),
+            sa.Column("group_concurrency", sa.Integer, nullable=True),
+            sa.Column("rate_limit", sa.Integer, nullable=True),
+            sa.Column("rate_seconds", sa.Float, nullable=True),
+            sa.Column("backoff_base", sa.Float, nullable=True),
+            sa.Column("backoff_max", sa.Float, nullable=True),
+        ]
+        if version >= 9
+        else []
+    )
     return sa.Table(
         "reactor_queues",
         metadata,
         sa.Column("name", _name(), primary_key=True),
         sa.Column("max_attempts", sa.Integer, nullable=False),
         sa.Column("next_id", sa.BigInteger, nullable=False),
+        *flow,
     )
 
 
-def _jobs(metadata: sa.MetaData) -> sa.Table:
+def _jobs(metadata: sa.MetaData, *, version: int = SCHEMA_VERSION) -> sa.Table:
     """Jobs: "ready" (from ready_at on), "taken" (by owner, until ready_at: the lease's
-    end) or "dead"; attempts counts takes. key: a put's idempotency key."""
+    end) or "dead"; attempts counts takes. key: a put's idempotency key. From version
+    9: priority, group (grp), the errors of its attempts (a JSON list) and its taker
+    (worker: JSON host, pid, thread)."""
     import sqlalchemy as sa
 
+    added: list[sa.Column[Any]] = (
+        [
+            sa.Column("priority", sa.Integer, nullable=False, server_default="0"),
+            sa.Column("grp", _name(), nullable=True),
+            sa.Column("errors", sa.Text, nullable=True),
+            sa.Column("worker", sa.Text, nullable=True),
+        ]
+        if version >= 9
+        else []
+    )
     return sa.Table(
         "reactor_jobs",
         metadata,
@@ -208,6 +232,21 @@ def _jobs(metadata: sa.MetaData) -> sa.Table:
         sa.Column("owner", sa.String(64), nullable=True),
         sa.Column("key", _name(), nullable=True),
         sa.Column("created_at", sa.Float, nullable=False),
+        *added,
+    )
+
+
+def _takes(metadata: sa.MetaData) -> sa.Table:
+    """The takes of queues with a rate limit, within their window (older ones are
+    pruned at each take): the sliding window's count (from version 9)."""
+    import sqlalchemy as sa
+
+    return sa.Table(
+        "reactor_takes",
+        metadata,
+        sa.Column("queue", _name(), nullable=False),
+        sa.Column("at", sa.Float, nullable=False),
+        sa.Column("job", sa.BigInteger, nullable=False),
     )
 
 
@@ -271,19 +310,10 @@ class Tables:
         self.timers = timers = _timers(metadata)
         self.timers_due = sa.Index("reactor_timers_due", timers.c.due, timers.c.id)
         self.queues = _queues(metadata)
-        self.jobs = jobs = _jobs(metadata)
-        # The next job to take (and the next lease to run out): O(log n) in a queue.
-        self.jobs_ready = sa.Index(
-            "reactor_jobs_ready", jobs.c.queue, jobs.c.state, jobs.c.ready_at, jobs.c.id
-        )
-        self.jobs_key = sa.Index(
-            "reactor_jobs_key",
-            jobs.c.queue,
-            jobs.c.key,
-            unique=True,
-            sqlite_where=jobs.c.key.is_not(None),
-            postgresql_where=jobs.c.key.is_not(None),
-        )
+        self.jobs = _jobs(metadata)
+        self.takes = _takes(metadata)
+        # The indexes of jobs and takes are made by _to_v5 and _to_v9 (by hand: on
+        # PostgreSQL they hold reactor_name(queue), and one is partial).
         self.subscribers = _subscribers(metadata)
         self.failures = _failures(metadata)
 
@@ -312,6 +342,7 @@ _TABLES: Final = (
     "timers",
     "queues",
     "jobs",
+    "takes",
 )
 
 
@@ -368,67 +399,21 @@ def _to_v5(conn: sa.Connection, t: Tables) -> None:
     timers = _timers(sa.MetaData(), version=5)  # as version 5 made it
     timers.create(conn)
     sa.Index("reactor_timers_due", timers.c.due, timers.c.id).create(conn)
-    t.queues.create(conn)
-    t.jobs.create(conn)
-
-
-# The bounded form of a name that PostgreSQL indexes: a B-tree entry holds at most 2,704
-# bytes, and a name may have 1,024 characters of up to 4 bytes each (two of them in the
-# index of keys). A name of up to NAME_INDEXED characters is itself, so the index keeps
-# the order of names, and a range of names up to that length is a range of the index
-# (``sql_text.ranged``). A longer name is its first NAME_INDEXED characters followed by the
-# hex SHA-256 of its bytes: 1,088 bytes at most, distinct for distinct names (SHA-256 is
-# collision-resistant), in the order of the names' first NAME_INDEXED characters.
-# decode(..., 'escape') of the text with its backslashes doubled is its bytes, as
-# convert_to() would give them in a UTF-8 database, but immutable, as an index needs.
-# PL/pgSQL, not SQL: PostgreSQL would inline an SQL function, parsing its body again in
-# every statement it plans (a tenth of a millisecond a lookup, measured); PL/pgSQL is
-# compiled once per connection.
-_REACTOR_NAME: Final = rf"""
-CREATE FUNCTION reactor_name(text) RETURNS text
-LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE AS $$
-BEGIN
-    IF pg_catalog.length($1) <= {NAME_INDEXED} THEN
-        RETURN $1;
-    END IF;
-    RETURN pg_catalog.left($1, {NAME_INDEXED}) OPERATOR(pg_catalog.||) pg_catalog.encode(
-        pg_catalog.sha256(pg_catalog.decode(
-            pg_catalog.replace($1, E'\\', E'\\\\'), 'escape')), 'hex');
-END
-$$"""
-# The tables whose primary key holds a name: it goes (a PostgreSQL primary key is a
-# B-tree over the columns themselves), and a unique index in _NAME_INDEXES takes its place.
-_NAMED_PRIMARY_KEYS: Final = (
-    "reactor_kv",
-    "reactor_locks",
-    "reactor_queues",
-    "reactor_jobs",
-    "reactor_subscribers",
-    "reactor_failures",
-)
-# The indexes over names, built anew over reactor_name(name).
-_NAME_INDEXES: Final = (
-    "CREATE UNIQUE INDEX reactor_kv_name ON reactor_kv (reactor_name(scope), reactor_name(key))",
-    "DROP INDEX reactor_changes_scope",
-    "CREATE INDEX reactor_changes_scope ON reactor_changes (reactor_name(scope), revision)",
-    "DROP INDEX reactor_changes_key",
-    (
-        "CREATE INDEX reactor_changes_key ON reactor_changes "
-        "(reactor_name(scope), reactor_name(key), revision)"
-    ),
-    "CREATE UNIQUE INDEX reactor_locks_name ON reactor_locks (reactor_name(name))",
-    "CREATE UNIQUE INDEX reactor_queues_name ON reactor_queues (reactor_name(name))",
-    "CREATE UNIQUE INDEX reactor_jobs_id ON reactor_jobs (reactor_name(queue), id)",
-    "DROP INDEX reactor_jobs_ready",
-    "CREATE INDEX reactor_jobs_ready ON reactor_jobs (reactor_name(queue), state, ready_at, id)",
-    "DROP INDEX reactor_jobs_key",
-    (
-        "CREATE UNIQUE INDEX reactor_jobs_key ON reactor_jobs "
-        "(reactor_name(queue), reactor_name(key)) WHERE key IS NOT NULL"
-    ),
-    "CREATE UNIQUE INDEX reactor_subscribers_name ON reactor_subscribers (reactor_name(name))",
-    "CREATE UNIQUE INDEX reactor_failures_name ON reactor_failures (reactor_name(name), revision)",
-)
+    _queues(sa.MetaData(), version=5).create(conn)  # as version 5 made them
+    jobs = _jobs(sa.MetaData(), version=5)
+    jobs.create(conn)
+    # The next job to take (and the next lease to run out): O(log n) in a queue.
+    sa.Index("reactor_jobs_ready", jobs.c.queue, jobs.c.state, jobs.c.ready_at, jobs.c.id).create(
+        conn
+    )
+    sa.Index(
+        "reactor_jobs_key",
+        jobs.c.queue,
+        jobs.c.key,
+        unique=True,
+        sqlite_where=jobs.c.key.is_not(None),
+        postgresql_where=jobs.c.key.is_not(None),
+    ).create(conn)
 
 
 def _to_v6(conn: sa.Connection, t: Tables) -> None:  # noqa: ARG001 - every step takes both
@@ -438,12 +423,12 @@ def _to_v6(conn: sa.Connection, t: Tables) -> None:  # noqa: ARG001 - every step
         return
     import sqlalchemy as sa
 
-    conn.exec_driver_sql(_REACTOR_NAME)
+    conn.exec_driver_sql(REACTOR_NAME)
     inspector = sa.inspect(conn)
-    for table in _NAMED_PRIMARY_KEYS:
+    for table in NAMED_PRIMARY_KEYS:
         primary = inspector.get_pk_constraint(table)["name"]
         conn.exec_driver_sql(f'ALTER TABLE {table} DROP CONSTRAINT "{primary}"')
-    for statement in _NAME_INDEXES:
+    for statement in NAME_INDEXES:
         conn.exec_driver_sql(statement)
 
 
@@ -461,6 +446,43 @@ def _to_v8(conn: sa.Connection, t: Tables) -> None:  # noqa: ARG001 - every step
     conn.exec_driver_sql("ALTER TABLE reactor_timers ADD COLUMN tz TEXT")
 
 
+_V9_COLUMNS: Final = (
+    "ALTER TABLE reactor_queues ADD COLUMN concurrency INTEGER",
+    "ALTER TABLE reactor_queues ADD COLUMN group_concurrency INTEGER",
+    "ALTER TABLE reactor_queues ADD COLUMN rate_limit INTEGER",
+    "ALTER TABLE reactor_queues ADD COLUMN rate_seconds FLOAT",
+    "ALTER TABLE reactor_queues ADD COLUMN backoff_base FLOAT",
+    "ALTER TABLE reactor_queues ADD COLUMN backoff_max FLOAT",
+    "ALTER TABLE reactor_jobs ADD COLUMN priority INTEGER NOT NULL DEFAULT 0",
+    "ALTER TABLE reactor_jobs ADD COLUMN grp {name}",
+    "ALTER TABLE reactor_jobs ADD COLUMN errors TEXT",
+    "ALTER TABLE reactor_jobs ADD COLUMN worker TEXT",
+    "DROP INDEX reactor_jobs_key",
+    # Not unique any more: a debounced put adds a job beside a taken one of its key.
+    "CREATE INDEX reactor_jobs_key ON reactor_jobs ({queue}, {key}) WHERE key IS NOT NULL",
+    # The first job of a priority other than 0: an empty index unless priorities are used.
+    (
+        "CREATE INDEX reactor_jobs_priority ON reactor_jobs "
+        "({queue}, priority DESC, ready_at, id) WHERE state = 'ready' AND priority <> 0"
+    ),
+    "CREATE INDEX reactor_takes_at ON reactor_takes ({queue}, at)",
+)
+
+
+def _to_v9(conn: sa.Connection, t: Tables) -> None:
+    # Flow control on queues, job management (SPEC §13): the queues' settings, the jobs'
+    # priority, group, errors and taker, and the takes of the rate windows.
+    t.takes.create(conn)
+    postgres = conn.dialect.name == "postgresql"
+    names = {
+        "name": 'VARCHAR(1024) COLLATE "C"' if postgres else "VARCHAR(1024)",
+        "queue": "reactor_name(queue)" if postgres else "queue",
+        "key": "reactor_name(key)" if postgres else "key",
+    }
+    for statement in _V9_COLUMNS:
+        conn.exec_driver_sql(statement.format(**names))
+
+
 MIGRATIONS: Final[dict[int, Callable[[sa.Connection, Tables], None]]] = {
     1: _to_v1,
     2: _to_v2,
@@ -470,6 +492,7 @@ MIGRATIONS: Final[dict[int, Callable[[sa.Connection, Tables], None]]] = {
     6: _to_v6,
     7: _to_v7,
     8: _to_v8,
+    9: _to_v9,
 }
 
 

@@ -8,7 +8,7 @@ from typing import Any, Final, TypeVar
 
 from reactor._base.keys import successor
 
-from .records import JobRow
+from .records import JobRow, QueueRow
 from .schema import NAME_INDEXED
 
 T = TypeVar("T")
@@ -152,20 +152,59 @@ IN_CHUNK: Final = 500  # keys per IN (...) list, well under every driver's varia
 
 # Work queues. A statement that looks for jobs names the queue and a state, and orders
 # by (ready_at, id): it seeks the index reactor_jobs_ready (queue, state, ready_at, id),
-# O(log n) however many jobs the queue holds.
-QUEUE: Final = "SELECT max_attempts, next_id FROM reactor_queues WHERE [name] = ?"
-ADD_QUEUE: Final = "INSERT INTO reactor_queues (name, max_attempts, next_id) VALUES (?, ?, ?)"
-SET_QUEUE: Final = "UPDATE reactor_queues SET max_attempts = ?, next_id = ? WHERE [name] = ?"
+# O(log n) however many jobs the queue holds. Jobs of a priority other than 0 are also in
+# reactor_jobs_priority (queue, priority DESC, ready_at, id), a partial index.
+_QUEUE_COLUMNS: Final = (
+    "max_attempts, next_id, concurrency, group_concurrency, rate_limit, rate_seconds, "
+    "backoff_base, backoff_max"
+)
+QUEUE: Final = f"SELECT {_QUEUE_COLUMNS} FROM reactor_queues WHERE [name] = ?"
+ADD_QUEUE: Final = (
+    f"INSERT INTO reactor_queues (name, {_QUEUE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+SET_QUEUE: Final = (
+    "UPDATE reactor_queues SET max_attempts = ?, next_id = ?, concurrency = ?, "
+    "group_concurrency = ?, rate_limit = ?, rate_seconds = ?, backoff_base = ?, "
+    "backoff_max = ? WHERE [name] = ?"
+)
 QUEUE_NAMES: Final = "SELECT name FROM reactor_queues ORDER BY name"
-JOB_COLUMNS: Final = "id, item, state, ready_at, attempts, owner"
+JOB_COLUMNS: Final = "id, item, state, ready_at, attempts, owner, priority, grp, errors, worker"
 JOB: Final = f"SELECT {JOB_COLUMNS} FROM reactor_jobs WHERE [queue] = ? AND id = ?"
-FIRST_READY: Final = (
+# A job with its idempotency key and when it was put (``Queue.job``).
+JOB_INFO: Final = (
+    f"SELECT {JOB_COLUMNS}, key, created_at FROM reactor_jobs WHERE [queue] = ? AND id = ?"
+)
+# Groups at their limit of taken jobs (the ``?``s: queue, now, group_concurrency): a
+# take passes over their jobs.
+_NOT_FULL: Final = (
+    " AND (grp IS NULL OR grp NOT IN (SELECT grp FROM reactor_jobs WHERE [queue] = ? "
+    "AND state = 'taken' AND ready_at > ? AND grp IS NOT NULL GROUP BY grp "
+    "HAVING COUNT(*) >= ?))"
+)
+# The ready job to take first among those of priority 0, and among the others: the first
+# of priority above 0 goes before the first of priority 0, which goes before one below.
+_READY_ZERO: Final = (
     f"SELECT {JOB_COLUMNS} FROM reactor_jobs WHERE [queue] = ? AND state = 'ready' "
-    "AND ready_at <= ? ORDER BY ready_at, id LIMIT 1"
+    "AND ready_at <= ? AND priority = 0"
+)
+# +ready_at: not a range of reactor_jobs_ready, which SQLite would otherwise seek and sort.
+_READY_OTHER: Final = (
+    f"SELECT {JOB_COLUMNS} FROM reactor_jobs WHERE [queue] = ? AND state = 'ready' "
+    "AND priority <> 0 AND +ready_at <= ?"
+)
+FIRST_READY: Final = f"{_READY_ZERO} ORDER BY ready_at, id LIMIT 1"
+FIRST_PRIORITY: Final = f"{_READY_OTHER} ORDER BY priority DESC, ready_at, id LIMIT 1"
+FIRST_READY_NOT_FULL: Final = f"{_READY_ZERO}{_NOT_FULL} ORDER BY ready_at, id LIMIT 1"
+FIRST_PRIORITY_NOT_FULL: Final = (
+    f"{_READY_OTHER}{_NOT_FULL} ORDER BY priority DESC, ready_at, id LIMIT 1"
 )
 DUE_JOBS: Final = (
     f"SELECT {JOB_COLUMNS} FROM reactor_jobs WHERE [queue] = ? AND state = ? "
     "AND ready_at <= ? ORDER BY ready_at, id LIMIT ?"
+)
+LATER_JOBS: Final = (
+    f"SELECT {JOB_COLUMNS} FROM reactor_jobs WHERE [queue] = ? AND state = ? "
+    "AND ready_at > ? ORDER BY ready_at, id LIMIT ?"
 )
 JOBS_IN_STATE: Final = (
     f"SELECT {JOB_COLUMNS} FROM reactor_jobs WHERE [queue] = ? AND state = ? "
@@ -179,29 +218,57 @@ NEXT_TIMES: Final = (
     f"SELECT {_FIRST_AT}'ready' ORDER BY ready_at LIMIT 1), "
     f"{_FIRST_AT}'taken' ORDER BY ready_at LIMIT 1)"
 )
+# The first delayed job, and the first lease to run out, after ``?`` (a take held back
+# by flow control: when it may look again); the taken jobs, and those of each group.
+NEXT_TIMES_AFTER: Final = (
+    f"SELECT {_FIRST_AT}'ready' AND ready_at > ? ORDER BY ready_at LIMIT 1), "
+    f"{_FIRST_AT}'taken' AND ready_at > ? ORDER BY ready_at LIMIT 1)"
+)
+TAKEN_COUNT: Final = (
+    "SELECT COUNT(*) FROM reactor_jobs WHERE [queue] = ? AND state = 'taken' AND ready_at > ?"
+)
+TAKEN_BY_GROUP: Final = (
+    "SELECT grp, COUNT(*) FROM reactor_jobs WHERE [queue] = ? AND state = 'taken' "
+    "AND ready_at > ? AND grp IS NOT NULL GROUP BY grp"
+)
+# A rate window: the takes in it, the take that fills it, a take, and the pruning.
+TAKES_SINCE: Final = "SELECT COUNT(*) FROM reactor_takes WHERE [queue] = ? AND at > ?"
+NTH_LAST_TAKE: Final = (
+    "SELECT at FROM reactor_takes WHERE [queue] = ? ORDER BY at DESC LIMIT 1 OFFSET ?"
+)
+ADD_TAKE: Final = "INSERT INTO reactor_takes (queue, at, job) VALUES (?, ?, ?)"
+PRUNE_TAKES: Final = "DELETE FROM reactor_takes WHERE [queue] = ? AND at <= ?"
+DROP_TAKES: Final = "DELETE FROM reactor_takes WHERE [queue] = ?"
+CLAMP_TAKES: Final = "UPDATE reactor_takes SET at = ? WHERE [queue] = ? AND at > ?"
 # Every job of a queue with its idempotency key, in the order of ready_at (an export's).
 QUEUE_JOBS: Final = (
     f"SELECT {JOB_COLUMNS}, key FROM reactor_jobs WHERE [queue] = ? ORDER BY ready_at, id"
 )
-JOBS_BY_KEY: Final = "SELECT key, id FROM reactor_jobs WHERE [queue] = ? AND [key] IN ({})"
+JOBS_BY_KEY: Final = "SELECT key, id, state FROM reactor_jobs WHERE [queue] = ? AND [key] IN ({})"
 ADD_JOBS: Final = (
     "INSERT INTO reactor_jobs (queue, id, item, state, ready_at, attempts, owner, key, "
-    "created_at) VALUES {}"
+    "created_at, priority, grp, errors) VALUES {}"
 )
-JOB_PLACES: Final = "(?, ?, ?, ?, ?, ?, ?, ?, ?)"
-JOBS_PER_INSERT: Final = 100  # 900 parameters: under SQLite's oldest limit (999)
+JOB_PLACES: Final = "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+JOBS_PER_INSERT: Final = 80  # 960 parameters: under SQLite's oldest limit (999)
 SET_JOB: Final = (
-    "UPDATE reactor_jobs SET state = ?, ready_at = ?, attempts = ?, owner = ? "
+    "UPDATE reactor_jobs SET state = ?, ready_at = ?, attempts = ?, owner = ?, worker = ?, "
+    "errors = ? WHERE [queue] = ? AND id = ?"
+)
+# A debounced put: the waiting job of its key takes its item, time, priority and group.
+REPLACE_JOB: Final = (
+    "UPDATE reactor_jobs SET item = ?, ready_at = ?, priority = ?, grp = ? "
     "WHERE [queue] = ? AND id = ?"
 )
 SET_JOB_STATES: Final = (
     "UPDATE reactor_jobs SET state = ?, owner = NULL WHERE [queue] = ? AND id IN ({})"
 )
 REVIVE_JOBS: Final = (
-    "UPDATE reactor_jobs SET state = 'ready', ready_at = ?, attempts = 0, owner = NULL "
-    "WHERE [queue] = ? AND id IN ({})"
+    "UPDATE reactor_jobs SET state = 'ready', ready_at = ?, attempts = 0, owner = NULL, "
+    "worker = NULL WHERE [queue] = ? AND id IN ({})"
 )
 DELETE_JOB: Final = "DELETE FROM reactor_jobs WHERE [queue] = ? AND id = ?"
+DELETE_JOBS: Final = "DELETE FROM reactor_jobs WHERE [queue] = ? AND id IN ({})"
 # How many jobs of a queue: ready now, ready later, taken, taken with the lease run out
 # (with attempts left, and without), dead. Each a range of the index: no sort, no
 # grouping, and the table itself read only for the leases that ran out.
@@ -247,5 +314,30 @@ def ranged(
 
 
 def job_row(row: Any) -> JobRow:
-    job_id, item, state, ready_at, attempts, owner = row
-    return JobRow(int(job_id), item, state, float(ready_at), int(attempts), owner)
+    job_id, item, state, ready_at, attempts, owner, priority, group, errors, worker = row[:10]
+    return JobRow(
+        int(job_id),
+        item,
+        state,
+        float(ready_at),
+        int(attempts),
+        owner,
+        int(priority),
+        group,
+        errors,
+        worker,
+    )
+
+
+def queue_row(row: Any) -> QueueRow:
+    max_attempts, next_id, concurrency, group_concurrency, limit, seconds, base, most = row
+    return QueueRow(
+        int(max_attempts),
+        int(next_id),
+        None if concurrency is None else int(concurrency),
+        None if group_concurrency is None else int(group_concurrency),
+        None if limit is None else int(limit),
+        None if seconds is None else float(seconds),
+        None if base is None else float(base),
+        None if most is None else float(most),
+    )

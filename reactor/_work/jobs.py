@@ -21,7 +21,10 @@ job that became ready from the text's first bytes).
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any, Final
+from dataclasses import replace
+from typing import TYPE_CHECKING, Final, NamedTuple, TypedDict
+
+import orjson
 
 from reactor._base.keys import QUEUE_PREFIX, check_key
 from reactor._base.values import encode
@@ -29,52 +32,68 @@ from reactor._storage.records import JobRow
 from reactor._storage.txn import WriteTxn
 from reactor.errors import InvalidArgumentError, InvalidKeyError, LockNotOwnedError
 
+from . import queue_settings as _settings
+from .attempts import add_error, last_error
+
 if TYPE_CHECKING:
     from reactor._engine.options import Options
-    from reactor._engine.port import EnginePort
-    from reactor._storage.statements import JobWrites
 
 __all__ = [
     "DEFAULT_LEASE",
-    "DEFAULT_MAX_ATTEMPTS",
     "READY",
-    "Entry",
+    "TAKEN",
     "Outbox",
+    "Put",
+    "PutOptions",
     "Restored",
     "ack",
+    "check_delay",
     "check_lease",
-    "check_max_attempts",
     "check_put",
     "check_queue",
     "document",
     "enqueue",
-    "expire",
-    "expire_leases",
     "extend",
     "lock_name",
     "nack",
+    "owned",
     "restore",
-    "retry_dead",
-    "take",
-    "turn_back_leases",
+    "save_settings",
     "untake",
 ]
 
-DEFAULT_MAX_ATTEMPTS: Final = 5
 DEFAULT_LEASE: Final = 30.0
 PREFIX: Final = QUEUE_PREFIX  # a queue's lock, and the scope of its change events
 # A queue name leaves room for the prefix in a scope name (1,024 characters at most).
 MAX_NAME: Final = 1024 - len(PREFIX)
 READY: Final = '{"state":"ready"'  # how the document of a ready job begins
-EXPIRE_BATCH: Final = 1000  # leases turned back per transaction
-# Queues whose leases one transaction turns back (each a lock to take on PostgreSQL).
-LEASE_QUEUES: Final = 100
-RETRY_BATCH: Final = 1000  # dead jobs revived per transaction
+TAKEN: Final = '{"state":"taken"'  # and of a taken one
+_PRIORITY: Final = 2**31  # priorities are 32-bit integers
 
-# What a put or an enqueue stores: the item's JSON text, its delay, its idempotency key.
-Entry = tuple[str, float | None, str | None]
-# What an import restores: an entry, then the job's takes so far and its state.
-Restored = tuple[str, float | None, str | None, int, str]
+
+class Put(NamedTuple):
+    """What a put or an enqueue stores: the item's JSON text, its delay, idempotency
+    key, priority, group, and debounce (seconds; None: not debounced)."""
+
+    item: str
+    delay: float | None = None
+    key: str | None = None
+    priority: int = 0
+    group: str | None = None
+    debounce: float | None = None
+
+
+class PutOptions(TypedDict, total=False):
+    """A put's flow control (``Queue.put``'s keywords, ``tx.enqueue``'s too)."""
+
+    priority: int
+    group: str | None
+    debounce: float | None
+
+
+# What an import restores: a put, then the job's takes so far, its state ("ready" or
+# "dead") and the errors of its attempts (JSON text; None: none).
+Restored = tuple[Put, int, str, str | None]
 
 
 def lock_name(queue: str) -> str:
@@ -82,15 +101,22 @@ def lock_name(queue: str) -> str:
     return PREFIX + queue
 
 
-def document(state: str, attempts: int, ready_at: float, item: str) -> str:
-    """The JSON text a change of a job records (``item`` is JSON text already)."""
-    return (
-        f'{{"state":"{state}","attempts":{attempts},"ready_at":{float(ready_at)!r},"item":{item}}}'
+def document(row: JobRow) -> str:
+    """The JSON text a change of job ``row`` records (its item is JSON text already):
+    state first (a waiter tells a job that became ready from its first bytes), then
+    attempts, ``ready_at`` and item; its priority and group when it has them, and the
+    text of its last failed attempt's error (``error``) when it has one."""
+    text = (
+        f'{{"state":"{row.state}","attempts":{row.attempts},'
+        f'"ready_at":{float(row.ready_at)!r},"item":{row.item}'
     )
-
-
-def _document(row: JobRow) -> str:
-    return document(row.state, row.attempts, row.ready_at, row.item)
+    if row.priority:
+        text += f',"priority":{row.priority}'
+    if row.group is not None:
+        text += ',"group":' + orjson.dumps(row.group).decode()
+    if row.errors is not None:
+        text += ',"error":' + orjson.dumps(last_error(row.errors)).decode()
+    return text + "}"
 
 
 # -- checks, in the caller's thread ---------------------------------------------------
@@ -120,13 +146,16 @@ def _seconds(value: object, name: str, *, zero: bool) -> float:
     return seconds
 
 
-def check_delay(delay: object) -> float | None:
-    """``delay`` in seconds (None: none).
+def check_delay(delay: object, *, zero: bool = False) -> float | None:
+    """``delay`` in seconds (None: none; 0 too unless ``zero``).
 
     Raises:
         InvalidArgumentError: not None nor a finite number >= 0.
     """
-    return None if delay is None else _seconds(delay, "delay", zero=True) or None
+    if delay is None:
+        return None
+    seconds = _seconds(delay, "delay", zero=True)
+    return seconds if zero else seconds or None
 
 
 def check_lease(lease: object, name: str = "lease") -> float:
@@ -138,169 +167,171 @@ def check_lease(lease: object, name: str = "lease") -> float:
     return _seconds(lease, name, zero=False)
 
 
-def check_max_attempts(max_attempts: object) -> int | None:
-    """Raises:
-    InvalidArgumentError: not None nor an int >= 1."""
-    if max_attempts is None:
-        return None
-    if type(max_attempts) is not int or not 1 <= max_attempts < 2**31:
-        raise InvalidArgumentError(f"max_attempts must be an int >= 1, not {max_attempts!r}")
-    return max_attempts
+def _check_priority(priority: object) -> int:
+    if type(priority) is not int or not -_PRIORITY <= priority < _PRIORITY:
+        raise InvalidArgumentError(f"priority must be a 32-bit int, not {priority!r}")
+    return priority
 
 
 def check_put(
-    options: Options, queue: object, item: object, delay: object, key: object
-) -> tuple[str, Entry]:
+    options: Options,
+    queue: object,
+    item: object,
+    delay: object = None,
+    key: object = None,
+    priority: object = 0,
+    group: object = None,
+    debounce: object = None,
+) -> tuple[str, Put]:
     """The queue name and what to store, of a put or an enqueue.
 
     Raises:
-        InvalidKeyError: a bad queue name or key.
+        InvalidKeyError: a bad queue name, key or group.
         InvalidValueError: ``item`` is not storable JSON.
-        InvalidArgumentError: a bad delay.
+        InvalidArgumentError: a bad delay, priority or debounce (or one without a key,
+            or with a delay).
     """
     name = check_queue(queue)
     text = encode(item, max_depth=options.max_depth, max_bytes=options.max_value_bytes)
     checked = None if key is None else check_key(key, "idempotency key")
-    return name, (text, check_delay(delay), checked)
+    seconds = None
+    if debounce is not None:
+        seconds = _seconds(debounce, "debounce", zero=True)
+        if checked is None:
+            raise InvalidArgumentError("debounce needs a key: the job it replaces holds it")
+        if delay is not None:
+            raise InvalidArgumentError("give debounce or delay, not both: debounce is a delay")
+    return name, Put(
+        text,
+        check_delay(delay),
+        checked,
+        _check_priority(priority),
+        None if group is None else check_key(group, "group"),
+        seconds,
+    )
 
 
 # -- transitions, in a write transaction holding the queue's lock ---------------------
-def _settle(found: tuple[int, int] | None, max_attempts: int | None) -> tuple[int, int, int | None]:
-    """Of a queue whose row is ``found`` (``JobReads.queue``; None: no queue yet): its
-    ``max_attempts`` (``max_attempts`` if given, which is to be saved), the id of its
-    next job, and the ``max_attempts`` stored (None: no queue yet)."""
-    if found is None:
-        return max_attempts or DEFAULT_MAX_ATTEMPTS, 1, None
-    stored, next_id = found
-    return max_attempts or stored, next_id, stored
-
-
-def _save(
-    jobs: JobWrites, queue: str, max_attempts: int, next_id: int, stored: int | None, used: bool
-) -> None:
-    """Write the queue's row, if new or changed (``used``: ids were taken)."""
-    if stored is None:
-        jobs.add_queue(queue, max_attempts, next_id)
-    elif used or max_attempts != stored:
-        jobs.set_queue(queue, max_attempts, next_id)
-
-
-def save_settings(txn: WriteTxn, queue: str, max_attempts: int | None) -> int:
-    """Create the queue if it does not exist, saving ``max_attempts`` (the default if
-    None, on creation only); its ``max_attempts`` now."""
+def save_settings(txn: WriteTxn, queue: str, settings: _settings.Settings | None) -> int:
+    """Create the queue if it does not exist, and store ``settings`` (None: the
+    defaults, on creation only); its ``max_attempts`` now."""
     jobs = txn.writes.jobs()
-    attempts, next_id, stored = _settle(jobs.queue(queue), max_attempts)
-    _save(jobs, queue, attempts, next_id, stored, used=False)
-    return attempts
+    found = jobs.queue(queue)
+    row = _settings.settled(found, settings)
+    _settings.save(jobs, queue, row, found)
+    return row.max_attempts
 
 
 def enqueue(
-    txn: WriteTxn, queue: str, entries: list[Entry], max_attempts: int | None = None
+    txn: WriteTxn, queue: str, entries: list[Put], settings: _settings.Settings | None = None
 ) -> list[int]:
-    """Add a job for each entry, in order (creating the queue if need be); their ids.
-    An entry whose idempotency key a job of the queue holds (in any state, dead too:
-    a job holds its key until it is acknowledged) adds nothing and gets that job's id."""
-    return _add(txn, queue, [(*entry, 0, "ready") for entry in entries], max_attempts)[0]
+    """Add a job for each entry, in order (creating the queue if need be, storing
+    ``settings``); their ids.
+
+    An entry with an idempotency key that a job of the queue holds (in any state, dead
+    too: a job holds its key until it is acknowledged) adds nothing and gets that job's
+    id (the newest's, if several hold it). A debounced entry replaces the item, time,
+    priority and group of the waiting job that holds its key (ready or delayed), which
+    keeps its id; if none waits, it adds a job."""
+    return _add(txn, queue, [(entry, 0, "ready", None) for entry in entries], settings)[0]
 
 
 def restore(txn: WriteTxn, queue: str, entries: list[Restored]) -> int:
-    """Add the jobs of an import, in order, each with its takes so far and its state
-    (``"ready"`` or ``"dead"``; ready or dead ``delay`` seconds from now), as new jobs
-    of the queue (creating it if need be); how many were added. An entry whose
+    """Add the jobs of an import, in order, each with its takes so far, its state
+    (``"ready"`` or ``"dead"``; ready or dead ``delay`` seconds from now) and errors, as
+    new jobs of the queue (creating it if need be); how many were added. An entry whose
     idempotency key a job of the queue holds adds nothing, as in ``enqueue``."""
     return _add(txn, queue, entries, None)[1]
 
 
+class _Batch:
+    """The jobs one ``enqueue`` adds, and the key holders it sees: those stored, and
+    the jobs it adds."""
+
+    def __init__(self, txn: WriteTxn, queue: str, entries: list[Restored], next_id: int) -> None:
+        self.txn = txn
+        self.queue = queue
+        self.next_id = next_id
+        self.rows: dict[int, tuple[JobRow, str | None]] = {}  # new jobs: row and key
+        keys = [entry[0].key for entry in entries if entry[0].key is not None]
+        self.holders = txn.writes.jobs().holders(queue, keys) if keys else {}
+
+    def add(self, put: Put, attempts: int, state: str, errors: str | None) -> int:
+        """The id of the job ``put`` adds, or of the one it leaves or replaces."""
+        held = self.holders.get(put.key, []) if put.key is not None else []
+        if put.debounce is not None:
+            waiting = [job_id for job_id, held_state in held if held_state == "ready"]
+            if waiting:
+                return self._replace(waiting[-1], put)
+        elif held:
+            return held[-1][0]
+        job_id, self.next_id = self.next_id, self.next_id + 1
+        ready_at = self.txn.now + (put.delay or put.debounce or 0.0)
+        row = JobRow(job_id, put.item, state, ready_at, attempts, None, put.priority, put.group)
+        row.errors = errors
+        self.rows[job_id] = (row, put.key)
+        if put.key is not None:
+            self.holders.setdefault(put.key, []).append((job_id, state))
+        return job_id
+
+    def _replace(self, job_id: int, put: Put) -> int:
+        """A debounced put on the waiting job ``job_id``: new item, time, priority, group."""
+        ready_at = self.txn.now + (put.debounce or 0.0)
+        if job_id in self.rows:  # added by this batch: not written yet
+            row, key = self.rows[job_id]
+            new = replace(
+                row, item=put.item, ready_at=ready_at, priority=put.priority, group=put.group
+            )
+            self.rows[job_id] = (new, key)
+            return job_id
+        jobs = self.txn.writes.jobs()
+        old = jobs.job(self.queue, job_id)
+        assert old is not None, "a job the batch read is gone under the queue's lock"
+        new = replace(old, item=put.item, ready_at=ready_at, priority=put.priority, group=put.group)
+        jobs.replace_job(self.queue, new)
+        self.txn.log(lock_name(self.queue), str(job_id), "updated", document(old), document(new))
+        return job_id
+
+
 def _add(
-    txn: WriteTxn, queue: str, entries: list[Restored], max_attempts: int | None
+    txn: WriteTxn, queue: str, entries: list[Restored], settings: _settings.Settings | None
 ) -> tuple[list[int], int]:
-    """``enqueue`` of entries that carry their takes and state: the ids, and how many
-    jobs were added."""
+    """``enqueue`` of entries that carry their takes, state and errors: the ids, and
+    how many jobs were added."""
     jobs = txn.writes.jobs()
-    attempts, next_id, stored = _settle(jobs.queue(queue), max_attempts)
-    keys = [entry[2] for entry in entries if entry[2] is not None]
-    holding = jobs.ids_by_key(queue, keys) if keys else {}
-    ids: list[int] = []
-    rows: list[tuple[Any, ...]] = []
-    now = txn.now
-    for text, delay, key, taken, state in entries:
-        if key is not None and key in holding:
-            ids.append(holding[key])
-            continue
-        job_id, next_id = next_id, next_id + 1
-        if key is not None:
-            holding[key] = job_id
-        rows.append((queue, job_id, text, state, now + (delay or 0.0), taken, None, key, now))
-        ids.append(job_id)
-    # Reads first, then the writes: nothing here can fail half-way but the database.
-    _save(jobs, queue, attempts, next_id, stored, used=bool(rows))
-    if rows:
-        jobs.add_jobs(rows)
+    found = jobs.queue(queue)
+    row = _settings.settled(found, settings)
+    batch = _Batch(txn, queue, entries, row.next_id)
+    ids = [batch.add(*entry) for entry in entries]
+    _settings.save(jobs, queue, _settings.replace_next_id(row, batch.next_id), found)
+    if batch.rows:
+        now = txn.now
+        jobs.add_jobs(
+            [
+                (
+                    queue,
+                    new.id,
+                    new.item,
+                    new.state,
+                    new.ready_at,
+                    new.attempts,
+                    None,
+                    key,
+                    now,
+                    new.priority,
+                    new.group,
+                    new.errors,
+                )
+                for new, key in batch.rows.values()
+            ]
+        )
         scope = lock_name(queue)
-        for _, job_id, text, state, ready_at, count, *_ in rows:
-            txn.log(scope, str(job_id), "created", None, document(state, count, ready_at, text))
-    return ids, len(rows)
+        for new, _ in batch.rows.values():
+            txn.log(scope, str(new.id), "created", None, document(new))
+    return ids, len(batch.rows)
 
 
-def expire(txn: WriteTxn, queues: list[str], limit: int = EXPIRE_BATCH) -> tuple[int, bool]:
-    """Turn back jobs of ``queues`` whose lease ran out, up to ``limit`` in all (shared
-    out between the queues, at least one each): ready again (``ready_at`` stays the end
-    of the lease: in line from when it became ready), or dead once they have been taken
-    ``max_attempts`` times. How many, and whether a queue may have more."""
-    each = max(1, limit // max(1, len(queues)))
-    found = txn.statements.jobs().leases_run_out(queues, txn.now, each)
-    turned, more = 0, False
-    for queue in queues:
-        max_attempts, due = found[queue]
-        if due:
-            _turn_back(txn, queue, due, max_attempts or DEFAULT_MAX_ATTEMPTS)
-            turned += len(due)
-            more = more or len(due) == each
-    return turned, more
-
-
-def _turn_back(txn: WriteTxn, queue: str, due: list[JobRow], max_attempts: int) -> list[JobRow]:
-    """Turn back the taken jobs ``due`` (their leases ran out, earliest first): ready
-    again, or dead once taken ``max_attempts`` times. Those ready again, as they are now."""
-    jobs = txn.writes.jobs()
-    ready = [row for row in due if row.attempts < max_attempts]
-    dead = [row for row in due if row.attempts >= max_attempts]
-    jobs.set_states(queue, [row.id for row in ready], "ready")
-    jobs.set_states(queue, [row.id for row in dead], "dead")
-    scope = lock_name(queue)
-    for row in due:  # in the order they ran out
-        old = _document(row)
-        row.state = "ready" if row.attempts < max_attempts else "dead"
-        txn.log(scope, str(row.id), "updated", old, _document(row))
-    return ready
-
-
-def take(
-    txn: WriteTxn, queue: str, token: str, lease: float, max_attempts: int | None
-) -> tuple[JobRow | None, JobRow | None, float | None]:
-    """Take the first job ready now (leases run out turned back first), for ``token``
-    until ``lease`` seconds from now: the job as it was before and as it is now (None,
-    None: none is ready), and when one may be next (None: a job was taken, or no job
-    waits)."""
-    jobs = txn.writes.jobs()
-    found, due, first = jobs.take_view(queue, txn.now, EXPIRE_BATCH)  # one read
-    attempts, next_id, stored = _settle(found, max_attempts)
-    if max_attempts is not None:
-        _save(jobs, queue, attempts, next_id, stored, used=False)
-    candidates = [first] if first is not None else []
-    if due:  # a job whose lease ran out is in line from then: it may come first
-        candidates += _turn_back(txn, queue, due, attempts)
-    row = min(candidates, key=lambda job: (job.ready_at, job.id), default=None)
-    if row is None:
-        ready, taken = jobs.next_times(queue)
-        return None, None, min((t for t in (ready, taken) if t is not None), default=None)
-    new = JobRow(row.id, row.item, "taken", txn.now + lease, row.attempts + 1, token)
-    jobs.set_job(queue, new)
-    txn.log(lock_name(queue), str(row.id), "updated", _document(row), _document(new))
-    return row, new, None
-
-
-def _owned(txn: WriteTxn, queue: str, job_id: int, token: str) -> JobRow:
+def owned(txn: WriteTxn, queue: str, job_id: int, token: str) -> JobRow:
     """The job, if ``token`` holds its lease now.
 
     Raises:
@@ -318,33 +349,45 @@ def _owned(txn: WriteTxn, queue: str, job_id: int, token: str) -> JobRow:
 
 def ack(txn: WriteTxn, queue: str, job_id: int, token: str) -> None:
     """The job is done: remove it (its idempotency key is free again)."""
-    row = _owned(txn, queue, job_id, token)
+    row = owned(txn, queue, job_id, token)
     txn.writes.jobs().delete_job(queue, job_id)
-    txn.log(lock_name(queue), str(job_id), "deleted", _document(row), None)
+    txn.log(lock_name(queue), str(job_id), "deleted", document(row), None)
 
 
-def nack(txn: WriteTxn, queue: str, job_id: int, token: str, delay: float | None) -> str:
-    """The job failed: ready again after ``delay`` (or dead, once taken
-    ``max_attempts`` times); its new state."""
-    row = _owned(txn, queue, job_id, token)
+def nack(
+    txn: WriteTxn,
+    queue: str,
+    job_id: int,
+    token: str,
+    delay: float | None,
+    error: str | None,
+    taker: str,
+) -> str:
+    """The job failed (``error``: why, None: not said; ``taker``: who, ``worker()``'s
+    text): its attempt's error is recorded, and it is ready again after ``delay`` (None:
+    the queue's backoff, or at once), or dead once taken ``max_attempts`` times; its new
+    state."""
+    row = owned(txn, queue, job_id, token)
     jobs = txn.writes.jobs()
-    found = jobs.queue(queue)
-    max_attempts = DEFAULT_MAX_ATTEMPTS if found is None else found[0]
-    if row.attempts >= max_attempts:
-        new = JobRow(row.id, row.item, "dead", txn.now, row.attempts, None)
+    settings = _settings.settled(jobs.queue(queue), None)
+    errors = add_error(row.errors, row.attempts, txn.now, error, taker)
+    if row.attempts >= settings.max_attempts:
+        state, ready_at = "dead", txn.now
     else:
-        new = JobRow(row.id, row.item, "ready", txn.now + (delay or 0.0), row.attempts, None)
+        wait = delay if delay is not None else _settings.backoff_delay(settings, row.attempts)
+        state, ready_at = "ready", txn.now + (wait or 0.0)
+    new = replace(row, state=state, ready_at=ready_at, owner=None, errors=errors, worker=None)
     jobs.set_job(queue, new)
-    txn.log(lock_name(queue), str(job_id), "updated", _document(row), _document(new))
+    txn.log(lock_name(queue), str(job_id), "updated", document(row), document(new))
     return new.state
 
 
 def extend(txn: WriteTxn, queue: str, job_id: int, token: str, seconds: float) -> float:
     """Renew the lease to ``seconds`` from now; its new end."""
-    row = _owned(txn, queue, job_id, token)
-    new = JobRow(row.id, row.item, "taken", txn.now + seconds, row.attempts, token)
+    row = owned(txn, queue, job_id, token)
+    new = replace(row, ready_at=txn.now + seconds)
     txn.writes.jobs().set_job(queue, new)
-    txn.log(lock_name(queue), str(job_id), "updated", _document(row), _document(new))
+    txn.log(lock_name(queue), str(job_id), "updated", document(row), document(new))
     return new.ready_at
 
 
@@ -356,23 +399,8 @@ def untake(txn: WriteTxn, queue: str, taken: JobRow, token: str) -> bool:
     if row is None or row.state != "taken" or row.owner != token:
         return False
     jobs.set_job(queue, taken)
-    txn.log(lock_name(queue), str(taken.id), "updated", _document(row), _document(taken))
+    txn.log(lock_name(queue), str(taken.id), "updated", document(row), document(taken))
     return True
-
-
-def retry_dead(txn: WriteTxn, queue: str, limit: int = RETRY_BATCH) -> int:
-    """Make up to ``limit`` dead jobs ready now, with no attempt used, oldest death
-    first; how many."""
-    jobs = txn.writes.jobs()
-    dead = jobs.in_state(queue, "dead", limit)
-    if not dead:
-        return 0
-    jobs.revive(queue, [row.id for row in dead], txn.now)
-    scope = lock_name(queue)
-    for row in dead:
-        new = JobRow(row.id, row.item, "ready", txn.now, 0, None)
-        txn.log(scope, str(row.id), "updated", _document(row), _document(new))
-    return len(dead)
 
 
 class Outbox:
@@ -382,13 +410,13 @@ class Outbox:
     __slots__ = ("_entries",)
 
     def __init__(self) -> None:
-        self._entries: list[tuple[str, Entry]] = []
+        self._entries: list[tuple[str, Put]] = []
 
-    def add(self, queue: str, entry: Entry) -> None:
+    def add(self, queue: str, entry: Put) -> None:
         self._entries.append((queue, entry))
 
     def __call__(self, txn: WriteTxn) -> None:
-        run: list[Entry] = []
+        run: list[Put] = []
         current: str | None = None
         for queue, entry in self._entries:  # each run of one queue at once, in order
             if queue != current and run:
@@ -400,40 +428,3 @@ class Outbox:
         if run:
             assert current is not None
             enqueue(txn, current, run)
-
-
-def expire_leases(engine: EnginePort) -> int:
-    """Turn back the jobs whose lease ran out, in every queue, a transaction of many
-    queues at a time (``turn_back_leases``) until none is left. How many.
-
-    Raises:
-        ClosedError: the engine closed.
-        StorageError: a write failed.
-    """
-    turned = 0
-    while True:
-        count, more = turn_back_leases(engine)
-        turned += count
-        if not more:
-            return turned
-
-
-def turn_back_leases(engine: EnginePort) -> tuple[int, bool]:
-    """Turn back jobs whose lease ran out, in one transaction: of up to
-    ``LEASE_QUEUES`` queues, up to ``EXPIRE_BATCH`` jobs in all. How many, and whether
-    more may be left: the sweeper does one such transaction per round, between its
-    other chores, so that a worker that died holding jobs of thousands of queues keeps
-    no timer or expiry waiting.
-
-    Raises:
-        ClosedError: the engine closed.
-        StorageError: the write failed (the sweeper tries again later).
-    """
-    queues = engine.store.reader().jobs().queues_due(engine.now(), LEASE_QUEUES + 1)
-    if not queues:
-        return 0, False
-    some = queues[:LEASE_QUEUES]
-    count, more = engine.commit(
-        lambda txn: expire(txn, some), scopes=[lock_name(queue) for queue in some]
-    )
-    return count, more or len(queues) > LEASE_QUEUES

@@ -24,7 +24,7 @@ from reactor._storage.records import RefusedError
 from reactor._storage.txn import WriteTxn
 from reactor.errors import ClosedError, OperationTimeout, ReentrancyError
 
-from .jobs import expire_leases, turn_back_leases
+from .leases import expire_leases, turn_back_leases
 from .timers import Fired, drop_failed, fire
 from .writes import expire_keys
 

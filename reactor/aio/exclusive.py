@@ -22,7 +22,7 @@ import functools
 import logging
 from collections.abc import Callable, Iterable
 from time import perf_counter
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, Unpack
 
 from reactor._handles import lock_lines
 from reactor._handles.binding import binding_of, engine_of
@@ -44,6 +44,7 @@ if TYPE_CHECKING:
     from reactor._engine.port import EnginePort
     from reactor._engine.reply import ThreadReply
     from reactor._handles.state import State
+    from reactor._work.jobs import PutOptions
     from reactor._work.writes import Work
 
     from .link import Link
@@ -240,11 +241,16 @@ class AsyncTransaction(AsyncVerbs):
         return await self._call(lambda tx: tx.cancel_timer(timer_id))
 
     async def enqueue(
-        self, queue: str, item: Any, delay: float | None = None, key: str | None = None
+        self,
+        queue: str,
+        item: Any,
+        delay: float | None = None,
+        key: str | None = None,
+        **options: Unpack[PutOptions],
     ) -> None:
         """Add a job to ``queue`` if, and when, the transaction commits (see
         ``Transaction.enqueue``)."""
-        await self._call(lambda tx: tx.enqueue(queue, item, delay, key))
+        await self._call(lambda tx: tx.enqueue(queue, item, delay, key, **options))
 
 
 class AsyncMultiTransaction:
@@ -285,14 +291,19 @@ class AsyncMultiTransaction:
         return self._parts[part_of(self.names, name)]
 
     async def enqueue(
-        self, queue: str, item: Any, delay: float | None = None, key: str | None = None
+        self,
+        queue: str,
+        item: Any,
+        delay: float | None = None,
+        key: str | None = None,
+        **options: Unpack[PutOptions],
     ) -> None:
         """Add a job to ``queue`` if, and when, the transaction commits, with the body's
         writes to every scope (see ``Transaction.enqueue``)."""
         hold = self._hold
         if hold is None:
             raise ClosedError("this transaction has not begun: use async with")
-        await self._link.run(hold.enqueue, queue, item, delay, key)
+        await self._link.run(hold.enqueue, queue, item, delay, key, options)
 
     async def __aenter__(self) -> AsyncMultiTransaction:
         if self._hold is not None:

@@ -9,7 +9,7 @@ import asyncio
 import os
 import weakref
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, Unpack
 
 from reactor._base.clock import Clock
 from reactor._base.keys import check_key
@@ -19,6 +19,7 @@ from reactor._engine.options import Durability
 from reactor._handles.binding import engine_of
 from reactor._handles.state import Events, State, Where, cancelling
 from reactor._handles.subscriptions import DEFAULT_BUFFER, Subscription
+from reactor._work.queue_settings import QueueOptions
 from reactor.errors import ClosedError
 
 from .bridge import bridge
@@ -115,14 +116,17 @@ class AsyncState:
         """
         return AsyncLock(self._link, name, ttl, timeout)
 
-    def queue(self, name: str, max_attempts: int | None = None) -> AsyncQueue:
-        """A durable work queue (see ``State.queue``), its verbs as coroutines.
+    def queue(
+        self, name: str, max_attempts: int | None = None, **options: Unpack[QueueOptions]
+    ) -> AsyncQueue:
+        """A durable work queue (see ``State.queue``: ``concurrency``,
+        ``group_concurrency``, ``rate``, ``backoff``), its verbs as coroutines.
 
         Raises:
             InvalidKeyError: ``name`` is not a valid name (at most 1,018 characters).
-            InvalidArgumentError: ``max_attempts`` is not None or an int >= 1.
+            InvalidArgumentError: a setting of the wrong type or out of range.
         """
-        return AsyncQueue(self._link, name, max_attempts)
+        return AsyncQueue(self._link, name, max_attempts, options)
 
     async def queues(self) -> list[str]:
         """``State.queues``: the names of the queues in the database, sorted."""

@@ -34,9 +34,11 @@ __all__ = [
     "event_line",
     "items_view",
     "job_id_view",
+    "job_info_view",
     "job_view",
     "jobs_view",
     "keys_view",
+    "queue_settings_view",
     "queue_stats_view",
     "scopes_view",
     "stats_view",
@@ -328,16 +330,69 @@ def job_view(job: Mapping[str, Any]) -> RenderableType:
 
 
 def jobs_view(jobs: list[Mapping[str, Any]]) -> RenderableType:
-    """Jobs (dead ones), one per row."""
+    """Jobs (dead ones), one per row, with the first line of their last error."""
     from rich.table import Table
+    from rich.text import Text
 
     if not jobs:
         return _empty("no jobs")
-    table = Table("id", "attempts", "item")
+    table = Table("id", "attempts", "item", "last error")
     table.columns[0].justify = table.columns[1].justify = "right"
     for job in jobs:
-        table.add_row(str(job["id"]), str(job["attempts"]), compact(job["item"]))
+        error = job.get("error")
+        last = Text("") if error is None else Text(error.strip().splitlines()[-1], "red")
+        table.add_row(str(job["id"]), str(job["attempts"]), compact(job["item"]), last)
     return table
+
+
+def job_info_view(job: Mapping[str, Any]) -> RenderableType:
+    """A job looked up: its fields, then each failed attempt's error."""
+    from rich.console import Group
+    from rich.text import Text
+
+    rows: dict[str, RenderableType] = {
+        "id": str(job["id"]),
+        "state": job["state"],
+        "attempts": str(job["attempts"]),
+        "item": compact(job["item"]),
+    }
+    for field in ("priority", "group", "key"):
+        if job[field] not in (None, 0):
+            rows[field] = str(job[field])
+    rows["ready_at" if job["state"] != "taken" else "lease ends"] = _when(job["ready_at"])
+    rows["put"] = _when(job["created_at"])
+    if job["worker"] is not None:
+        worker = job["worker"]
+        rows["held by"] = f"{worker['host']} pid {worker['pid']} thread {worker['thread']}"
+    parts: list[RenderableType] = [_grid(rows)]
+    for error in job["errors"]:
+        where = error.get("worker")
+        by = "" if where is None else f" on {where['host']} pid {where['pid']}"
+        parts.append(Text(f"attempt {error['attempt']} at {_when(error['at'])}{by}:", "bold"))
+        parts.append(Text(error["error"] or "(no reason given)", "red"))
+    return Group(*parts)
+
+
+def _when(epoch: float) -> str:
+    import datetime as dt
+
+    return dt.datetime.fromtimestamp(epoch).astimezone().isoformat(timespec="seconds")
+
+
+def queue_settings_view(name: str, settings: Mapping[str, Any]) -> RenderableType:
+    """A queue's settings (None: no limit)."""
+    rows: dict[str, RenderableType] = {"queue": name}
+    for field, value in settings.items():
+        if isinstance(value, tuple | list):
+            shown = (
+                "/".join(f"{part:g}" for part in value)
+                if field == "rate"
+                else ":".join(f"{part:g}" for part in value)
+            )
+        else:
+            shown = "off" if value is None else str(value)
+        rows[field] = shown
+    return _grid(rows)
 
 
 def queue_stats_view(counts: Mapping[str, Mapping[str, int]]) -> RenderableType:
@@ -347,13 +402,12 @@ def queue_stats_view(counts: Mapping[str, Mapping[str, int]]) -> RenderableType:
 
     if not counts:
         return _empty("no queues")
-    table = Table("queue", "ready", "delayed", "taken", "dead")
+    table = Table("queue", "ready", "delayed", "taken", "dead", "rate window")
     for column in table.columns[1:]:
         column.justify = "right"
     for name, found in counts.items():
-        table.add_row(
-            Text(name), *(f"{found[state]:,}" for state in ("ready", "delayed", "taken", "dead"))
-        )
+        states = ("ready", "delayed", "taken", "dead", "rate_window")
+        table.add_row(Text(name), *(f"{found[state]:,}" for state in states))
     return table
 
 

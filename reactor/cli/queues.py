@@ -1,14 +1,22 @@
-"""``reactor queue``: put jobs, take and acknowledge them, see and retry dead ones."""
+"""``reactor queue``: put jobs, take and acknowledge them, look one up, cancel or purge
+them, see and retry dead ones, and set a queue's flow control."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 import click
 
 from .group import Group
 from .options import F, command_output, command_state, data_options, limit_option, parse_json
-from .output import job_id_view, job_view, jobs_view, queue_stats_view
+from .output import (
+    job_id_view,
+    job_info_view,
+    job_view,
+    jobs_view,
+    queue_settings_view,
+    queue_stats_view,
+)
 
 if TYPE_CHECKING:
     from reactor import Job
@@ -19,7 +27,8 @@ __all__ = ["COMMANDS"]
 @click.group(cls=Group)
 @data_options()
 def queue() -> None:
-    """Work queues: put jobs, take and acknowledge them, see and retry dead ones.
+    """Work queues: put jobs, take and acknowledge them, look one up, cancel or purge
+    them, see and retry dead ones, and set a queue's flow control ('config').
 
     A job taken here is yours for its lease: finish it with 'reactor queue ack NAME ID
     TOKEN' (or nack) before the lease runs out, or it is ready again. 'take --ack'
@@ -41,15 +50,35 @@ def queue() -> None:
     metavar="KEY",
     help="An idempotency key: while a job of the queue holds it, a put with it adds nothing.",
 )
+@click.option("--priority", type=int, default=0, help="Higher is taken first [default: 0].")
+@click.option(
+    "--group", metavar="GROUP", help="Its group: group_concurrency bounds a group's taken jobs."
+)
+@click.option(
+    "--debounce",
+    type=click.FloatRange(min=0),
+    metavar="SECONDS",
+    help="With --key: replace the waiting job of that key, ready SECONDS from now.",
+)
 @data_options()
-def queue_put(name: str, item: str, delay: float | None, key: str | None) -> None:
+def queue_put(
+    name: str,
+    item: str,
+    delay: float | None,
+    key: str | None,
+    priority: int,
+    group: str | None,
+    debounce: float | None,
+) -> None:
     """Add a job to queue NAME; print its id.
 
     JSON is the job's item (- reads it from stdin): quote strings, '"text"'. With
     --key, a job the queue holds already under that key keeps it: its id is printed.
+    With --key and --debounce, a waiting job of that key is replaced (same id).
     """
     data = parse_json(item, "the item", value=True)
-    job_id = command_state(create=True).queue(name).put(data, delay=delay, key=key)
+    queue = command_state(create=True).queue(name)
+    job_id = queue.put(data, delay, key, priority=priority, group=group, debounce=debounce)
     command_output().show({"id": job_id}, job_id_view)
 
 
@@ -126,17 +155,18 @@ def queue_ack(name: str, job_id: int, token: str) -> None:
     "--delay",
     type=click.FloatRange(min=0),
     metavar="SECONDS",
-    help="Ready again only this many seconds from now.",
+    help="Ready again only this many seconds from now [default: the queue's backoff].",
 )
+@click.option("--error", metavar="TEXT", help="Why the attempt failed: kept with the job.")
 @data_options()
-def queue_nack(name: str, job_id: int, token: str, delay: float | None) -> None:
-    """Give job ID of queue NAME back: ready again (after --delay), or dead after its
-    last attempt.
+def queue_nack(name: str, job_id: int, token: str, delay: float | None, error: str | None) -> None:
+    """Give job ID of queue NAME back: ready again (after --delay, or the queue's
+    backoff), or dead after its last attempt; --error says why.
 
     TOKEN is what 'reactor queue take' printed. Exit status 1 if that take's lease ran
     out: nothing changes then.
     """
-    _taken(name, job_id, token).nack(delay)
+    _taken(name, job_id, token).nack(delay, error)
     command_output().show(
         {"id": job_id, "nacked": True}, lambda data: _said(f"job {data['id']} given back")
     )
@@ -165,7 +195,15 @@ def queue_stats(name: str | None) -> None:
 def queue_dead(name: str, limit: int | None) -> None:
     """List the dead jobs of queue NAME, in the order they died."""
     found = command_state().queue(name).dead(limit)
-    data = [{"id": job.id, "item": job.item, "attempts": job.attempts} for job in found]
+    data = [
+        {
+            "id": job.id,
+            "item": job.item,
+            "attempts": job.attempts,
+            "error": job.errors[-1]["error"] if job.errors else None,
+        }
+        for job in found
+    ]
     command_output().show(data, jobs_view)
 
 
@@ -179,6 +217,123 @@ def queue_retry(name: str) -> None:
     command_output().show(
         {"retried": count}, lambda data: _said(f"{data['retried']:,} jobs retried")
     )
+
+
+@queue.command("job")
+@click.argument("name")
+@click.argument("job_id", metavar="ID", type=click.IntRange(min=1))
+@data_options()
+def queue_job(name: str, job_id: int) -> None:
+    """Show job ID of queue NAME: its state, item, attempts, the errors of its failed
+    attempts and who holds it. Exit status 1 if the queue holds no such job."""
+    info = command_state().queue(name).job(job_id)
+    if info is None:
+        raise click.ClickException(f"queue {name!r} holds no job {job_id}")
+    data = {field: getattr(info, field) for field in info.__dataclass_fields__}
+    command_output().show(data, job_info_view)
+
+
+@queue.command("cancel")
+@click.argument("name")
+@click.argument("job_id", metavar="ID", type=click.IntRange(min=1))
+@data_options()
+def queue_cancel(name: str, job_id: int) -> None:
+    """Remove job ID of queue NAME, whatever its state (a worker holding it gets an
+    error from its ack). Exit status 1 if the queue holds no such job."""
+    if not command_state(create=True).queue(name).cancel(job_id):
+        raise click.ClickException(f"queue {name!r} holds no job {job_id}")
+    command_output().show(
+        {"id": job_id, "cancelled": True}, lambda data: _said(f"job {data['id']} cancelled")
+    )
+
+
+@queue.command("purge")
+@click.argument("name")
+@click.option(
+    "--state",
+    "states",
+    multiple=True,
+    type=click.Choice(["ready", "delayed", "taken", "dead"]),
+    help="Remove the jobs in this state (repeat for more).",
+)
+@click.option("--all", "everything", is_flag=True, help="Remove every job of the queue.")
+@data_options()
+def queue_purge(name: str, states: tuple[str, ...], everything: bool) -> None:
+    """Remove the jobs of queue NAME in the states given (--state), or all (--all);
+    print how many."""
+    if not states and not everything:
+        raise click.UsageError("say which jobs: --state STATE (repeatable), or --all")
+    if states and everything:
+        raise click.UsageError("give --state or --all, not both")
+    count = command_state(create=True).queue(name).purge(None if everything else list(states))
+    command_output().show({"purged": count}, lambda data: _said(f"{data['purged']:,} jobs purged"))
+
+
+def _limit(value: str, what: str) -> int | Literal[False]:
+    """An int >= 1, or 'off' (False: lifted)."""
+    if value == "off":
+        return False
+    try:
+        return int(value)
+    except ValueError:
+        raise click.BadParameter(f"{value!r} is not an int or 'off'", param_hint=what) from None
+
+
+def _pair(value: str, what: str, sep: str) -> tuple[float, float] | Literal[False]:
+    """'A{sep}B' as two numbers, or 'off' (False: lifted)."""
+    if value == "off":
+        return False
+    first, found, second = value.partition(sep)
+    try:
+        if found:
+            return float(first), float(second)
+    except ValueError:
+        pass
+    shape = f"N{sep}SECONDS" if sep == "/" else f"BASE{sep}MAX"
+    raise click.BadParameter(f"{value!r} is not {shape} or 'off'", param_hint=what)
+
+
+@queue.command("config")
+@click.argument("name")
+@click.option("--max-attempts", type=click.IntRange(min=1), help="Takes before a job is dead.")
+@click.option("--concurrency", metavar="N|off", help="The most jobs taken at once.")
+@click.option(
+    "--group-concurrency", metavar="N|off", help="The most jobs of one group taken at once."
+)
+@click.option("--rate", metavar="N/SECONDS|off", help="The most takes in any window of SECONDS.")
+@click.option(
+    "--backoff", metavar="BASE:MAX|off", help="The pause before a nacked job's next attempt."
+)
+@data_options()
+def queue_config(
+    name: str,
+    max_attempts: int | None,
+    concurrency: str | None,
+    group_concurrency: str | None,
+    rate: str | None,
+    backoff: str | None,
+) -> None:
+    """Show the settings of queue NAME, after saving those given ('off' lifts a limit).
+
+    They are the queue's for every process: workers' takes obey them at once.
+    """
+    options: dict[str, Any] = {}
+    if concurrency is not None:
+        options["concurrency"] = _limit(concurrency, "--concurrency")
+    if group_concurrency is not None:
+        options["group_concurrency"] = _limit(group_concurrency, "--group-concurrency")
+    if rate is not None:
+        pair = _pair(rate, "--rate", "/")
+        options["rate"] = pair if pair is False else (round(pair[0]), pair[1])
+        if pair is not False and pair[0] != round(pair[0]):
+            raise click.BadParameter(
+                f"{rate!r}: the number of takes is an int", param_hint="--rate"
+            )
+    if backoff is not None:
+        options["backoff"] = _pair(backoff, "--backoff", ":")
+    given = max_attempts is not None or bool(options)
+    queue = command_state(create=given).queue(name, max_attempts, **options)
+    command_output().show(queue.settings(), lambda data: queue_settings_view(name, data))
 
 
 def _said(text: str) -> Any:
