@@ -642,13 +642,13 @@ def test_the_command_line_manages_jobs_and_flow_control(db_path: Any, tmp_path: 
     assert ok("put", "api", '"high"', "--priority", "5", "--group", "g") == {"id": 2}
     assert ok("put", "api", '"d1"', "--key", "k", "--debounce", "60") == {"id": 3}
     assert ok("put", "api", '"d2"', "--key", "k", "--debounce", "60") == {"id": 3}
-    settings = ok("config", "api", "--concurrency", "1", "--rate", "100/60", "--backoff", "1:30")
+    settings = ok("config", "api", "--concurrency", "1", "--rate", "100/60", "--backoff", "60:300")
     assert settings == {
         "max_attempts": 5,
         "concurrency": 1,
         "group_concurrency": None,
         "rate": [100, 60.0],
-        "backoff": [1.0, 30.0],
+        "backoff": [60.0, 300.0],
     }
     assert ok("config", "api", "--rate", "off")["rate"] is None
     assert ok("config", "api")["concurrency"] == 1  # shows, saves nothing
