@@ -773,7 +773,7 @@ def test_the_queues_with_their_counts(client: Client, db_path: Any) -> None:
         assert (listed["count"], listed["dead"]) == (2, 0)
         first = listed["queues"][0]
         fields = "name max_attempts ready delayed taken dead taken_by_group rate_window"
-        fields += " oldest_ready_age"
+        fields += " oldest_ready_age concurrency group_concurrency rate backoff"
         assert list(first) == fields.split()
         assert 0 <= first["oldest_ready_age"] < 60
 
@@ -846,6 +846,7 @@ def test_the_dead_letters_of_a_queue(client: Client, db_path: Any) -> None:
         dead = answer.json()
         assert (dead["queue"], dead["dead"]) == ("flaky", 3)
         assert [(job["id"], job["attempts"]) for job in dead["jobs"]] == [(1, 1), (2, 1), (3, 1)]
+        assert [job["error"] for job in dead["jobs"]] == [None, None, None]  # none given
         # The item as stored JSON text (1.0 stays 1.0), a long one cut short with "…".
         assert dead["jobs"][0]["item"] == '{"n":1.0}'
         long = dead["jobs"][1]["item"]

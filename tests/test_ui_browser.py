@@ -464,7 +464,7 @@ bounced.nack()  # attempt 1 of 2: ready again, behind the third
 emails.take(timeout=5).ack()
 again = emails.take(timeout=5)
 assert (again.item, again.attempts) == ({"to": "bob@example"}, 2)
-again.nack()  # attempt 2 of 2: dead
+again.nack(error="Traceback (most recent call last):\nSMTPRecipientsRefused: bob@example")
 emails.put({"to": "eve@example.com"})
 assert emails.take(timeout=5, lease=600).item == {"to": "eve@example.com"}
 """
@@ -514,19 +514,20 @@ def test_the_page_shows_the_queues_their_dead_letters_and_retries_them(
         write_elsewhere(
             db_path,
             """
-            emails = state.queue("emails", max_attempts=2)
+            emails = state.queue("emails", max_attempts=2, concurrency=5)
             for to in ("ada@example.com", "bob@example", "cy@example.com"):
                 emails.put({"to": to})
             emails.put({"to": "later@example.com"}, delay=600)
             """,
         )
         row = wait_for(lambda: _queue_row(browser, "emails"), timeout=WAIT)
-        assert row.startswith("emails 3 1 0 0 2 "), row
+        assert row.startswith("emails 3 1 0 0 2 ≤5 taken "), row
         assert row.endswith(" s"), row
         _until(browser, "stats", lambda text: "queues 1 dead letters 0" in _figures(text))
         # Worked by another: the counts change, a dead letter appears.
         write_elsewhere(db_path, WORKER)
-        wait_for(lambda: _queue_row(browser, "emails") == "emails 0 1 1 1 2 —", timeout=WAIT)
+        done = "emails 0 1 1 1 2 ≤5 taken —"
+        wait_for(lambda: _queue_row(browser, "emails") == done, timeout=WAIT)
         _until(browser, "stats", lambda text: "queues 1 dead letters 1" in _figures(text))
         _until(browser, "queues-figures", "1 queue · 1 dead letter")
         assert not _visible(browser, "dead-letters")
@@ -534,6 +535,10 @@ def test_the_page_shows_the_queues_their_dead_letters_and_retries_them(
         dead = _until(browser, "dead", "bob@example")
         died = _figures(dead.splitlines()[-1])
         assert died.startswith('2 {"to":"bob@example"} 2 ' + time.strftime("%Y-%m-%d")), died
+        # Why it died: the last line of its last error (all of it in the title).
+        assert died.endswith("SMTPRecipientsRefused: bob@example"), died
+        title = _attribute(browser, '#dead tr[data-id="2"] td:nth-child(5)', "title")
+        assert title.startswith("Traceback"), title
         assert _attribute(browser, '#dead tr[data-id="2"] td:nth-child(2)', "title") == (
             '{"to":"bob@example"}'
         )

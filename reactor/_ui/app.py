@@ -58,7 +58,9 @@ from reactor._storage.records import ChangeRecord, JobRow, TimerRow
 from reactor._storage.statements import JobReads
 from reactor._storage.store import StoreReads
 from reactor._version import __version__
+from reactor._work.attempts import last_error
 from reactor._work.jobs import check_queue
+from reactor._work.queue_settings import settled
 from reactor.aio import AsyncState
 from reactor.aio import open as open_async
 from reactor.aio.state import link_of
@@ -374,7 +376,17 @@ def _queue_view(jobs: JobReads, name: str, now: float) -> dict[str, Any]:
     max_attempts, counts = _queues.counts(jobs, name, now)
     first, _ = jobs.next_times(name)  # the earliest ready_at of the ready jobs
     waited = None if first is None or first > now else round(now - first, 3)
-    return {"name": name, "max_attempts": max_attempts, **counts, "oldest_ready_age": waited}
+    row = settled(jobs.queue(name), None)
+    return {
+        "name": name,
+        "max_attempts": max_attempts,
+        **counts,
+        "oldest_ready_age": waited,
+        "concurrency": row.concurrency,
+        "group_concurrency": row.group_concurrency,
+        "rate": None if row.rate_limit is None else [row.rate_limit, row.rate_seconds],
+        "backoff": None if row.backoff_base is None else [row.backoff_base, row.backoff_max],
+    }
 
 
 async def _dead(request: Request) -> Response:
@@ -404,6 +416,8 @@ async def _dead(request: Request) -> Response:
                     "item": _shortened(row.item, JOB_TEXT_MAX),  # JSON text, as stored
                     "attempts": row.attempts,
                     "died": row.ready_at,  # epoch seconds
+                    # Why: the last failed attempt's error (None: none given).
+                    "error": _shortened(last_error(row.errors), JOB_TEXT_MAX),
                 }
                 for row in rows
             ],

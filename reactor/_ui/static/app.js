@@ -464,6 +464,7 @@ async function loadQueues() {
       cell(String(queue.taken)),
       cell(String(queue.dead)),
       cell(String(queue.max_attempts)),
+      cell(limitsText(queue)),
       age,
     );
     if (queue.dead > 0) row.cells[4].className = "bad";
@@ -503,6 +504,17 @@ async function loadQueues() {
   showQueueTotals();
   showQueueAges();
   if (view.queue !== null) loadDead();
+}
+
+// A queue's flow control and backoff, short: "≤10 taken · ≤1 a group · 100 in 60 s ·
+// backoff 1–300 s"; "—" without any.
+function limitsText(queue) {
+  const parts = [];
+  if (queue.concurrency !== null) parts.push("≤" + queue.concurrency + " taken");
+  if (queue.group_concurrency !== null) parts.push("≤" + queue.group_concurrency + " a group");
+  if (queue.rate !== null) parts.push(queue.rate[0] + " in " + queue.rate[1] + " s");
+  if (queue.backoff !== null) parts.push("backoff " + queue.backoff[0] + "–" + queue.backoff[1] + " s");
+  return parts.length === 0 ? "—" : parts.join(" · ");
 }
 
 // How long each queue's first job in line has been ready, counting up.
@@ -558,8 +570,13 @@ async function loadDead() {
         cell(clip(job.item, 100)),
         cell(String(job.attempts)),
         cell(formatTime(job.died * 1000)),
+        cell(job.error === null ? "—" : clip(lastLine(job.error), 100)),
       );
       row.cells[1].title = job.item; // all of it (up to 2,000 characters)
+      if (job.error !== null) {
+        row.cells[4].title = job.error; // a traceback, all of it (up to 2,000 characters)
+        row.cells[4].className = "bad";
+      }
       return row;
     }),
   );
@@ -571,6 +588,12 @@ async function loadDead() {
   } else {
     $("dead-note").textContent = "";
   }
+}
+
+// The last non-empty line of an error: a traceback's says what was raised.
+function lastLine(text) {
+  const lines = text.split("\n").filter((line) => line.trim() !== "");
+  return lines.length === 0 ? text : lines[lines.length - 1];
 }
 
 // Retry asks first: the queue named now is the one whose dead letters are retried.
