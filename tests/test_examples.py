@@ -45,6 +45,16 @@ EXPECTED: dict[str, list[str]] = {
         "last deployed: v1.3.2",
         "dead letters: [('v1.4.0', 3)]",
     ],
+    "webhook_sender": [
+        "first taken: {'event': 'refund', 'urgent': True}",  # priority 10
+        "profile calls: [{'event': 'profile.changed', 'version': 4}]",  # 5 puts debounced
+        "delivered: 14",
+        "dead letters: 6, of ['acme']",
+        "attempts of the first: [1, 2, 3]",
+        "why: ConnectionError: HTTP 503 from https://acme.example/hook",
+        "per customer: at most 1 at once (limit 1)",
+        "takes of 32 (limit 20)",
+    ],
     "global_counter": ["8 threads x 250: done = 2000", "+ 2 processes x 250: done = 2500"],
     "nightly_report": [
         "scheduled '30 6 * * MON-FRI' in Europe/Paris: first at Fri 2026-03-27 06:30 +0100",
