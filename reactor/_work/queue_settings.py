@@ -161,7 +161,18 @@ def settled(found: QueueRow | None, settings: Settings | None) -> QueueRow:
 
 def replace_next_id(row: QueueRow, next_id: int) -> QueueRow:
     """``row`` with the id its next job takes moved on to ``next_id``."""
-    return row if row.next_id == next_id else replace(row, next_id=next_id)
+    if row.next_id == next_id:
+        return row
+    return QueueRow(  # not dataclasses.replace: a put's path counts its calls
+        row.max_attempts,
+        next_id,
+        row.concurrency,
+        row.group_concurrency,
+        row.rate_limit,
+        row.rate_seconds,
+        row.backoff_base,
+        row.backoff_max,
+    )
 
 
 def save(jobs: JobWrites, queue: str, row: QueueRow, found: QueueRow | None) -> None:

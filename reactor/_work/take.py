@@ -21,7 +21,6 @@ until an event wakes it (a job made ready, or a taken one acked, nacked or dead)
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import TYPE_CHECKING, Final
 
 from reactor._storage.records import JobRow, QueueRow
@@ -117,13 +116,17 @@ def _take(
         else:
             times = jobs.next_times(queue)
         return None, None, min((t for t in times if t is not None), default=None)
-    new = replace(
-        job,
-        state="taken",
-        ready_at=now + lease,
-        attempts=job.attempts + 1,
-        owner=token,
-        worker=taker,
+    new = JobRow(  # not dataclasses.replace: a take's path counts its calls
+        job.id,
+        job.item,
+        "taken",
+        now + lease,
+        job.attempts + 1,
+        token,
+        job.priority,
+        job.group,
+        job.errors,
+        taker,
     )
     jobs.set_job(queue, new)
     if row.rate_limit is not None and row.rate_seconds is not None:
