@@ -677,3 +677,32 @@ def test_the_command_line_manages_jobs_and_flow_control(db_path: Any, tmp_path: 
     assert "concurrency" in refused.stderr
     table = run_reactor("queue", "dead", "api", "--db", str(db_path), "--table", cwd=tmp_path)
     assert table.returncode == 0, table.stderr
+
+
+def test_an_export_carries_settings_priorities_groups_and_errors(
+    open_state: Any, db_path: Any, fresh_db: Any, tmp_path: Any
+) -> None:
+    from tests.conftest import run_reactor
+
+    state = open_state()
+    q = state.queue("api", max_attempts=4, concurrency=2, group_concurrency=1, rate=(5, 2.0))
+    q.put("plain")
+    q.put("urgent", priority=7, group="c-1")
+    _take(q).nack(error="boom")  # the urgent one: its error goes along
+    state.close()
+    out = tmp_path / "backup.jsonl"
+    done = run_reactor("export", str(out), "--db", str(db_path), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    done = run_reactor("import", str(out), "--db", str(fresh_db), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    restored = open_state(fresh_db).queue("api")
+    assert restored.settings() == {
+        "max_attempts": 4,
+        "concurrency": 2,
+        "group_concurrency": 1,
+        "rate": (5, 2.0),
+        "backoff": None,
+    }
+    first = _take(restored)
+    assert (first.item, first.priority, first.group) == ("urgent", 7, "c-1")
+    assert [error["error"] for error in first.errors] == ["boom"]

@@ -200,14 +200,16 @@ def _queue(data: dict[str, Any]) -> QueueEntry:
     name = _jobs.check_queue(data["queue"])
     if data.keys() == {"queue"}:
         return QueueEntry(name, None)
+    # A setting absent or null in the line is lifted (the export writes those it has).
+    limits = [data.get(name) for name in ("concurrency", "group_concurrency", "rate", "backoff")]
     settings = check_settings(
-        data.get("max_attempts"),
-        data.get("concurrency") or False,
-        data.get("group_concurrency") or False,
-        data.get("rate") or False,
-        data.get("backoff") or False,
+        data.get("max_attempts"), *[False if value is None else value for value in limits]
     )
     return QueueEntry(name, settings)
+
+
+def _error_text(error: object) -> bool:
+    return error is None or isinstance(error, str)
 
 
 def _job(data: dict[str, Any]) -> JobEntry:
@@ -227,7 +229,12 @@ def _job(data: dict[str, Any]) -> JobEntry:
     priority, group = data.get("priority", 0), data.get("group")
     name, _ = _jobs.check_put(_DEFAULTS, data["queue"], item, ready_in, key, priority, group)
     errors = data.get("errors")
-    if errors is not None and not isinstance(errors, list):
-        raise _BadLine(f"'errors' must be a list, not {errors!r}")
+    if errors is not None and not (
+        isinstance(errors, list)
+        and all(isinstance(entry, dict) and _error_text(entry.get("error")) for entry in errors)
+    ):
+        raise _BadLine(
+            f"'errors' must be a list of objects with an 'error' (text or null), not {errors!r}"
+        )
     text = None if not errors else orjson.dumps(errors).decode()
     return JobEntry(name, item, attempts, state, ready_in, key, priority, group, text)
