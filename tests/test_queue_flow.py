@@ -10,6 +10,7 @@ the campaigns across processes are in ``test_campaign_queue_flow.py``.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import os
 import socket
@@ -609,6 +610,8 @@ def test_the_async_queue_has_the_same_flow_control(db_path: Any) -> None:
             assert await q.cancel(first) is True
             assert (await q.stats())["delayed"] == 0
             assert await q.purge() == 1
+            timer = await q.put_every("tick", key="tick", every=60)
+            assert timer.scope == "queue:q"
 
     asyncio.run(main())
 
@@ -689,6 +692,7 @@ def test_an_export_carries_settings_priorities_groups_and_errors(
     q.put("plain")
     q.put("urgent", priority=7, group="c-1")
     _take(q).nack(error="boom")  # the urgent one: its error goes along
+    schedule = q.put_every({"sync": True}, key="sync", every=600)  # a periodic put too
     state.close()
     out = tmp_path / "backup.jsonl"
     done = run_reactor("export", str(out), "--db", str(db_path), cwd=tmp_path)
@@ -703,6 +707,105 @@ def test_an_export_carries_settings_priorities_groups_and_errors(
         "rate": (5, 2.0),
         "backoff": None,
     }
+    (timer,) = open_state(fresh_db).timers(scope="*")
+    assert (timer.id, timer.scope, timer.key, timer.every) == (
+        schedule.id,
+        "queue:api",
+        "sync",
+        600.0,
+    )
     first = _take(restored)
     assert (first.item, first.priority, first.group) == ("urgent", 7, "c-1")
     assert [error["error"] for error in first.errors] == ["boom"]
+
+
+# -- periodic jobs (put_every) -----------------------------------------------------------
+def test_put_every_puts_one_job_per_period_and_once_after_missed_ones(
+    state: reactor.State, clock: ManualClock
+) -> None:
+    q = state.queue("reports")
+    timer = q.put_every({"kind": "hourly"}, key="hourly", every=3600)
+    assert (timer.scope, timer.key, timer.every) == ("queue:reports", "hourly", 3600.0)
+    assert state.timers(scope="*") == [timer]
+    clock.advance(3599)
+    run_upkeep(state)
+    assert q.stats()["ready"] == 0
+    clock.advance(1)
+    assert run_upkeep(state).timers_fired == 1
+    job = _take(q)
+    assert job.item == {"kind": "hourly"}
+    job.ack()
+    (created,) = [e for e in state.changes(scope="queue:reports") if e.type == "created"]
+    assert created.timer == timer.id  # the job's event carries its timer's id
+    clock.advance(5 * 3600 + 10)  # five periods missed: one job, then the period again
+    assert run_upkeep(state).timers_fired == 1
+    assert q.stats()["ready"] == 1
+    (next_due,) = [t.due for t in state.timers(scope="*")]
+    assert next_due == timer.due + 6 * 3600
+
+
+def test_put_every_declared_again_keeps_its_schedule(
+    state: reactor.State, clock: ManualClock, open_state: Any
+) -> None:
+    q = state.queue("reports")
+    first = q.put_every("tick", key="tick", every=60)
+    clock.advance(30)
+    again = open_state(clock=clock).queue("reports").put_every("tick", key="tick", every=60)
+    assert again == first  # every process declares it at start-up: still due at +60
+    changed = q.put_every("tock", key="tick", every=120)
+    assert changed.id == first.id
+    assert changed.due == clock.time() + 120  # replaced: from now
+    other = q.put_every("tick", key="other", every=60)
+    assert other.id != first.id
+    assert len(state.timers(scope="*")) == 2
+    assert state.cancel_timer(first.id)
+    clock.advance(600)
+    run_upkeep(state)
+    assert [_take(q).item for _ in range(q.stats()["ready"])] == ["tick"]
+
+
+def test_put_every_on_cron_times(state: reactor.State, clock: ManualClock) -> None:
+    clock.set(1_767_225_600.0)  # 2026-01-01 00:00 UTC, a Thursday
+    q = state.queue("reports")
+    timer = q.put_every("daily", key="daily", cron="30 6 * * *", tz="Europe/Paris")
+    assert timer.due == 1_767_225_600.0 + 5.5 * 3600  # 06:30 in Paris is 05:30 UTC
+    clock.set(timer.due)
+    run_upkeep(state)
+    assert _take(q).item == "daily"
+
+
+@pytest.mark.parametrize(
+    ("options", "error"),
+    [
+        ({"key": "k"}, InvalidArgumentError),
+        ({"key": "k", "every": 60, "cron": "* * * * *"}, InvalidArgumentError),
+        ({"key": "k", "every": 0}, InvalidArgumentError),
+        ({"key": "k", "cron": "61 * * * *"}, InvalidArgumentError),
+        ({"key": "", "every": 60}, InvalidKeyError),
+    ],
+)
+def test_bad_schedules_are_typed_errors(
+    state: reactor.State, options: dict[str, Any], error: type[Exception]
+) -> None:
+    with pytest.raises(error):
+        state.queue("reports").put_every("x", **options)
+    assert state.timers(scope="*") == []
+
+
+def test_a_periodic_put_fires_once_across_engines(open_state: Any, db_path: Any) -> None:
+    # Three engines on one file, each with its sweeper racing: one job per firing.
+    states = [open_state(sweep_interval=0.05) for _ in range(3)]
+    for state in states:
+        state.queue("beats").put_every("beat", key="beat", every=0.2)
+    time.sleep(1.5)
+    timer = states[0].timers(scope="*")[0]
+    for state in states:
+        state.close()
+    with reactor.open(db_path) as state:
+        created = [e for e in state.changes(scope="queue:beats") if e.type == "created"]
+        # About seven periods went by (1.5 s of 0.2 s): one job each, never two.
+        assert 4 <= len(created) <= 8, len(created)
+        assert all(e.timer == timer.id for e in created)
+        times = [e.timestamp.timestamp() for e in created]
+        gaps = [later - earlier for earlier, later in itertools.pairwise(times)]
+        assert min(gaps) > 0.15, gaps  # a period apart: no firing twice

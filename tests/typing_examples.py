@@ -206,6 +206,9 @@ def queues(state: reactor.State) -> None:
     if info is not None:
         assert_type(info.state, str)
         assert_type(info.errors, list[dict[str, Any]])
+    assert_type(api.put_every({"sync": 1}, key="sync", every=60), reactor.Timer)
+    assert_type(api.put_every(1, key="daily", cron="0 9 * * *", tz="Europe/Paris"), reactor.Timer)
+    api.put_every(1, every=60)  # type: ignore[call-arg]
     assert_type(api.cancel(1), bool)
     assert_type(api.purge("dead"), int)
     assert_type(api.purge(["ready", "delayed"]), int)

@@ -11,7 +11,7 @@ from typing import Any, Final, NamedTuple
 
 import orjson
 
-from reactor._base.keys import check_key, check_writable
+from reactor._base.keys import QUEUE_PREFIX, check_key, check_writable
 from reactor._base.values import DEFAULT_MAX_DEPTH, DEFAULT_MAX_VALUE_BYTES, MISSING, encode
 from reactor._engine.options import Options
 from reactor._work import jobs as _jobs
@@ -182,7 +182,10 @@ def _timer(data: dict[str, Any]) -> TimerEntry:
     timer_id = _timers.check_timer_id(data["timer"])
     if not 0 < len(timer_id) <= MAX_TIMER_ID:
         raise _BadLine(f"a timer id has 1 to {MAX_TIMER_ID} characters, not {len(timer_id)}")
-    scope = check_writable(check_key(data["scope"], "scope name"))
+    scope = check_key(data["scope"], "scope name")
+    # A queue's timer is a periodic put (Queue.put_every): a value, the job's item.
+    if not (scope.startswith(QUEUE_PREFIX) and "value" in data and "ops" not in data):
+        check_writable(scope)
     due_in = finite(data["due_in"])
     if due_in is None:
         raise _BadLine(f"'due_in' must be a finite number of seconds, not {data['due_in']!r}")

@@ -36,12 +36,14 @@ from time import perf_counter
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from reactor._base.checks import check_timeout
+from reactor._base.results import Timer
 from reactor._storage.records import JobRow
 from reactor._storage.txn import WriteTxn
 from reactor._work import job_admin as _admin
 from reactor._work import jobs as _jobs
 from reactor._work import queue_settings as _settings
 from reactor._work.attempts import worker
+from reactor._work.periodic import put_every
 from reactor._work.take import take as _take
 from reactor.errors import (
     ClosedError,
@@ -158,6 +160,33 @@ class Queue:
         if settings is not None:
             self._settings = None
         return ids[0]
+
+    def put_every(
+        self,
+        item: Any,
+        *,
+        key: str,
+        every: float | None = None,
+        cron: str | None = None,
+        tz: str | None = None,
+    ) -> Timer:
+        """Put a job of ``item`` every ``every`` seconds, or at each time the cron
+        expression ``cron`` names in zone ``tz`` (UTC by default): a timer (scope
+        ``queue:NAME``, key ``key``) that enqueues, exactly once per due time, once after
+        missed periods; the ``Timer``. ``key`` names the schedule: declaring it again
+        (every process may, at start-up) with the same item and times leaves it as it
+        is; with others, replaces it. ``state.cancel_timer(timer.id)`` ends it.
+
+        Raises:
+            InvalidKeyError: a bad ``key``.
+            InvalidArgumentError: neither or both of ``every`` and ``cron``, or a bad one.
+            InvalidValueError: ``item`` is not storable JSON.
+            ReadOnlyError: the engine is read-only.
+        """
+        engine = writable_engine(self._binding)
+        work = put_every(engine.options, self.name, item, key, every, cron, tz)
+        timer: Timer = self._write("queue.put_every", work)
+        return timer
 
     def take(self, timeout: float | None = None, lease: float = _jobs.DEFAULT_LEASE) -> Job | None:
         """Take the next ready job, for ``lease`` seconds: the ``Job`` (ack it when

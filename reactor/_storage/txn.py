@@ -180,9 +180,9 @@ class WriteTxn:
     def log(self, scope: str, key: str, kind: str, old: str | None, new: str | None) -> None:
         """Record a change that no row of ``reactor_kv`` holds (a queue's job: the
         jobs table does), so that it has a revision and an event like any other."""
-        self._changes.append(
-            ChangeRecord(scope, key, kind, old, new, None, -self._count - 1, self.now)
-        )
+        record = ChangeRecord(scope, key, kind, old, new, None, -self._count - 1, self.now)
+        record.timer = self.timer  # a periodic put's job carries its timer's id
+        self._changes.append(record)
         self._count += 1
 
     def defer(self, work: Callable[[WriteTxn], None]) -> None:

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 import uuid6
 
-from reactor._base.keys import check_key
+from reactor._base.keys import QUEUE_PREFIX, check_key
 from reactor._base.results import Timer, UpdateResult
 from reactor._base.update_ops import op_style
 from reactor._base.values import MISSING, decode
@@ -36,6 +36,7 @@ from reactor._storage.records import TimerRow
 from reactor._storage.txn import Work, WriteTxn
 from reactor.errors import InvalidArgumentError, ReactorError, StorageError
 
+from . import jobs as _jobs
 from . import writes as _writes
 from .cron import check_cron, next_cron_time
 from .writes import check_ttl
@@ -86,6 +87,7 @@ def schedule(
     tz: object = None,
     timer_id: str | None = None,
     first_in: float | None = None,
+    keep_same: bool = False,
 ) -> Work[Timer]:
     """The work that schedules a write of ``value`` (or ``ops``) to ``key``: due
     ``after`` seconds from the write, or ``at`` an epoch time, or, with neither, one
@@ -93,6 +95,8 @@ def schedule(
     each time the expression names in zone ``tz`` (UTC if None), the first after the
     write. ``timer_id``: the timer's id (None: a new one). ``first_in``: when it is
     due first, in seconds from the write, whatever else says (``restore``).
+    ``keep_same``: a timer of that id that writes the same thing at the same times
+    stays as it is (due when it was); one that differs is replaced (``put_every``).
 
     Raises:
         InvalidArgumentError: not exactly one of value and ops, both after and at, or
@@ -125,10 +129,35 @@ def schedule(
             due = txn.now + (delay if delay is not None else period or 0.0)
         cron_text, zone = zoned or (None, None)
         row = TimerRow(timer_id, scope, key, due, period, value_text, ops_text, cron_text, zone)
-        txn.defer(AddTimer(row))
-        return timer_of(row)
+        return _add(txn, row, keep_same=keep_same)
 
     return Work(work)
+
+
+def _add(txn: WriteTxn, row: TimerRow, *, keep_same: bool) -> Timer:
+    """Add timer ``row`` with the commit; with ``keep_same``, a timer of its id that
+    writes the same at the same times stays instead (one that differs goes)."""
+    if keep_same:
+        found = pending_timer(txn, row.id)
+        if found is not None and _same(found, row):
+            return timer_of(found)
+        if found is not None:
+            txn.defer(DropTimer(row.id))
+    txn.defer(AddTimer(row))
+    return timer_of(row)
+
+
+def _same(found: TimerRow, row: TimerRow) -> bool:
+    """Whether two timers write the same thing at the same times (their due aside)."""
+    return (found.scope, found.key, found.every, found.value, found.ops, found.cron, found.tz) == (
+        row.scope,
+        row.key,
+        row.every,
+        row.value,
+        row.ops,
+        row.cron,
+        row.tz,
+    )
 
 
 def _writing(options: Options, value: Any, ops: object) -> tuple[str | None, str | None]:
@@ -387,6 +416,10 @@ def _apply(options: Options, txn: WriteTxn, row: TimerRow) -> str | None:
     mark = txn.savepoint()
     txn.timer = row.id
     try:
+        if row.scope.startswith(QUEUE_PREFIX):  # a periodic put (``Queue.put_every``)
+            assert row.value is not None
+            _jobs.enqueue(txn, row.scope[len(QUEUE_PREFIX) :], [_jobs.Put(row.value)])
+            return None
         if row.ops is None:
             assert row.value is not None
             write: Work[Any] = _writes.set_value(

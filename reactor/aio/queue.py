@@ -17,6 +17,7 @@ from reactor._work import jobs as _jobs
 from reactor._work import queue_settings as _settings
 
 if TYPE_CHECKING:
+    from reactor._base.results import Timer
     from reactor._handles.jobs import JobInfo
     from reactor._work.jobs import PutOptions
 
@@ -67,6 +68,21 @@ class AsyncQueue:
         queue holds adds nothing, and returns that job's id."""
         queue = await self._sync()
         return await self._link.run(lambda: queue.put(item, delay, key, **options))
+
+    async def put_every(
+        self,
+        item: Any,
+        *,
+        key: str,
+        every: float | None = None,
+        cron: str | None = None,
+        tz: str | None = None,
+    ) -> Timer:
+        """``Queue.put_every``: a timer that puts a job of ``item`` at each due time."""
+        queue = await self._sync()
+        return await self._link.run(
+            lambda: queue.put_every(item, key=key, every=every, cron=cron, tz=tz)
+        )
 
     async def take(
         self, timeout: float | None = None, lease: float = _jobs.DEFAULT_LEASE
