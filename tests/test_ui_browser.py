@@ -464,7 +464,7 @@ bounced.nack()  # attempt 1 of 2: ready again, behind the third
 emails.take(timeout=5).ack()
 again = emails.take(timeout=5)
 assert (again.item, again.attempts) == ({"to": "bob@example"}, 2)
-again.nack(error="Traceback (most recent call last):\nSMTPRecipientsRefused: bob@example")
+again.nack(error="Traceback (most recent call last):\\nSMTPRecipientsRefused: bob@example")
 emails.put({"to": "eve@example.com"})
 assert emails.take(timeout=5, lease=600).item == {"to": "eve@example.com"}
 """
