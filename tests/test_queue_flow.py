@@ -73,6 +73,7 @@ def test_a_lease_run_out_keeps_the_jobs_priority(state: reactor.State, clock: Ma
         first.ack()
 
 
+@pytest.mark.sqlite_only("checked before anything is written: the same on every backend")
 @pytest.mark.parametrize("priority", [1.5, "high", True, 2**31, None])
 def test_a_bad_priority_is_a_typed_error_and_puts_nothing(
     state: reactor.State, priority: Any
@@ -148,6 +149,7 @@ def test_concurrency_false_lifts_the_limit(state: reactor.State) -> None:
     assert _take(lifted).item == 2
 
 
+@pytest.mark.sqlite_only("checked before anything is written: the same on every backend")
 @pytest.mark.parametrize(
     ("setting", "value"),
     [
@@ -218,6 +220,7 @@ def test_a_take_held_back_by_its_group_wakes_when_the_group_frees(state: reactor
     assert got[0].item == "a2"
 
 
+@pytest.mark.sqlite_only("checked before anything is written: the same on every backend")
 @pytest.mark.parametrize("group", ["", 5, "x" * 1025])
 def test_a_bad_group_is_a_typed_error(state: reactor.State, group: Any) -> None:
     with pytest.raises(InvalidKeyError, match="group"):
@@ -370,6 +373,7 @@ def test_debounce_in_one_transaction_replaces_the_job_it_just_added(
     assert [e.type for e in state.changes(scope="queue:q")][:1] == ["created"]
 
 
+@pytest.mark.sqlite_only("checked before anything is written: the same on every backend")
 @pytest.mark.parametrize(
     ("options", "message"),
     [
@@ -774,6 +778,7 @@ def test_put_every_on_cron_times(state: reactor.State, clock: ManualClock) -> No
     assert _take(q).item == "daily"
 
 
+@pytest.mark.sqlite_only("checked before anything is written: the same on every backend")
 @pytest.mark.parametrize(
     ("options", "error"),
     [
