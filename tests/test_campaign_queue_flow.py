@@ -15,9 +15,6 @@ from __future__ import annotations
 import json
 import random
 import signal
-import subprocess
-import sys
-import textwrap
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -28,24 +25,10 @@ import pytest
 import reactor
 from tests.conftest import backend
 from tests.conftest import wait_for as eventually
+from tests.test_campaign_queues import _finish, _python
 
 LEASE = 2.0
 CONCURRENCY, GROUP_CONCURRENCY, RATE = 3, 1, (40, 1.0)
-
-
-def _python(code: str, *args: str) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-c", textwrap.dedent(code), *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-
-
-def _finish(process: subprocess.Popen[str], timeout: float = 120) -> str:
-    out, err = process.communicate(timeout=timeout)
-    assert process.returncode == 0, err
-    return out
 
 
 WORKER = f"""
