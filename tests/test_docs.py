@@ -25,7 +25,7 @@ The ``$ reactor ...`` commands of ```console blocks run too, in order, page by p
 a fresh database: each must succeed, or fail with the error the page shows after it
 (``Error: ...``). Their other output is not compared (timestamps, paths and values
 depend on what ran before). Commands that do not end by themselves (``watch`` without
-``--limit``, ``ui``) or take minutes (``bench``, ``demo``), and lines with pipes,
+``--limit``, ``ui``, ``serve``) or take minutes (``bench``, ``demo``), and lines with pipes,
 redirections or other programs, are skipped. ```sh blocks (installation, ``dev.py``,
 ``reactor bench``) are not run.
 """
@@ -69,7 +69,7 @@ _FENCE: Final = re.compile(r"^(?P<indent> *)(?P<fence>```+)(?P<lang>[\w-]*)")
 _NOT_RUN: Final = re.compile(r"^<!-- not run: (?P<reason>.+?) -->$")
 _RAISES: Final = re.compile(r"^#\s*(?P<error>[A-Z]\w*(?:Error|Timeout|Exception))\b")
 _MAIN: Final = re.compile(r'^if __name__ == "__main__":', re.MULTILINE)
-_ENDLESS: Final = frozenset({"ui", "bench", "demo"})  # and watch without --limit
+_ENDLESS: Final = frozenset({"ui", "serve", "bench", "demo"})  # and watch without --limit
 _SHELL: Final = frozenset("|&;<>()$`")  # shlex's punctuation: pipes, redirections
 
 

@@ -516,6 +516,7 @@ def _plans(config: pytest.Config, db: Any) -> list[str]:
         (_sql.LATER_JOBS, ("big", "ready", now, 1000)),
         (_sql.JOBS_IN_STATE, ("big", "dead", 1000)),
         (_sql.QUEUES_DUE, (now,)),
+        (_sql.FIRST_LEASE_END, ()),  # the health check's: one seek a queue
         (_sql.JOB, ("big", 5)),
         (_sql.JOB_INFO, ("big", 5)),
         (_sql.JOBS_BY_KEY.format("?"), ("big", "some key")),

@@ -35,6 +35,7 @@ from reactor._storage.schema import NAME_INDEXED
 from reactor._storage.sqlite import SQLiteStore
 from reactor._storage.txn import WriteTxn
 from reactor.errors import BusyError, StorageError, TypeMismatchError
+from reactor.testing import run_upkeep
 
 from .conftest import PostgresSchemas, backend, postgres_url, raw_query, wait_for
 
@@ -924,6 +925,9 @@ def test_every_statement_that_looks_up_a_name_can_seek_an_index(
         (_sql.DELETE_JOB, ("q", 1)),
         (_sql.JOB_COUNTS, ("q", now) * 3 + ("q", now, 5) * 2 + ("q",)),
         (_sql.QUEUES_DUE, (now,)),  # one seek of the jobs a queue
+        (_sql.FIRST_LEASE_END, ()),  # the same
+        (_sql.FIRST_EXPIRED, (now,)),
+        (_sql.FIRST_DUE_TIMER, (now,)),
         (_postgres.READ_AHEAD, (["k", long], "s")),
     ]
     upserts: list[tuple[str, tuple[Any, ...], str]] = [
@@ -1110,3 +1114,32 @@ def test_version_7_drops_the_logs_index_by_scope_and_keeps_the_history(tmp_path:
     assert ("reactor_changes_key",) in names
     version = "SELECT value FROM reactor_meta WHERE name = 'schema_version'"
     assert raw_query(path, version) == [(_schema.SCHEMA_VERSION,)]
+
+
+# -- the upkeep's lag (stats()["upkeep"], reactor serve's health) ----------------------
+def test_overdue_is_when_the_oldest_undone_chore_fell_due(
+    state: reactor.State, clock: Any, db_path: Any, request: pytest.FixtureRequest
+) -> None:
+    store = engine_of(state).store
+    start = clock.time()
+    assert store.overdue(start) is None  # nothing at all
+    state.scope("s").set("k", 1, ttl=30)
+    state.scope("s").schedule("t", "due", after=20)
+    jobs = state.queue("q")
+    jobs.put("job")
+    assert jobs.take(timeout=0, lease=10) is not None
+    assert store.overdue(start + 5) is None  # nothing is due yet
+    assert store.overdue(start + 10) == pytest.approx(start + 10)  # the lease ran out
+    assert store.overdue(start + 25) == pytest.approx(start + 10)  # the earliest
+    jobs.put("other")
+    assert store.overdue(start + 100) == pytest.approx(start + 10)
+    clock.advance(100)
+    run_upkeep(state)
+    assert store.overdue(start + 100) is None  # all of it done
+    for sql, params in (
+        (_sql.FIRST_EXPIRED, (start,)),
+        (_sql.FIRST_DUE_TIMER, (start,)),
+        (_sql.FIRST_LEASE_END, ()),
+    ):
+        plan = _plan_of(request, db_path, sql, params)
+        assert "Index" in plan or "INDEX" in plan, plan

@@ -29,7 +29,7 @@ from .hub import Hub
 from .mailbox import Mailbox, Reply, Request, shard_index
 from .options import Options
 from .reply import ThreadReply
-from .stats import Stats
+from .stats import Stats, UpkeepProgress
 
 if TYPE_CHECKING:  # imported when used: SQLAlchemy for PostgreSQL, asyncio by reactor.aio
     import asyncio
@@ -67,6 +67,10 @@ class Background(Protocol):
 
     def close(self, timeout: float) -> None:
         """Stop (waiting up to ``timeout`` seconds)."""
+        ...
+
+    def progress(self) -> UpkeepProgress:
+        """How it is getting on."""
         ...
 
 
@@ -194,6 +198,10 @@ class Engine:
         """
         result, _ = self.store.write(work, self.now(), self.publish, scopes=scopes)
         return result
+
+    def upkeep_progress(self) -> UpkeepProgress | None:
+        """How the background upkeep is getting on (None: read-only, there is none)."""
+        return None if self.sweeper is None else self.sweeper.progress()
 
     def upkeep(self, held: Collection[str] = ()) -> Upkeep:
         """Run the sweeper's chores once, in this thread, and wait for them

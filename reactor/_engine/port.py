@@ -22,7 +22,7 @@ from .hub import Hub
 from .mailbox import Reply
 from .options import Options
 from .reply import ThreadReply
-from .stats import Stats
+from .stats import Stats, UpkeepProgress
 
 __all__ = ["EnginePort"]
 
@@ -101,6 +101,10 @@ class EnginePort(Protocol):
         ...
 
     def actors(self) -> int: ...
+
+    def upkeep_progress(self) -> UpkeepProgress | None:
+        """How the background upkeep is getting on (None: read-only, there is none)."""
+        ...
 
     def upkeep(self, held: Collection[str] = ()) -> Upkeep:
         """Run the sweeper's chores once, now, in this thread (``reactor.testing``);

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from .port import EnginePort
 from .stats import EVENT_COUNTERS
 
-__all__ = ["engine_stats"]
+__all__ = ["engine_stats", "upkeep_report"]
 
 
 def engine_stats(engine: EnginePort) -> dict[str, Any]:
@@ -44,5 +45,26 @@ def engine_stats(engine: EnginePort) -> dict[str, Any]:
             }
             for name, (position, delivered, failed) in store.subscribers().items()
         },
+        "upkeep": upkeep_report(engine),
         "revision": revision,
+    }
+
+
+def upkeep_report(engine: EnginePort) -> dict[str, Any]:
+    """How the upkeep is getting on: ``overdue``, the seconds the oldest work due and not
+    done yet has waited (a key past its deadline, a due timer, a lease run out; 0.0 when
+    none: the database's, whoever does it); this engine's ``rounds`` of chores, the
+    seconds since the last one ended (``last_round_age``, None before the first), the
+    rounds ``failing`` in a row, and whether its thread is ``running`` (False and the
+    rest zero or None on a read-only engine, which has none)."""
+    now = engine.now()
+    oldest = engine.store.overdue(now)
+    progress = engine.upkeep_progress()
+    last = None if progress is None else progress.last_round
+    return {
+        "overdue": 0.0 if oldest is None else round(max(0.0, now - oldest), 3),
+        "rounds": 0 if progress is None else progress.rounds,
+        "last_round_age": None if last is None else round(time.monotonic() - last, 3),
+        "failing": 0 if progress is None else progress.failing,
+        "running": progress is not None and progress.running,
     }

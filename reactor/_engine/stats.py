@@ -4,14 +4,23 @@ from __future__ import annotations
 
 import threading
 from collections import Counter, deque
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
-__all__ = ["EVENT_COUNTERS", "TIMED_EVERY", "TIMED_FIRST", "Stats"]
+__all__ = ["EVENT_COUNTERS", "TIMED_EVERY", "TIMED_FIRST", "Stats", "UpkeepProgress"]
 
 _SAMPLES: Final = 2048  # latencies kept per verb: the most recent ones
 TIMED_FIRST: Final = 64  # calls of a verb each thread times, before it samples
 TIMED_EVERY: Final = 8  # then one call in this many is timed
 EVENT_COUNTERS: Final = ("published", "delivered", "failed", "dropped")
+
+
+class UpkeepProgress(NamedTuple):
+    """How the background upkeep is getting on (``stats()["upkeep"]``, health checks)."""
+
+    rounds: int  # rounds of chores done
+    last_round: float | None  # when the last one ended (time.monotonic)
+    failing: int  # rounds that failed in a row, up to now
+    running: bool  # whether its thread runs
 
 
 class Stats:

@@ -39,6 +39,9 @@ from .sql_text import (
     COMPACTED,
     COUNTS,
     EXPIRED,
+    FIRST_DUE_TIMER,
+    FIRST_EXPIRED,
+    FIRST_LEASE_END,
     GET,
     GET_ENTRY,
     HELD_LOCKS,
@@ -419,6 +422,19 @@ class SQLStore:
         """When the first timer due after ``now`` is due (None: none is)."""
         found = self._query(NEXT_TIMER, (now,))
         return float(found[0][0]) if found else None
+
+    def overdue(self, now: float) -> float | None:
+        """When the oldest upkeep work still undone at ``now`` fell due: a key past its
+        deadline, a due timer or a job whose lease ran out (None: nothing is due)."""
+        due = [
+            float(found[0][0])
+            for sql in (FIRST_EXPIRED, FIRST_DUE_TIMER)
+            if (found := self._query(sql, (now,)))
+        ]
+        lease_end = self._query(FIRST_LEASE_END, ())[0][0]
+        if lease_end is not None and lease_end <= now:
+            due.append(float(lease_end))
+        return min(due, default=None)
 
     def timers(self, limit: int | None = None) -> list[TimerRow]:
         """The pending timers, earliest first (the first ``limit`` of them)."""

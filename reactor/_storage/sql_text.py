@@ -143,6 +143,17 @@ TIMERS_DUE: Final = "SELECT id, scope, key FROM reactor_timers WHERE due <= ?"
 TIMERS: Final = f"SELECT {TIMER_COLUMNS} FROM reactor_timers ORDER BY due, id"
 # ORDER BY ... LIMIT 1 rather than MIN(): see NEXT_TIMES.
 NEXT_TIMER: Final = "SELECT due FROM reactor_timers WHERE due > ? ORDER BY due LIMIT 1"
+# The oldest upkeep work not done yet (``overdue``): a key past its deadline, a due
+# timer, a lease run out (the earliest of each queue, one seek a queue).
+FIRST_EXPIRED: Final = (
+    "SELECT expires_at FROM reactor_kv WHERE expires_at IS NOT NULL AND expires_at <= ? "
+    "ORDER BY expires_at LIMIT 1"
+)
+FIRST_DUE_TIMER: Final = "SELECT due FROM reactor_timers WHERE due <= ? ORDER BY due LIMIT 1"
+FIRST_LEASE_END: Final = (
+    "SELECT MIN((SELECT j.ready_at FROM reactor_jobs AS j WHERE j.[queue] = q.[name] "
+    "AND j.state = 'taken' ORDER BY j.ready_at LIMIT 1)) FROM reactor_queues AS q"
+)
 TIMERS_BY_ID: Final = f"SELECT {TIMER_COLUMNS} FROM reactor_timers WHERE id IN ({{}})"
 TIMERS_PENDING: Final = "SELECT COUNT(*) FROM reactor_timers"
 TIMER_DELETE: Final = "DELETE FROM reactor_timers WHERE id = ?"

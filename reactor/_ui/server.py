@@ -6,25 +6,36 @@ command line can put in one line, and so that ``--port 0`` can print the port it
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import signal
 import socket
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Final
 
 import uvicorn
+from starlette.types import ASGIApp
 
 from .app import create_app
 from .feed import DEFAULT_PING
 from .guard import allowed_hosts, is_loopback
 
-__all__ = ["allowed_hosts", "is_loopback", "listen", "serve", "url_of"]
+__all__ = [
+    "allowed_hosts",
+    "app_config",
+    "is_loopback",
+    "listen",
+    "serve",
+    "serve_until",
+    "url_of",
+]
 
 # Seconds uvicorn gives open connections to end once told to stop. The change feeds end
 # on their own at once (see ``feed``); this bounds anything else.
 GRACE: Final = 3
+STOP_POLL: Final = 0.1  # seconds between looks at a stop event (uvicorn's own tick)
 
 
 def listen(host: str, port: int) -> socket.socket:
@@ -66,8 +77,13 @@ def config(
     ping: float = DEFAULT_PING,
 ) -> uvicorn.Config:
     """uvicorn's configuration for the dashboard of ``target`` on ``listener``."""
+    return app_config(create_app(target, write=write, hosts=hosts, ping=ping), listener)
+
+
+def app_config(app: ASGIApp, listener: socket.socket) -> uvicorn.Config:
+    """uvicorn's configuration for ``app`` on ``listener``."""
     return uvicorn.Config(
-        create_app(target, write=write, hosts=hosts, ping=ping),
+        app,
         log_level="warning",
         access_log=False,
         lifespan="on",
@@ -111,3 +127,30 @@ class _Server(uvicorn.Server):
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
+
+
+def serve_until(apps: list[tuple[ASGIApp, socket.socket]], done: Callable[[], bool]) -> bool:
+    """Serve each app on its socket until ``done()`` (asked every ``STOP_POLL`` s) or
+    until a server ends by itself (it could not start, say); then stop them all. Whether
+    ``done()`` ended it. The caller handles the signals."""
+
+    async def run() -> bool:
+        servers = [(_Managed(app_config(app, listener)), listener) for app, listener in apps]
+        serving = [asyncio.create_task(server.serve([listener])) for server, listener in servers]
+        ended = False
+        while not (ended := done()) and not any(task.done() for task in serving):
+            await asyncio.sleep(STOP_POLL)
+        for server, _ in servers:
+            server.should_exit = True
+        await asyncio.gather(*serving, return_exceptions=True)
+        return ended
+
+    return asyncio.run(run())
+
+
+class _Managed(uvicorn.Server):
+    """uvicorn's server, leaving the signals to its caller."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield

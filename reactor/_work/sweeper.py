@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from reactor._base.results import Upkeep
 from reactor._engine.reply import ThreadReply
+from reactor._engine.stats import UpkeepProgress
 from reactor._storage.records import RefusedError
 from reactor._storage.txn import WriteTxn
 from reactor.errors import ClosedError, OperationTimeout, ReentrancyError
@@ -34,6 +35,9 @@ if TYPE_CHECKING:
 __all__ = ["Sweeper"]
 
 logger = logging.getLogger("reactor")
+# What the upkeep did, one line per chore that did something: a deployment's log
+# (``reactor serve`` shows it), silenced apart from reactor's other messages.
+upkeep_logger = logging.getLogger("reactor.upkeep")
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -70,6 +74,15 @@ class Sweeper:
         self._thread = threading.Thread(
             target=self._loop, name=f"reactor-sweeper[{engine.key}]", daemon=True
         )
+        self._rounds = 0  # rounds of chores done (the thread's and upkeep's)
+        self._last_round: float | None = None  # when the last one ended (time.monotonic)
+        self._failing = 0  # rounds of the thread that failed in a row, up to now
+
+    def progress(self) -> UpkeepProgress:
+        """How the upkeep is getting on: ``stats()["upkeep"]``, a health check's."""
+        return UpkeepProgress(
+            self._rounds, self._last_round, self._failing, self._thread.is_alive()
+        )
 
     def start(self) -> None:
         self._thread.start()
@@ -97,7 +110,10 @@ class Sweeper:
                     self.fire_timers()
                     # Work queues' leases that ran out: a transaction's worth per round,
                     # so that thousands of them keep no timer or expiry waiting for long.
-                    if turn_back_leases(self._engine)[1]:
+                    turned, more = turn_back_leases(self._engine)
+                    if turned:
+                        upkeep_logger.info("jobs whose lease ran out, turned back: %d", turned)
+                    if more:
                         self._again.set()  # more: the next round comes at once
                     now = time.monotonic()
                     if now - checkpointed >= CHECKPOINT_INTERVAL:
@@ -107,11 +123,13 @@ class Sweeper:
                         compacted = now
                         self.compact()
                     pause = self.pause()
-                failures = 0
+                    self._ended_round()
+                failures = self._failing = 0
             except ClosedError:
                 return
             except Exception:
                 failures += 1
+                self._failing = failures
                 if failures == 1 or failures % 240 == 0:  # once, then about once a minute
                     logger.exception(
                         "the background sweeper failed (%d times in a row); it will try again",
@@ -163,6 +181,7 @@ class Sweeper:
             fired = self._fire_all(held)
             turned = expire_leases(self._engine)
             compacted = self.compact()
+            self._ended_round()
         return Upkeep(
             keys_expired=expired,
             timers_fired=fired.fired,
@@ -170,6 +189,10 @@ class Sweeper:
             leases_turned_back=turned,
             log_compacted=compacted,
         )
+
+    def _ended_round(self) -> None:
+        self._rounds += 1
+        self._last_round = time.monotonic()
 
     def _expire_all(self, held: Collection[str]) -> int:
         """Expire every key whose deadline has passed, and wait; how many."""
@@ -233,7 +256,7 @@ class Sweeper:
 
         removed = engine.commit(work)
         if removed:
-            logger.debug("compacted %d change-log records of %s", removed, engine.key)
+            upkeep_logger.info("change-log records compacted: %d", removed)
         return removed
 
     def sweep(self) -> None:
@@ -401,6 +424,8 @@ class Sweeper:
         done = firing.result()
         stats = self._engine.stats
         stats.count("timers_fired", done.fired)
+        if done.fired:
+            upkeep_logger.info("timers of %r fired: %d", scope, done.fired)
         if done.failed:
             stats.count("timers_failed", len(done.failed))
             for timer_id, why in done.failed:
@@ -421,6 +446,8 @@ class Sweeper:
             if not future.cancelled():
                 logger.warning("expiring keys of %r failed: %s", scope, future.exception())
             return
+        if future.result():
+            upkeep_logger.info("keys of %r expired: %d", scope, future.result())
         if more:
             self._again.set()  # no need to wait for the next round
 

@@ -1,5 +1,5 @@
 """The ``reactor`` command line: a scope's verbs, the live change feed, export and import,
-and a web dashboard (``reactor ui``).
+a web dashboard (``reactor ui``) and the upkeep of a deployment (``reactor serve``).
 
 Every data command works on ``--db`` (else ``$REACTOR_DB``, else ``~/.reactor/state.db``).
 A command's result is JSON when stdout is piped, a table on a terminal (``--json`` and
@@ -12,22 +12,23 @@ Start-up is kept short (a command is often one call in a shell loop): what only 
 commands use (rich, the demo, the dashboard, the bench) is imported in those commands.
 
 The commands live by group: ``values`` (keys and values, listings), ``timers``,
-``queues``, ``watch``, ``backup`` (export, import) and ``programs`` (ui, demo, bench); what
+``queues``, ``watch``, ``backup`` (export, import), ``programs`` (ui, demo, bench) and
+``serve`` (the upkeep's long-running process); what
 they share in ``group`` (errors, "did you mean"), ``options`` and ``output``. This
 module builds the group from them.
 """
 
 from __future__ import annotations
 
-import logging
 import sys
 
 import click
 
 from reactor.errors import ReactorError
 
-from . import backup, programs, queues, timers, values, watch
+from . import backup, programs, queues, serve, timers, values, watch
 from .group import Group
+from .logs import show_warnings
 from .options import data_options
 
 __all__ = ["cli", "main"]
@@ -62,7 +63,7 @@ def cli() -> None:
 
 
 # A new command goes into its group's module, and into that module's COMMANDS.
-for _module in (values, timers, queues, watch, backup, programs):
+for _module in (values, timers, queues, watch, backup, programs, serve):
     for _command in _module.COMMANDS:
         cli.add_command(_command)
 del _module, _command
@@ -70,18 +71,10 @@ del _module, _command
 
 def main() -> None:
     """Entry point of the ``reactor`` console script (and ``python -m reactor``)."""
-    _show_warnings()
+    show_warnings()
     try:
         # One variable for the console script and python -m reactor alike.
         cli.main(standalone_mode=True, complete_var="_REACTOR_COMPLETE")
     except ReactorError as exc:  # raised outside a command: closing the database, say
         click.echo(f"Error: {exc}", err=True)
         sys.exit(1)
-
-
-def _show_warnings() -> None:
-    """Print reactor's warnings and errors on stderr, as bare lines: the library only
-    adds a NullHandler, and a command line is an application that shows them."""
-    handler = logging.StreamHandler()  # stderr, formatted as logging's last resort does
-    handler.setLevel(logging.WARNING)
-    logging.getLogger("reactor").addHandler(handler)

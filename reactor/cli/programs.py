@@ -5,7 +5,9 @@ the demo, the bench's peers) when it runs, so that the other commands start quic
 from __future__ import annotations
 
 import signal
+import socket
 import sys
+from types import ModuleType
 from typing import Final
 
 import click
@@ -13,65 +15,100 @@ import click
 from reactor import open as open_state
 
 from .group import Command
-from .options import AS_JSON, DB, DB_HELP, command_state, format_option, remember
+from .options import AS_JSON, DB, DB_HELP, F, command_state, format_option, remember
 
-__all__ = ["COMMANDS"]
+__all__ = ["COMMANDS", "dashboard_options", "import_web", "listen", "warn_beyond_loopback"]
 
 _DEMO_DATABASE: Final = "reactor-demo.db"  # demo.DEMO_DATABASE (the demo imports rich)
 # The ui extra's packages: a ModuleNotFoundError naming another is a bug, not a hint.
 _UI_PACKAGES: Final = frozenset({"starlette", "uvicorn", "sse_starlette", "anyio", "h11"})
 
 
-@click.command(cls=Command)
-@click.option("--db", metavar="PATH|URL", expose_value=False, callback=remember, help=DB_HELP)
-@click.option(
-    "--host",
-    default="127.0.0.1",
-    show_default=True,
-    metavar="ADDRESS",
-    help="The address to listen on; anything but loopback opens the page to the network.",
-)
-@click.option(
-    "--port",
-    type=click.IntRange(0, 65535),
-    default=8765,
-    metavar="N",
-    show_default=True,
-    help="The port to listen on (0: any free port).",
-)
-@click.option(
-    "--write",
-    is_flag=True,
-    help=("Allow set, update, delete, cancelling timers and retrying dead letters from the page."),
-)
-@click.option(
-    "--allow-host",
-    "allow_hosts",
-    multiple=True,
-    metavar="NAME",
-    help=(
-        "Another host name (or address) the page may be reached by; any other is refused "
-        "with 400 'Invalid host header' (the loopback names are always allowed; * allows any)."
-    ),
-)
-@click.option("--open", "open_browser", is_flag=True, help="Open the page in a web browser.")
-def ui(host: str, port: int, write: bool, allow_hosts: tuple[str, ...], open_browser: bool) -> None:
-    """Serve a web dashboard: scopes, keys, values, stats and the live change feed.
+def dashboard_options(command: F) -> F:
+    """The dashboard's options: ``--host``, ``--port``, ``--write``, ``--allow-host``
+    (``reactor ui``, and ``reactor serve --ui``)."""
+    for option in reversed(
+        (
+            click.option(
+                "--host",
+                default="127.0.0.1",
+                show_default=True,
+                metavar="ADDRESS",
+                help="The address the dashboard listens on; anything but loopback opens "
+                "the page to the network.",
+            ),
+            click.option(
+                "--port",
+                type=click.IntRange(0, 65535),
+                default=8765,
+                metavar="N",
+                show_default=True,
+                help="The port the dashboard listens on (0: any free port).",
+            ),
+            click.option(
+                "--write",
+                is_flag=True,
+                help="Allow set, update, delete, cancelling timers and retrying dead letters "
+                "from the page.",
+            ),
+            click.option(
+                "--allow-host",
+                "allow_hosts",
+                multiple=True,
+                metavar="NAME",
+                help="Another host name (or address) the page may be reached by; any other is "
+                "refused with 400 'Invalid host header' (the loopback names are always "
+                "allowed; * allows any).",
+            ),
+        )
+    ):
+        command = option(command)
+    return command
 
-    Read-only unless --write. Listens on 127.0.0.1 until Ctrl-C.
+
+def import_web(command: str) -> ModuleType:
+    """``reactor._ui.server``, which needs the ``ui`` extra (starlette, uvicorn).
+
+    Raises:
+        click.ClickException: the extra is not installed (``command`` needs it).
     """
     try:
         from reactor._ui import server
     except ModuleNotFoundError as exc:
         if exc.name is None or exc.name.partition(".")[0] not in _UI_PACKAGES:
             raise
-        raise click.ClickException("reactor ui needs: pip install 'reactor-state[ui]'") from None
+        raise click.ClickException(f"{command} needs: pip install 'reactor-state[ui]'") from None
+    return server
+
+
+def listen(server: ModuleType, host: str, port: int) -> socket.socket:
+    """A socket listening on ``host``:``port``.
+
+    Raises:
+        click.ClickException: it cannot listen there.
+    """
+    try:
+        listener: socket.socket = server.listen(host, port)
+    except OSError as exc:
+        raise click.ClickException(
+            f"cannot listen on {host}:{port}: {exc.strerror or exc}"
+        ) from None
+    return listener
+
+
+@click.command(cls=Command)
+@click.option("--db", metavar="PATH|URL", expose_value=False, callback=remember, help=DB_HELP)
+@dashboard_options
+@click.option("--open", "open_browser", is_flag=True, help="Open the page in a web browser.")
+def ui(host: str, port: int, write: bool, allow_hosts: tuple[str, ...], open_browser: bool) -> None:
+    """Serve a web dashboard: scopes, keys, values, stats and the live change feed.
+
+    Read-only unless --write. Listens on 127.0.0.1 until Ctrl-C.
+    """
+    server = import_web("reactor ui")
     # Opened here, so that a bad --db is one line on stderr; the app shares the engine.
     state = command_state(create=write)
-    try:
-        listener = server.listen(host, port)
-    except OSError as exc:
-        raise click.ClickException(f"cannot listen on {host}:{port}: {exc.strerror}") from None
+    listener = listen(server, host, port)
     url = server.url_of(listener)
     mode = "read-write" if write else "read-only"
     hosts = server.allowed_hosts(host, allow_hosts)
@@ -80,7 +117,7 @@ def ui(host: str, port: int, write: bool, allow_hosts: tuple[str, ...], open_bro
     try:
         with listener:
             if not server.is_loopback(host):
-                _warn_beyond_loopback(host, url, hosts, write=write)
+                warn_beyond_loopback(host, url, hosts, write=write)
             click.echo(f"reactor ui: {state.location} at {url} ({mode}; Ctrl-C to stop)", err=True)
             if open_browser:
                 import webbrowser
@@ -98,7 +135,7 @@ def ui(host: str, port: int, write: bool, allow_hosts: tuple[str, ...], open_bro
         signal.signal(signal.SIGTERM, previous)
 
 
-def _warn_beyond_loopback(host: str, url: str, hosts: list[str], *, write: bool) -> None:
+def warn_beyond_loopback(host: str, url: str, hosts: list[str], *, write: bool) -> None:
     click.echo(
         f"Warning: listening on {host}, beyond this machine: whoever reaches "
         f"{url} can read every value" + (" and change it" if write else "") + " "
