@@ -47,9 +47,10 @@ from reactor._storage.sql_text import STREAMED_ROWS, TIMERS_DUE
 from reactor._storage.sqlite_file import use_wal
 from reactor._storage.txn import WriteTxn
 from reactor._ui import server
-from reactor._ui.app import JOB_TEXT_MAX, QUEUES_MAX, TIMER_TEXT_MAX, TIMERS_MAX
+from reactor._ui.app import TIMER_TEXT_MAX, TIMERS_MAX
 from reactor._ui.changes import MAX_DIFF_CHARS, MAX_DIFF_OPS, diff
 from reactor._ui.guard import allowed_hosts, host_refusal, is_loopback
+from reactor._ui.queue_routes import JOB_TEXT_MAX, QUEUES_MAX
 from reactor._work import jobs as _jobs
 from reactor._work import leases as _leases
 from reactor._work import timers as _timers

@@ -202,6 +202,8 @@ WRITES = [
     ("/api/delete", {"scope": "orders", "key": "o-1"}),
     ("/api/cancel_timer", {"id": "0" * 32}),
     ("/api/retry_dead", {"queue": "emails"}),
+    ("/api/cancel_job", {"queue": "emails", "id": 1}),
+    ("/api/purge", {"queue": "emails", "state": None}),
 ]
 
 

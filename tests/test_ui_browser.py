@@ -606,6 +606,77 @@ def test_the_page_shows_the_queues_their_dead_letters_and_retries_them(
     assert process.returncode == 0, err
 
 
+def test_the_page_looks_a_job_up_cancels_it_and_purges_dead_letters(
+    browser: Any, db_path: Any, tmp_path: Path
+) -> None:
+    write_elsewhere(
+        db_path,
+        """
+        emails = state.queue("emails", max_attempts=2)
+        for to in ("ada@example.com", "bob@example", "cy@example.com"):
+            emails.put({"to": to})
+        """,
+    )
+    write_elsewhere(db_path, WORKER)  # 2 dies (bob), 4 (eve) stays taken
+    process, url, _ = start_cli(db_path, cwd=tmp_path)
+    try:
+        browser.get(url)
+        _click(browser, '#queues tr[data-queue="emails"] button.name')
+        _until(browser, "dead", "bob@example")
+        assert not _visible(browser, "purge-dead")  # read-only
+        # A dead letter's id shows the job: its state, attempts and each attempt's error.
+        _click(browser, '#dead tr[data-id="2"] button.name')
+        fields = _figures(_until(browser, "job-fields", "dead"))
+        assert 'state dead item {"to":"bob@example"} attempts 2 of 2' in fields, fields
+        errors = _until(browser, "job-errors", "SMTPRecipientsRefused")
+        assert len(errors.splitlines()) == 3, errors  # the header, attempts 1 and 2
+        assert not _visible(browser, "cancel-job")  # read-only
+        # Any job, by its id: the taken one, and one that does not exist.
+        _type(browser, "job-id", "4")
+        _click(browser, "#job-lookup button[type=submit]")
+        _until(browser, "job-fields", "taken")
+        assert "eve@example.com" in _text(browser, "job-fields")
+        _type(browser, "job-id", "99")
+        _click(browser, "#job-lookup button[type=submit]")
+        _until(browser, "job-message", "NotFound: no job 99 in queue 'emails'")
+        assert not _visible(browser, "job")
+    finally:
+        _, err = stop_cli(process)
+    assert process.returncode == 0, err
+
+    process, url, _ = start_cli(db_path, "--write", cwd=tmp_path)
+    try:
+        browser.get(url)
+        _until(browser, "mode", "read-write")
+        _click(browser, '#queues tr[data-queue="emails"] button.name')
+        _until(browser, "dead", "bob@example")
+        _type(browser, "job-id", "4")
+        _click(browser, "#job-lookup button[type=submit]")
+        _until(browser, "job-fields", "taken")
+        _click(browser, "#cancel-job")
+        _until(browser, "job-question", "Cancel job 4 of queue emails (taken)?")
+        _click(browser, "#job-no")
+        _until(browser, "job-message", "nothing changed")
+        _click(browser, "#cancel-job")
+        _click(browser, "#job-yes")
+        _until(browser, "job-message", "cancelled job 4 of emails")
+        assert not _visible(browser, "job")
+        _click(browser, "#purge-dead")
+        _until(browser, "job-question", "Purge the dead letters of queue emails?")
+        _click(browser, "#job-yes")
+        _until(browser, "job-message", "purged 1 dead letter of emails")
+        _until(browser, "dead-note", "No dead letter.")
+        with reactor.open(db_path) as state:
+            emails = state.queue("emails")
+            assert emails.job(4) is None
+            assert emails.job(2) is None
+            assert emails.stats()["dead"] == 0
+            assert emails.stats()["taken"] == 0
+    finally:
+        _, err = stop_cli(process)
+    assert process.returncode == 0, err
+
+
 def test_a_screenshot_with_realistic_data(browser: Any, db_path: Any, tmp_path: Path) -> None:
     """The documentation's picture: orders, a counter, a cached rate and its history, a
     durable subscriber behind, a lock held, timers pending, queues with a dead letter,

@@ -11,9 +11,6 @@ GET  /api/history?scope=S&key=K&limit=N     {"scope", "key", "changes": [...], "
 GET  /api/locks           {"locks": [{"name", "holder", "token", "expires_in"}], "held"}
 GET  /api/timers          {"timers": [{"id", "scope", "key", "due", "due_in", "every",
                                        "cron", "tz", "value", "ops"}], "pending"}
-GET  /api/queues          {"queues": [{"name", "max_attempts", "ready", "delayed", "taken",
-                                       "dead", "oldest_ready_age"}], "count", "dead"}
-GET  /api/dead?queue=Q&limit=N  {"queue", "jobs": [{"id", "item", "attempts", "died"}], "dead"}
 GET  /api/stats           state.stats() (durable subscribers' lag included)
 GET  /api/events?scope=GLOB&key=GLOB&since=R  the change feed, as Server-Sent Events
 POST /api/set     {"scope", "key", "value", "ttl"?, "keep_ttl"?}  {"old_value", "new_value"}
@@ -21,7 +18,21 @@ POST /api/update  {"scope", "key", "ops", "atomic"?}
                   {"old_value", "new_value", "errors", "applied": "all" | "some" | "none"}
 POST /api/delete  {"scope", "key"}                     {"deleted", "old_value"}
 POST /api/cancel_timer  {"id"}                         {"cancelled": true}; 404 if not pending
-POST /api/retry_dead    {"queue"}                      {"retried": N}; 404 if no such queue
+```
+
+And the queues' (``queue_routes``):
+
+```text
+GET  /api/queues          {"queues": [{"name", "max_attempts", "ready", "delayed", "taken",
+                                       "dead", "oldest_ready_age", ...}], "count", "dead"}
+GET  /api/dead?queue=Q&limit=N  {"queue", "jobs": [{"id", "item", "attempts", "died",
+                                                    "error"}], "dead"}
+GET  /api/job?queue=Q&id=N      Queue.job(N): {"queue", "id", "state", "item", "attempts",
+                                "max_attempts", "priority", "group", "key", "ready_at",
+                                "created_at", "worker", "errors"}; 404 if no such job
+POST /api/retry_dead    {"queue"}           {"retried": N}; 404 if no such queue
+POST /api/cancel_job    {"queue", "id"}     {"cancelled": true}; 404 if no such job
+POST /api/purge         {"queue", "state"}  {"purged": N}; 404 if no such queue
 ```
 
 A change (in the feed and in a key's history) is ``changes.change_view``: the event's
@@ -40,7 +51,7 @@ import os
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any, Final, TypeVar
+from typing import Any, Final
 
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
@@ -49,31 +60,32 @@ from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from reactor._backup.exchange import parse_json
 from reactor._base.keys import check_key
 from reactor._base.update_ops import op_style
 from reactor._engine.events import ChangeEvent
-from reactor._handles import queues as _queues
-from reactor._storage.records import ChangeRecord, JobRow, TimerRow
-from reactor._storage.statements import JobReads
+from reactor._storage.records import ChangeRecord, TimerRow
 from reactor._storage.store import StoreReads
 from reactor._version import __version__
-from reactor._work.attempts import last_error
-from reactor._work.jobs import check_queue
-from reactor._work.queue_settings import settled
-from reactor.aio import AsyncState
 from reactor.aio import open as open_async
 from reactor.aio.state import link_of
-from reactor.errors import (
-    ConflictError,
-    InvalidArgumentError,
-    ReactorError,
-    RevisionCompactedError,
-)
+from reactor.errors import InvalidArgumentError, ReactorError
 
+from . import queue_routes
 from .changes import change_view
 from .feed import DEFAULT_PING, events
 from .guard import LOOPBACK_NAMES, HostGuard, write_refusal
+from .requests import (
+    TEXT_MAX,
+    Problem,
+    body_of,
+    clipped,
+    param,
+    problem_answer,
+    reactor_error_answer,
+    shortened,
+    state_of,
+    store_read,
+)
 
 __all__ = ["Problem", "create_app"]
 
@@ -82,13 +94,8 @@ HISTORY_LIMIT: Final = 50  # changes of a key shown by default
 HISTORY_MAX: Final = 500
 LOCKS_MAX: Final = 200  # locks listed, at most (``held`` counts them all)
 TIMERS_MAX: Final = 200  # timers listed, at most (``pending`` counts them all)
-TIMER_TEXT_MAX: Final = 200  # characters of a timer's value or ops sent, at most
+TIMER_TEXT_MAX: Final = TEXT_MAX  # characters of a timer's value or ops sent, at most
 TIMER_ID_MAX: Final = 200  # characters of a timer id looked up, at most (reactor's are 32)
-QUEUES_MAX: Final = 200  # queues listed, at most (``count`` counts them all)
-DEAD_LIMIT: Final = 50  # dead letters of a queue listed by default
-DEAD_MAX: Final = 500
-JOB_TEXT_MAX: Final = 2000  # characters of a dead letter's item sent, at most
-T = TypeVar("T")
 # The page loads nothing from elsewhere, and no other site may frame it.
 _PAGE_HEADERS: Final = {
     "Content-Security-Policy": (
@@ -101,21 +108,6 @@ _PAGE_HEADERS: Final = {
 }
 
 Endpoint = Callable[[Request], Awaitable[Response]]
-
-
-class Problem(Exception):
-    """A request the API refuses: answered as ``{"error", "message"}`` with ``status``."""
-
-    def __init__(self, status: int, error: str, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.error = error
-
-
-def state_of(request: Request) -> AsyncState:
-    """The app's handle on the database."""
-    state: AsyncState = request.app.state.reactor
-    return state
 
 
 def create_app(
@@ -139,6 +131,21 @@ def create_app(
         async with state:
             yield
 
+    app = Starlette(
+        routes=_routes(write),
+        middleware=[Middleware(HostGuard, allowed_hosts=hosts or [*LOOPBACK_NAMES])],
+        exception_handlers={Problem: problem_answer, ReactorError: reactor_error_answer},
+        lifespan=lifespan,
+    )
+    app.state.reactor = state
+    app.state.write = write
+    app.state.ping = ping
+    return app
+
+
+def _routes(write: bool) -> list[Route | Mount]:
+    """Every route; the writes behind ``guard.write_refusal`` (``write``: allowed)."""
+
     def guarded(endpoint: Endpoint) -> Endpoint:
         async def guard(request: Request) -> Response:
             refusal = write_refusal(request, write)
@@ -148,84 +155,31 @@ def create_app(
 
         return guard
 
-    app = Starlette(
-        routes=[
-            Route("/", _page),
-            Route("/api/info", _info),
-            Route("/api/scopes", _scopes),
-            Route("/api/keys", _keys),
-            Route("/api/value", _value),
-            Route("/api/history", _history),
-            Route("/api/locks", _locks),
-            Route("/api/timers", _timers),
-            Route("/api/queues", _queue_list),
-            Route("/api/dead", _dead),
-            Route("/api/stats", _stats),
-            Route("/api/events", events),
-            Route("/api/set", guarded(_set), methods=["POST"]),
-            Route("/api/update", guarded(_update), methods=["POST"]),
-            Route("/api/delete", guarded(_delete), methods=["POST"]),
-            Route("/api/cancel_timer", guarded(_cancel_timer), methods=["POST"]),
-            Route("/api/retry_dead", guarded(_retry_dead), methods=["POST"]),
-            Mount("/static", StaticFiles(directory=STATIC), name="static"),
-        ],
-        middleware=[Middleware(HostGuard, allowed_hosts=hosts or [*LOOPBACK_NAMES])],
-        exception_handlers={Problem: _problem, ReactorError: _reactor_error},
-        lifespan=lifespan,
-    )
-    app.state.reactor = state
-    app.state.write = write
-    app.state.ping = ping
-    return app
-
-
-# -- errors ----------------------------------------------------------------------
-def _answer(status: int, error: str, message: str) -> JSONResponse:
-    return JSONResponse({"error": error, "message": message}, status_code=status)
-
-
-async def _problem(_request: Request, exc: Exception) -> Response:
-    assert isinstance(exc, Problem)
-    return _answer(exc.status, exc.error, str(exc))
-
-
-async def _reactor_error(_request: Request, exc: Exception) -> Response:
-    if isinstance(exc, ValueError | TypeError):
-        status = 400  # bad input: InvalidKeyError, InvalidValueError, InvalidOpError, ...
-    elif isinstance(exc, RevisionCompactedError):
-        status = 410
-    elif isinstance(exc, ConflictError):
-        status = 409
-    elif isinstance(exc, TimeoutError):
-        status = 503  # BusyError, OperationTimeout: worth another try
-    else:
-        status = 500
-    return _answer(status, type(exc).__name__, str(exc))
-
-
-def _param(request: Request, name: str, default: str | None = None) -> str:
-    value = request.query_params.get(name, default)
-    if value is None:
-        raise Problem(400, "InvalidRequest", f"the query parameter {name!r} is required")
-    return value
-
-
-async def _body(request: Request, required: tuple[str, ...], optional: tuple[str, ...]) -> Any:
-    """The request's JSON object, with the fields ``required`` and no others but
-    ``optional``."""
-    try:
-        data = parse_json(await request.body())
-    except ValueError as exc:
-        raise Problem(400, "InvalidRequest", f"the request body is not JSON: {exc}") from None
-    if not isinstance(data, dict):
-        raise Problem(400, "InvalidRequest", "the request body must be a JSON object")
-    missing = [name for name in required if name not in data]
-    if missing:
-        raise Problem(400, "InvalidRequest", f"the request needs {', '.join(map(repr, missing))}")
-    unknown = sorted(set(data) - set(required) - set(optional))
-    if unknown:
-        raise Problem(400, "InvalidRequest", f"unknown fields: {', '.join(map(repr, unknown))}")
-    return data
+    reads: list[tuple[str, Endpoint]] = [
+        ("/", _page),
+        ("/api/info", _info),
+        ("/api/scopes", _scopes),
+        ("/api/keys", _keys),
+        ("/api/value", _value),
+        ("/api/history", _history),
+        ("/api/locks", _locks),
+        ("/api/timers", _timers),
+        ("/api/stats", _stats),
+        ("/api/events", events),
+    ]
+    writes: list[tuple[str, Endpoint]] = [
+        ("/api/set", _set),
+        ("/api/update", _update),
+        ("/api/delete", _delete),
+        ("/api/cancel_timer", _cancel_timer),
+    ]
+    for path, endpoint, writing in queue_routes.ROUTES:
+        (writes if writing else reads).append((path, endpoint))
+    return [
+        *(Route(path, endpoint) for path, endpoint in reads),
+        *(Route(path, guarded(endpoint), methods=["POST"]) for path, endpoint in writes),
+        Mount("/static", StaticFiles(directory=STATIC), name="static"),
+    ]
 
 
 # -- the page and the reads -------------------------------------------------------
@@ -246,13 +200,13 @@ async def _scopes(request: Request) -> Response:
 
 
 async def _keys(request: Request) -> Response:
-    scope, pattern = _param(request, "scope"), _param(request, "pattern", "*")
+    scope, pattern = param(request, "scope"), param(request, "pattern", "*")
     keys = await state_of(request).scope(scope).keys(pattern)
     return JSONResponse({"scope": scope, "pattern": pattern, "keys": keys})
 
 
 async def _value(request: Request) -> Response:
-    scope, key = _param(request, "scope"), _param(request, "key")
+    scope, key = param(request, "scope"), param(request, "key")
     handle = state_of(request)
     entry = await handle.scope(scope).entry(key)  # one read: the value and its versions
     if entry is None:
@@ -273,26 +227,17 @@ async def _value(request: Request) -> Response:
     )
 
 
-async def _store_read(request: Request, read: Callable[[StoreReads, float], T]) -> T:
-    """``read(store, now)``, for what no public verb reads, in a worker thread of the
-    app's handle."""
-    handle = state_of(request)
-    link = link_of(handle)
-    engine = await link.engine()
-    return await link.run(read, engine.store, engine.now())
-
-
 async def _history(request: Request) -> Response:
-    scope = check_key(_param(request, "scope"), "scope name")
-    key = check_key(_param(request, "key"))
-    given = _param(request, "limit", str(HISTORY_LIMIT))
+    scope = check_key(param(request, "scope"), "scope name")
+    key = check_key(param(request, "key"))
+    given = param(request, "limit", str(HISTORY_LIMIT))
     if not (given.isascii() and given.isdigit() and 1 <= int(given) <= HISTORY_MAX):
         raise Problem(400, "InvalidRequest", f"limit must be 1 to {HISTORY_MAX}, not {given!r}")
 
     def read(store: StoreReads, _now: float) -> tuple[list[ChangeRecord], int]:
         return store.history(scope, key, int(given)), store.compacted()
 
-    records, compacted = await _store_read(request, read)
+    records, compacted = await store_read(request, read)
     return JSONResponse(
         {
             "scope": scope,
@@ -318,7 +263,7 @@ async def _locks(request: Request) -> Response:
         ]
         return listed, len(held) if len(held) < LOCKS_MAX else store.locks_held(now)
 
-    listed, count = await _store_read(request, read)
+    listed, count = await store_read(request, read)
     return JSONResponse({"locks": listed, "held": count})
 
 
@@ -328,7 +273,7 @@ async def _timers(request: Request) -> Response:
         count = len(pending) if len(pending) < TIMERS_MAX else store.timers_pending()
         return [_timer_view(row, now) for row in pending], count
 
-    listed, count = await _store_read(request, read)
+    listed, count = await store_read(request, read)
     return JSONResponse({"timers": listed, "pending": count})
 
 
@@ -344,86 +289,9 @@ def _timer_view(row: TimerRow, now: float) -> dict[str, Any]:
         "every": row.every,
         "cron": row.cron,
         "tz": row.tz,
-        "value": _shortened(row.value),
-        "ops": _shortened(row.ops),
+        "value": shortened(row.value),
+        "ops": shortened(row.ops),
     }
-
-
-def _shortened(text: str | None, most: int = TIMER_TEXT_MAX) -> str | None:
-    """``text``, or its start ending in "…" (which JSON text never ends in) if longer
-    than ``most`` characters."""
-    if text is None or len(text) <= most:
-        return text
-    return text[: most - 1] + "…"
-
-
-async def _queue_list(request: Request) -> Response:
-    def read(store: StoreReads, now: float) -> tuple[list[dict[str, Any]], int]:
-        jobs = store.reader().jobs()
-        names = jobs.queue_names()  # sorted
-        return [_queue_view(jobs, name, now) for name in names[:QUEUES_MAX]], len(names)
-
-    listed, count = await _store_read(request, read)
-    # The dead letters of the queues listed (all of them, unless more than QUEUES_MAX).
-    dead = sum(queue["dead"] for queue in listed)
-    return JSONResponse({"queues": listed, "count": count, "dead": dead})
-
-
-def _queue_view(jobs: JobReads, name: str, now: float) -> dict[str, Any]:
-    """A queue as the page shows it: ``Queue.stats()``'s counts, its ``max_attempts``,
-    and how long the job first in line has been ready (None: no job is ready now); each
-    a seek or a range of the jobs' index."""
-    max_attempts, counts = _queues.counts(jobs, name, now)
-    first, _ = jobs.next_times(name)  # the earliest ready_at of the ready jobs
-    waited = None if first is None or first > now else round(now - first, 3)
-    row = settled(jobs.queue(name), None)
-    return {
-        "name": name,
-        "max_attempts": max_attempts,
-        **counts,
-        "oldest_ready_age": waited,
-        "concurrency": row.concurrency,
-        "group_concurrency": row.group_concurrency,
-        "rate": None if row.rate_limit is None else [row.rate_limit, row.rate_seconds],
-        "backoff": None if row.backoff_base is None else [row.backoff_base, row.backoff_max],
-    }
-
-
-async def _dead(request: Request) -> Response:
-    name = check_queue(_param(request, "queue"))
-    given = _param(request, "limit", str(DEAD_LIMIT))
-    if not (given.isascii() and given.isdigit() and 1 <= int(given) <= DEAD_MAX):
-        raise Problem(400, "InvalidRequest", f"limit must be 1 to {DEAD_MAX}, not {given!r}")
-
-    def read(store: StoreReads, now: float) -> tuple[list[JobRow], int] | None:
-        jobs = store.reader().jobs()
-        if jobs.queue(name) is None:
-            return None
-        # In the order they died; ``dead`` also counts a lease run out after the last
-        # attempt, which the sweeper has yet to move.
-        return jobs.in_state(name, "dead", int(given)), _queues.counts(jobs, name, now)[1]["dead"]
-
-    found = await _store_read(request, read)
-    if found is None:
-        raise Problem(404, "NotFound", f"no queue {_clipped(name)!r}")
-    rows, dead = found
-    return JSONResponse(
-        {
-            "queue": name,
-            "jobs": [
-                {
-                    "id": row.id,
-                    "item": _shortened(row.item, JOB_TEXT_MAX),  # JSON text, as stored
-                    "attempts": row.attempts,
-                    "died": row.ready_at,  # epoch seconds
-                    # Why: the last failed attempt's error (None: none given).
-                    "error": _shortened(last_error(row.errors), JOB_TEXT_MAX),
-                }
-                for row in rows
-            ],
-            "dead": dead,
-        }
-    )
 
 
 async def _stats(request: Request) -> Response:
@@ -432,7 +300,7 @@ async def _stats(request: Request) -> Response:
 
 # -- the writes (behind guard.write_refusal) -----------------------------------------
 async def _set(request: Request) -> Response:
-    data = await _body(request, ("scope", "key", "value"), ("ttl", "keep_ttl"))
+    data = await body_of(request, ("scope", "key", "value"), ("ttl", "keep_ttl"))
     scope = state_of(request).scope(data["scope"])
     keep_ttl = data.get("keep_ttl", False)
     if type(keep_ttl) is not bool:
@@ -442,7 +310,7 @@ async def _set(request: Request) -> Response:
 
 
 async def _update(request: Request) -> Response:
-    data = await _body(request, ("scope", "key", "ops"), ("atomic",))
+    data = await body_of(request, ("scope", "key", "ops"), ("atomic",))
     scope = state_of(request).scope(data["scope"])
     ops = data["ops"]
     if isinstance(ops, dict):
@@ -468,7 +336,7 @@ async def _update(request: Request) -> Response:
 
 
 async def _delete(request: Request) -> Response:
-    data = await _body(request, ("scope", "key"), ())
+    data = await body_of(request, ("scope", "key"), ())
     scope = state_of(request).scope(data["scope"])
     existed = await scope.exists(data["key"])
     old = await scope.delete(data["key"])
@@ -476,28 +344,15 @@ async def _delete(request: Request) -> Response:
 
 
 async def _cancel_timer(request: Request) -> Response:
-    data = await _body(request, ("id",), ())
+    data = await body_of(request, ("id",), ())
     timer_id = data["id"]
     if type(timer_id) is str and not _storable_id(timer_id):
         # No timer has such an id; and the database could not even look it up.
-        raise InvalidArgumentError(f"not a timer id: {_clipped(timer_id)!r}")
+        raise InvalidArgumentError(f"not a timer id: {clipped(timer_id)!r}")
     if not await state_of(request).cancel_timer(timer_id):  # not a str: 400
-        message = f"no pending timer {_clipped(timer_id)!r} (it fired, or was cancelled)"
+        message = f"no pending timer {clipped(timer_id)!r} (it fired, or was cancelled)"
         raise Problem(404, "NotFound", message)
     return JSONResponse({"cancelled": True})
-
-
-async def _retry_dead(request: Request) -> Response:
-    data = await _body(request, ("queue",), ())
-    queue = state_of(request).queue(data["queue"])  # a bad name: InvalidKeyError, 400
-    name = queue.name
-
-    def exists(store: StoreReads, _now: float) -> bool:
-        return store.reader().jobs().queue(name) is not None
-
-    if not await _store_read(request, exists):
-        raise Problem(404, "NotFound", f"no queue {_clipped(name)!r}")
-    return JSONResponse({"retried": await queue.retry_dead()})
 
 
 def _storable_id(text: str) -> bool:
@@ -510,7 +365,3 @@ def _storable_id(text: str) -> bool:
     except UnicodeEncodeError:  # a lone surrogate, which JSON's \ud800 can give
         return False
     return True
-
-
-def _clipped(text: str) -> str:
-    return text if len(text) <= 64 else text[:63] + "…"

@@ -30,6 +30,8 @@ const view = {
   queueAges: [], // [cell, since when its first job is ready (ms since epoch)] of the queues shown
   queueTotals: null, // {queues, dead, partial} of the last listing, for the stats panel
   retrying: null, // the queue {name, dead} while the page asks whether to retry its dead letters
+  job: null, // the job shown: {queue, id, state, ...} as /api/job answers
+  jobAction: null, // {kind: "cancel" | "purge", queue, id} while the page asks first
 };
 
 // -- the API ---------------------------------------------------------------------
@@ -541,6 +543,11 @@ function pickQueue(name) {
     row.className = row.dataset.queue === view.queue ? "selected" : "";
   }
   $("dead-letters").hidden = view.queue === null;
+  view.job = null;
+  $("job").hidden = true;
+  keepJob();
+  jobSay("", "");
+  $("purge-dead").hidden = !view.writable;
   if (view.queue !== null) {
     $("dead-queue").textContent = view.queue;
     rows($("dead"), []);
@@ -565,8 +572,16 @@ async function loadDead() {
     jobs.map((job) => {
       const row = document.createElement("tr");
       row.dataset.id = String(job.id);
+      const id = document.createElement("td");
+      const open = document.createElement("button");
+      open.type = "button";
+      open.className = "name";
+      open.textContent = String(job.id);
+      open.title = "show this job";
+      open.addEventListener("click", () => lookupJob(job.id));
+      id.append(open);
       row.append(
-        cell(String(job.id)),
+        id,
         cell(clip(job.item, 100)),
         cell(String(job.attempts)),
         cell(formatTime(job.died * 1000)),
@@ -632,6 +647,124 @@ async function doRetry() {
 function queuesSay(text, kind) {
   $("queues-message").textContent = text;
   $("queues-message").className = "message " + (kind || "");
+}
+
+// -- a job, by id ------------------------------------------------------------------
+// The queue picked above: look a job up by id (or click a dead letter's id), see its
+// state, item, attempts and each failed attempt's error; with --write, cancel it, or
+// purge the queue's dead letters (each asks first).
+async function lookupJob(id) {
+  const name = view.queue;
+  if (name === null) return;
+  $("job-id").value = String(id);
+  const result = await getJSON("job", { queue: name, id: String(id) });
+  if (view.queue !== name) return; // picked another since
+  if (!result.ok) {
+    view.job = null;
+    $("job").hidden = true;
+    jobSay(errorText(result), result.status === 404 ? "warn" : "error");
+    return;
+  }
+  jobSay("", "");
+  showJob(result.body);
+}
+
+function showJob(job) {
+  view.job = job;
+  $("job").hidden = false;
+  $("job-where").textContent = job.queue + " #" + job.id;
+  const fields = [
+    ["state", job.state],
+    ["item", job.item],
+    ["attempts", job.attempts + " of " + job.max_attempts],
+    ["priority", String(job.priority)],
+    ["group", job.group === null ? "—" : job.group],
+    ["key", job.key === null ? "—" : job.key],
+    [job.state === "taken" ? "lease ends" : job.state === "dead" ? "died" : "ready at", formatTime(job.ready_at * 1000)],
+    ["put", formatTime(job.created_at * 1000)],
+  ];
+  if (job.worker !== null) fields.push(["taken by", workerText(job.worker)]);
+  $("job-fields").replaceChildren(
+    ...fields.flatMap(([name, value]) => {
+      const dt = document.createElement("dt");
+      dt.textContent = name;
+      const dd = document.createElement("dd");
+      dd.textContent = value;
+      if (name === "state" && value === "dead") dd.className = "bad";
+      return [dt, dd];
+    }),
+  );
+  rows(
+    $("job-errors"),
+    job.errors.map((error) => {
+      const row = document.createElement("tr");
+      row.append(
+        cell(String(error.attempt)),
+        cell(formatTime(error.at * 1000)),
+        cell(error.worker ? workerText(error.worker) : "—"),
+        cell(error.error === null ? "—" : clip(lastLine(error.error), 120)),
+      );
+      if (error.error !== null) row.cells[3].title = error.error; // a traceback, all of it
+      return row;
+    }),
+  );
+  $("job-errors").hidden = job.errors.length === 0;
+  $("cancel-job").hidden = !view.writable;
+}
+
+function workerText(worker) {
+  return worker.host + " pid " + worker.pid + " " + worker.thread;
+}
+
+function askJobAction(kind) {
+  const name = view.queue;
+  if (name === null) return;
+  if (kind === "cancel") {
+    if (view.job === null) return;
+    view.jobAction = { kind, queue: view.job.queue, id: view.job.id };
+    $("job-question").textContent =
+      "Cancel job " + view.job.id + " of queue " + view.job.queue + " (" + view.job.state + ")? It is removed.";
+  } else {
+    view.jobAction = { kind, queue: name, id: null };
+    $("job-question").textContent = "Purge the dead letters of queue " + name + "? They are removed.";
+  }
+  $("job-confirm").hidden = false;
+  $("job-no").focus();
+}
+
+function keepJob() {
+  view.jobAction = null;
+  $("job-confirm").hidden = true;
+}
+
+async function doJobAction() {
+  const action = view.jobAction;
+  keepJob();
+  if (action === null) return;
+  if (action.kind === "cancel") {
+    const result = await post("cancel_job", JSON.stringify({ queue: action.queue, id: action.id }));
+    if (result.ok) {
+      view.job = null;
+      $("job").hidden = true;
+      jobSay("cancelled job " + action.id + " of " + action.queue, "ok");
+    } else {
+      jobSay(errorText(result), result.status === 404 ? "warn" : "error");
+    }
+  } else {
+    const result = await post("purge", JSON.stringify({ queue: action.queue, state: "dead" }));
+    if (result.ok) {
+      const count = result.body.purged;
+      jobSay("purged " + count + " dead letter" + (count === 1 ? "" : "s") + " of " + action.queue, count > 0 ? "ok" : "warn");
+    } else {
+      jobSay(errorText(result), "error");
+    }
+  }
+  await loadQueues();
+}
+
+function jobSay(text, kind) {
+  $("job-message").textContent = text;
+  $("job-message").className = "message " + (kind || "");
 }
 
 // -- a key's history ---------------------------------------------------------------
@@ -937,6 +1070,21 @@ function start() {
   });
   $("retry-confirm").addEventListener("keydown", (event) => {
     if (event.key === "Escape") $("retry-no").click();
+  });
+  $("job-lookup").addEventListener("submit", (event) => {
+    event.preventDefault();
+    const id = $("job-id").value.trim();
+    if (/^[0-9]+$/.test(id)) lookupJob(Number(id));
+  });
+  $("cancel-job").addEventListener("click", () => askJobAction("cancel"));
+  $("purge-dead").addEventListener("click", () => askJobAction("purge"));
+  $("job-yes").addEventListener("click", doJobAction);
+  $("job-no").addEventListener("click", () => {
+    keepJob();
+    jobSay("nothing changed", "");
+  });
+  $("job-confirm").addEventListener("keydown", (event) => {
+    if (event.key === "Escape") $("job-no").click();
   });
   loadInfo();
   loadScopes();
