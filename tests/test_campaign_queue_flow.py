@@ -12,6 +12,7 @@ SQLite and on PostgreSQL (``--backend=postgresql``); every wait has a timeout.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import random
 import signal
@@ -23,6 +24,7 @@ from typing import Any
 import pytest
 
 import reactor
+import reactor.aio
 from tests.conftest import backend
 from tests.conftest import wait_for as eventually
 from tests.test_campaign_queues import _finish, _python
@@ -170,3 +172,76 @@ def test_debounced_puts_racing_keep_one_waiting_job_per_key(
         assert len(ids) <= 1, f"{key} has waiting jobs {ids} at revision {event.revision}"
     # Every key's last put is in a job: waiting, or taken and acked after that put.
     assert set(jobs.values()) == {"warm", *(f"doc-{n}" for n in range(10))}
+
+
+HOLDER = """
+import sys, time, reactor
+
+with reactor.open(sys.argv[1]) as state:
+    queue = state.queue("gate")
+    held = [queue.take(timeout=5, lease=60) for _ in range(2)]
+    print("holding", flush=True)
+    sys.stdin.readline()
+    for job in held:
+        time.sleep(0.5)
+        print(time.time(), flush=True)  # just before the ack commits
+        job.ack()
+"""
+
+
+def test_many_asyncio_takes_held_back_are_woken_by_another_process_acks(db_path: Any) -> None:
+    """Forty asyncio takes wait on a queue whose two slots another process holds; each of
+    its acks frees a slot, and the takes then go through one after another (each acks
+    what it got): none busy-polls, none waits for a timer, no job is taken twice, and
+    never more than two are taken at once."""
+    count = 40
+
+    async def main() -> tuple[list[tuple[float, int]], float, list[float]]:
+        async with reactor.aio.open(db_path) as state:
+            gate = state.queue("gate", concurrency=2)
+            for n in range(count + 2):
+                await gate.put(n)
+            holder = _python(HOLDER, str(db_path), stdin=True)
+            assert holder.stdout is not None
+            assert holder.stdin is not None
+            assert holder.stdout.readline().strip() == "holding", _finish(holder)
+            got: list[tuple[float, int]] = []
+
+            async def take() -> None:
+                job = await gate.take(timeout=30, lease=30)
+                assert job is not None
+                got.append((time.time(), job.item))
+                await asyncio.sleep(random.uniform(0, 0.01))
+                await job.ack()
+
+            takers = [asyncio.create_task(take()) for _ in range(count)]
+            await asyncio.sleep(1.0)
+            assert got == []  # held back: two taken elsewhere
+            started = time.time()
+            holder.stdin.write("go\n")
+            holder.stdin.flush()
+            await asyncio.wait_for(asyncio.gather(*takers), timeout=60)
+            acks = [float(line) for line in _finish(holder).split()]
+            return got, started, acks
+
+    got, started, acks = asyncio.run(main())
+    items = [item for _, item in got]
+    assert len(items) == count
+    assert len(set(items)) == count  # none twice
+    # The first take comes with the first ack of the other process, not seconds later.
+    assert min(at for at, _ in got) - acks[0] < 1.5, (acks, sorted(got)[:3])
+    assert sorted(got)[-1][0] - started < 30
+    with reactor.open(db_path) as state:
+        events = state.changes(scope="queue:gate")
+        gate = state.queue("gate")
+        assert gate.stats()["ready"] == 0
+        assert gate.stats()["taken"] == 0
+    held: set[str] = set()
+    most = 0
+    for event in events:  # in commit order: never more than two taken at once
+        if event.type == "deleted":
+            held.discard(event.key)
+        elif event.new_value is not None and event.new_value["state"] == "taken":
+            held.add(event.key)
+        most = max(most, len(held))
+    assert most == 2
