@@ -190,21 +190,61 @@ class SQLiteTableQueue:
         self._conn.close()
 
 
+class HueyQueue:
+    """huey's SQLite storage (``huey.storage.SqliteStorage``, its defaults: WAL), as
+    its consumer uses it: ``enqueue`` to put; ``dequeue``, which deletes the job it
+    returns in one write transaction, to take; nothing to ack. A job whose worker dies
+    is lost (no lease): less work than reactor's take and ack, and a weaker promise."""
+
+    def __init__(self, path: str, storage: Any = None) -> None:
+        from huey.storage import SqliteStorage
+
+        # A connection a thread; the workers share the storage, and only this closes it.
+        self._owner = storage is None
+        self._storage = SqliteStorage(name="bench", filename=path) if storage is None else storage
+        self._path = path
+
+    def put(self, item: Any) -> None:
+        self._storage.enqueue(json.dumps(item).encode())
+
+    def take(self) -> tuple[Any, Any] | None:
+        data = self._storage.dequeue()
+        return None if data is None else (None, json.loads(data))
+
+    def ack(self, taken: Any) -> None:
+        pass  # dequeue deleted it
+
+    def worker(self) -> HueyQueue:
+        return HueyQueue(self._path, self._storage)
+
+    def close(self) -> None:
+        if self._owner:
+            self._storage.close()
+
+
 QUEUE_PEERS: dict[str, Callable[[str], QueuePeer]] = {
     "reactor": ReactorQueue,
     "redis": lambda _where: RedisListQueue(f"reactor-bench-{uuid.uuid4().hex[:8]}"),
+    "huey": lambda where: HueyQueue(os.path.join(where, "huey.db")),
     "sqlite3": lambda where: SQLiteTableQueue(os.path.join(where, "queue.db")),
 }
 
 
 def queue_peers(redis_missing: str | None) -> tuple[list[str], dict[str, str]]:
     """The queue peers that can run here, and why the others cannot."""
-    names = ["reactor", "sqlite3"]
+    names = ["reactor"]
     skipped: dict[str, str] = {}
     if redis_missing is None:
-        names.insert(1, "redis")
+        names.append("redis")
     else:
         skipped["redis"] = redis_missing
+    try:
+        import huey.storage  # noqa: F401 - only whether it is there
+    except ImportError:
+        skipped["huey"] = "not installed (pip install 'reactor-state[bench]')"
+    else:
+        names.append("huey")
+    names.append("sqlite3")
     return names, skipped
 
 
