@@ -197,7 +197,9 @@ class HueyQueue:
     is lost (no lease): less work than reactor's take and ack, and a weaker promise."""
 
     def __init__(self, path: str, storage: Any = None) -> None:
-        from huey.storage import SqliteStorage
+        from huey.storage import (  # type: ignore[import-untyped, import-not-found, unused-ignore]
+            SqliteStorage,
+        )
 
         # A connection a thread; the workers share the storage, and only this closes it.
         self._owner = storage is None
@@ -239,7 +241,7 @@ def queue_peers(redis_missing: str | None) -> tuple[list[str], dict[str, str]]:
     else:
         skipped["redis"] = redis_missing
     try:
-        import huey.storage  # noqa: F401 - only whether it is there
+        import huey.storage  # type: ignore[import-untyped, import-not-found, unused-ignore]  # noqa: F401
     except ImportError:
         skipped["huey"] = "not installed (pip install 'reactor-state[bench]')"
     else:
