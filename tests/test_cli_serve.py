@@ -147,7 +147,12 @@ def test_serve_keeps_the_upkeep_nobody_else_keeps(db_path: Any) -> None:
         time.sleep(0.5)
         assert jobs.job(taken.id).errors == []  # nobody has turned the lease back yet
         with served(db_path) as server:
-            wait_for(lambda: {event.type for event in events} >= {"expired", "created"})
+            wait_for(
+                lambda: (
+                    {(event.key, event.type) for event in events}
+                    >= {("gone", "expired"), ("rung", "created")}
+                )
+            )
             assert scope.get("rung") == "ring"
             [fired] = [event for event in events if event.key == "rung"]
             assert fired.timer == timer.id
