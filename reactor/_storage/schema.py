@@ -368,8 +368,10 @@ def _to_v2(conn: sa.Connection, t: Tables) -> None:  # noqa: ARG001 - every step
 
 
 def _to_v3(conn: sa.Connection, t: Tables) -> None:
+    import sqlalchemy as sa
+
     t.locks.create(conn)
-    t.changes_by_scope.create(conn, checkfirst=True)
+    conn.execute(sa.schema.CreateIndex(t.changes_by_scope, if_not_exists=True))
 
 
 def _to_v4(conn: sa.Connection, t: Tables) -> None:
@@ -421,13 +423,18 @@ def _to_v6(conn: sa.Connection, t: Tables) -> None:  # noqa: ARG001 - every step
     # any length the spec allows (SQLite's indexes take any length already).
     if conn.dialect.name != "postgresql":
         return
-    import sqlalchemy as sa
 
     conn.exec_driver_sql(REACTOR_NAME)
-    inspector = sa.inspect(conn)
+    # The primary keys' names, in one look at the catalog (the inspector takes one a table).
+    primary: dict[str, str] = dict(
+        conn.exec_driver_sql(
+            "SELECT c.relname, k.conname FROM pg_constraint AS k JOIN pg_class AS c "
+            "ON c.oid = k.conrelid WHERE k.contype = 'p' "
+            "AND c.relnamespace = current_schema()::regnamespace"
+        ).all()
+    )
     for table in NAMED_PRIMARY_KEYS:
-        primary = inspector.get_pk_constraint(table)["name"]
-        conn.exec_driver_sql(f'ALTER TABLE {table} DROP CONSTRAINT "{primary}"')
+        conn.exec_driver_sql(f'ALTER TABLE {table} DROP CONSTRAINT "{primary[table]}"')
     for statement in NAME_INDEXES:
         conn.exec_driver_sql(statement)
 
