@@ -55,6 +55,15 @@ EXPECTED: dict[str, list[str]] = {
         "per customer: at most 1 at once (limit 1)",
         "takes of 32 (limit 20)",
     ],
+    "upkeep_service": [
+        "the session expired, with its event: True",
+        "the reminder fired: 'send now'",
+        "digests put while no app ran: at least 3: True",
+        "the dead worker's job is back: ready, attempt 1",
+        "why: the lease ran out",
+        "health: ok",
+        "the service stopped: exit 0, stopped",
+    ],
     "global_counter": ["8 threads x 250: done = 2000", "+ 2 processes x 250: done = 2500"],
     "nightly_report": [
         "scheduled '30 6 * * MON-FRI' in Europe/Paris: first at Fri 2026-03-27 06:30 +0100",
