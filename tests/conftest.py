@@ -106,6 +106,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 # none (the glob matcher, the docs, the packaging) would only run the SQLite pass again.
 ON_POSTGRESQL_ONLY = "PostgreSQL only: it runs in the pass with --backend=postgresql"
 NOT_ON_THE_BACKEND = "uses no database under test: the SQLite pass runs it"
+# The command line of a feature, over the verbs the library's tests run on both backends:
+# tests/test_cli.py runs the command line itself on PostgreSQL.
+CLI_ON_SQLITE = "the command line over verbs tested on both backends (test_cli runs it on both)"
 
 
 def _uses_the_backend(item: pytest.Item) -> bool:

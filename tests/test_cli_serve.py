@@ -27,7 +27,7 @@ from typing import Any, Final
 import pytest
 
 import reactor
-from tests.conftest import CLI_ENV, wait_for
+from tests.conftest import CLI_ENV, CLI_ON_SQLITE, wait_for
 
 QUIET: Final = 1e6  # the test's sweep interval: its upkeep never runs
 _LINE: Final = re.compile(
@@ -238,6 +238,7 @@ def test_health_fails_while_the_upkeep_falls_behind_and_recovers(db_path: Any) -
         server.wait_line(r"keys of 's' expired: 1$")
 
 
+@pytest.mark.sqlite_only(CLI_ON_SQLITE)
 def test_the_dashboard_runs_beside_the_upkeep(db_path: Any) -> None:
     with reactor.open(db_path, sweep_interval=QUIET) as state:
         state.scope("s").set("k", {"a": 1})
@@ -266,6 +267,7 @@ def test_bad_options_are_usage_errors(db_path: Any) -> None:
     assert "'nope' is not a port, nor HOST:PORT" in done.stderr
 
 
+@pytest.mark.sqlite_only(CLI_ON_SQLITE)
 def test_a_port_in_use_is_one_line(db_path: Any) -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))

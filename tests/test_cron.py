@@ -22,6 +22,7 @@ import reactor
 import reactor.aio
 from reactor import ops
 from reactor.testing import ManualClock, run_upkeep
+from tests.conftest import CLI_ON_SQLITE
 
 from .conftest import run_reactor
 
@@ -166,6 +167,7 @@ def test_the_asyncio_twin(db_path: Any) -> None:
     assert (timer.cron, timer.tz) == ("0 0 1 1 *", "Asia/Tokyo")
 
 
+@pytest.mark.sqlite_only(CLI_ON_SQLITE)
 def test_the_command_line_and_an_export_keep_the_expression_and_zone(
     db_path: Any, fresh_db: Any, tmp_path: Path
 ) -> None:

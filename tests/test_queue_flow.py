@@ -24,7 +24,7 @@ import reactor
 import reactor.aio
 from reactor.errors import InvalidArgumentError, InvalidKeyError, LockNotOwnedError
 from reactor.testing import ManualClock, run_upkeep
-from tests.conftest import raw_query
+from tests.conftest import CLI_ON_SQLITE, raw_query
 
 PATIENCE = 30.0
 LEASE_RAN_OUT = "the lease ran out (the worker did not ack, nack or extend in time)"
@@ -634,6 +634,7 @@ def test_settings_show_what_is_stored(state: reactor.State) -> None:
     assert state.queue("q").settings()["rate"] == (10, 1.0)  # kept: nothing given
 
 
+@pytest.mark.sqlite_only(CLI_ON_SQLITE)
 def test_the_command_line_manages_jobs_and_flow_control(db_path: Any, tmp_path: Any) -> None:
     from tests.conftest import run_reactor
 

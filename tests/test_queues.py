@@ -29,7 +29,7 @@ import pytest
 import reactor
 import reactor.aio
 from reactor.testing import ManualClock, run_upkeep
-from tests.conftest import engine_of, raw_query, take_lines, waiters
+from tests.conftest import CLI_ON_SQLITE, engine_of, raw_query, take_lines, waiters
 from tests.conftest import wait_for as eventually
 
 PATIENCE = 30.0  # seconds: the timeout of waits that must succeed long before
@@ -1353,6 +1353,7 @@ async def test_a_queues_events_read_through_its_async_scope(db_path: Any) -> Non
 
 
 # -- the command line ------------------------------------------------------------------
+@pytest.mark.sqlite_only(CLI_ON_SQLITE)
 def test_the_command_line_puts_takes_and_acks(db_path: Any, tmp_path: Any) -> None:
     from tests.conftest import run_reactor
 
@@ -1418,6 +1419,7 @@ def test_the_command_line_puts_takes_and_acks(db_path: Any, tmp_path: Any) -> No
     assert "is not JSON" in bad.stderr
 
 
+@pytest.mark.sqlite_only(CLI_ON_SQLITE)
 def test_the_command_line_lists_dead_jobs_and_retries_them(db_path: Any, tmp_path: Any) -> None:
     from tests.conftest import run_reactor
 

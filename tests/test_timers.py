@@ -20,7 +20,7 @@ import reactor
 import reactor.aio
 from reactor import ops
 from reactor.testing import ManualClock, run_upkeep
-from tests.conftest import engine_of
+from tests.conftest import CLI_ON_SQLITE, engine_of
 
 from .conftest import raw_query, run_reactor, wait_for
 
@@ -360,6 +360,7 @@ def test_the_asyncio_twins(db_path: Any) -> None:
     asyncio.run(main())
 
 
+@pytest.mark.sqlite_only(CLI_ON_SQLITE)
 def test_the_command_line(db_path: Any, tmp_path: Any) -> None:
     def reactor_cli(*args: str) -> Any:
         done = run_reactor("--db", str(db_path), "--json", *args, cwd=tmp_path)
