@@ -32,7 +32,12 @@ from tests._ui_support import (
 )
 from tests.conftest import CLI_ENV, dashboard_thread, run_reactor
 
-pytestmark = pytest.mark.timeout(90)
+pytestmark = [
+    pytest.mark.timeout(90),
+    # The dashboard over verbs and reads tested on both backends; tests/test_ui_reads.py
+    # runs each of its reads on PostgreSQL.
+    pytest.mark.sqlite_only("the dashboard's HTTP layer: test_ui_reads runs its reads on both"),
+]
 
 # The limits docs/guides/dashboard.md gives: timers and queues listed, characters of a
 # timer's write and of a dead letter's item sent, the size of two values diffed.

@@ -27,6 +27,11 @@ from tests.conftest import canon
 
 from .conftest import raw_query
 
+pytestmark = pytest.mark.sqlite_only(
+    "update ops are applied in Python before the write; PostgreSQL's pass writes them "
+    "in test_processes, test_transactions and test_model"
+)
+
 KEY = "k"
 
 
