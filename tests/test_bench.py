@@ -63,11 +63,15 @@ def assert_workflow(result: dict[str, Any]) -> None:
     assert 0 <= timers["lag_p50_ms"] <= timers["lag_max_ms"]
     assert "huey" not in section["queue_skipped"]  # the bench extra installs it
     for peer in ("reactor", "huey", "sqlite3"):
-        for workers in ("1", "4"):
+        for workers in ("1", "4", "4p"):  # threads, then processes
             found = section["queue"][peer][workers]
             assert found["exactly_once"] is True, (peer, workers, found)
             assert found["take_ack_per_s"] > 0
             assert found["error"] is None
+    latency = section["latency"]["reactor"]  # a worker process woken by each put
+    assert latency["samples"] == 20
+    assert 0 < latency["p50_ms"] <= latency["p99_ms"]
+    assert latency["error"] is None
 
 
 @pytest.mark.timeout(120)

@@ -23,8 +23,16 @@ from . import report
 from .backends import Backend, BackendUnavailable, connect_backend
 from .peer import reactor_target
 from .peers import PEERS, available, redis_server_version
+from .queues import (
+    LATENCY_PEERS,
+    QUEUE_PEERS,
+    put_take_latency,
+    queue_peers,
+    queue_processes,
+    queue_throughput,
+)
 from .scale import run_scale
-from .workflow import QUEUE_PEERS, queue_peers, queue_throughput, timer_lag
+from .workflow import timer_lag
 from .workloads import (
     COUNTER,
     Counts,
@@ -195,8 +203,9 @@ def _writers(options: Options, backend: Backend, root: str) -> dict[str, Any]:
 
 
 def _workflow(options: Options, backend: Backend, root: str) -> dict[str, Any]:
-    """Timers firing with many pending, and a work queue against a Redis list and a
-    SQLite table (medians of the rounds); each on a fresh database."""
+    """Timers firing with many pending, and a work queue against its peers (a Redis
+    list, huey, a SQLite table) with worker threads and worker processes, and its
+    put-to-take latency (medians of the rounds); each on a fresh database."""
     from .peers import _redis_answers
 
     rounds = options.rounds if options.rounds is not None else (1 if options.quick else 3)
@@ -215,33 +224,76 @@ def _workflow(options: Options, backend: Backend, root: str) -> dict[str, Any]:
         shutil.rmtree(location, ignore_errors=True)
     names, skipped = queue_peers(_redis_answers())
     section["queue_skipped"] = skipped
-    found: dict[str, dict[int, list[dict[str, Any]]]] = {}
+    found: dict[str, dict[str, list[dict[str, Any]]]] = {}
+    latency: dict[str, list[dict[str, Any]]] = {}
+    cells = [str(n) for n in sorted({1, options.threads})] + [f"{options.processes}p"]
     for number in range(rounds):
-        for workers in sorted({1, options.threads}):
+        for cell in cells:
             for name in names:
-                _say(options, f"workflow round {number + 1}/{rounds}: {name} queue, {workers}t")
-                location = os.path.join(root, f"queue-r{number}-{name}-{workers}")
-                os.makedirs(location)
-                try:
-                    with _where(backend, name, location, f"q{number}-{workers}") as where:
-                        peer = QUEUE_PEERS[name](
-                            reactor_target(where) if name == "reactor" else where
-                        )
-                        try:
-                            figures = queue_throughput(peer, jobs, workers)
-                        finally:
-                            peer.close()
-                    found.setdefault(name, {}).setdefault(workers, []).append(figures)
-                except Exception as exc:  # noqa: BLE001 - one failure must not end the run
-                    section["errors"][f"{name} {workers}t"] = f"{type(exc).__name__}: {exc}"
-                finally:
-                    shutil.rmtree(location, ignore_errors=True)
+                _say(options, f"workflow round {number + 1}/{rounds}: {name} queue, {cell}")
+                figures = _queue_cell(backend, root, name, cell, jobs, number)
+                found.setdefault(name, {}).setdefault(cell, []).append(figures)
+        for name in [name for name in names if name in LATENCY_PEERS]:
+            _say(options, f"workflow round {number + 1}/{rounds}: {name} put to take")
+            location = os.path.join(root, f"latency-r{number}-{name}")
+            os.makedirs(location)
+            try:
+                with _where(backend, name, location, f"l{number}") as where:
+                    target = reactor_target(where) if name == "reactor" else where
+                    latency.setdefault(name, []).append(
+                        put_take_latency(name, target, 20 if options.quick else 200)
+                    )
+            except Exception as exc:  # noqa: BLE001 - one failure must not end the run
+                section["errors"][f"{name} latency"] = f"{type(exc).__name__}: {exc}"
+            finally:
+                shutil.rmtree(location, ignore_errors=True)
     section["queue"] = {
-        name: {str(workers): _median_queue(runs) for workers, runs in by_workers.items()}
-        for name, by_workers in found.items()
+        name: {cell: _median_queue(runs) for cell, runs in by_cell.items() if runs}
+        for name, by_cell in found.items()
     }
+    section["latency"] = {name: _median_latency(runs) for name, runs in latency.items()}
     section["settings"] = {"rounds": rounds, "jobs": jobs, "pending_timers": pending}
     return section
+
+
+def _queue_cell(
+    backend: Backend, root: str, name: str, cell: str, jobs: int, number: int
+) -> dict[str, Any]:
+    """Peer ``name``'s queue figures with ``cell`` workers: threads ("4") or processes
+    ("4p"), on a fresh database; a failure is in the figures' ``error``."""
+    location = os.path.join(root, f"queue-r{number}-{name}-{cell}")
+    os.makedirs(location)
+    try:
+        with _where(backend, name, location, f"q{number}-{cell}") as where:
+            target = reactor_target(where) if name == "reactor" else where
+            if cell.endswith("p"):
+                return queue_processes(name, target, jobs, int(cell[:-1]))
+            peer = QUEUE_PEERS[name](target)
+            try:
+                return queue_throughput(peer, jobs, int(cell))
+            finally:
+                peer.close()
+    except Exception as exc:  # noqa: BLE001 - one failure must not end the run
+        return {
+            "jobs": jobs,
+            "workers": cell,
+            "put_per_s": None,
+            "take_ack_per_s": None,
+            "exactly_once": False,
+            "error": f"{type(exc).__name__}: {exc}",
+        }
+    finally:
+        shutil.rmtree(location, ignore_errors=True)
+
+
+def _median_latency(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The median of each percentile over the rounds."""
+    merged = dict(runs[0])
+    for figure in ("p50_ms", "p99_ms"):
+        values = sorted(run[figure] for run in runs if run[figure] is not None)
+        merged[figure] = values[len(values) // 2] if values else None
+    merged["error"] = next((run["error"] for run in runs if run["error"]), None)
+    return merged
 
 
 def _median_queue(runs: list[dict[str, Any]]) -> dict[str, Any]:

@@ -13,11 +13,32 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from rich import box
 from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from .cells import (
+    backend_name as _backend_name,
+)
+from .cells import (
+    duration as _duration,
+)
+from .cells import (
+    on as _on,
+)
+from .cells import (
+    rate as _rate,
+)
+from .cells import (
+    ratio as _ratio,
+)
+from .cells import (
+    table as _table,
+)
+from .cells import (
+    verdict as _verdict,
+)
+from .report_workflow import workflow_tables as _workflow_tables
 from .workloads import VERBS
 from .writers import LAYOUTS, cell_key, cell_label
 
@@ -199,62 +220,6 @@ _LEGEND = {
 }
 
 
-def _table(title: str) -> Table:
-    """A table without borders, columns two spaces apart, a rule under the heading."""
-    return Table(
-        title=title,
-        title_justify="left",
-        title_style="bold",
-        box=box.SIMPLE_HEAD,
-        show_edge=False,
-        pad_edge=False,
-        padding=(0, 1, 0, 0),
-    )
-
-
-def _rate(ops_per_s: float) -> str:
-    if ops_per_s >= 1e6:
-        return f"{ops_per_s / 1e6:.2f}M"
-    if ops_per_s >= 1e3:
-        return f"{ops_per_s / 1e3:.1f}k"
-    return f"{ops_per_s:.0f}"
-
-
-def _times(ratio: float) -> str:
-    if ratio >= 100:
-        return f"{ratio:.0f}"
-    return f"{ratio:.1f}" if ratio >= 10 else f"{ratio:.2f}"
-
-
-def _duration(us: float) -> str:
-    if us >= 1e6:
-        return f"{us / 1e6:.2f}s"
-    if us >= 1e3:
-        return f"{us / 1e3:.1f}ms"
-    return f"{us:.0f}µs" if us >= 10 else f"{us:.1f}µs"
-
-
-def _verdict(ok: bool | None) -> Text:
-    if ok is None:
-        return Text("n/a", style="dim")
-    return Text("OK", style="green") if ok else Text("MISS", style="bold red")
-
-
-def _ratio(ratio: float | None) -> Text:
-    if ratio is None:
-        return Text("-", style="dim")
-    style = "green" if ratio >= 1 else "yellow" if ratio >= 0.5 else "red"
-    return Text(_times(ratio), style=style)
-
-
-def _backend_name(result: dict[str, Any]) -> str:
-    return str(result.get("backend", {}).get("name", "sqlite"))
-
-
-def _on(result: dict[str, Any]) -> str:
-    return "SQLite" if _backend_name(result) == "sqlite" else "PostgreSQL"
-
-
 def _peers_table(result: dict[str, Any]) -> Group:
     figures: dict[str, Any] = result["figures"]
     found_ratios: dict[str, Any] = result["ratios"]
@@ -373,70 +338,6 @@ def _events_table(result: dict[str, Any]) -> Table:
             str(found.get("before_ack", "-")),
         )
     return table
-
-
-def _workflow_tables(result: dict[str, Any]) -> Group:
-    section = result["workflow"]
-    parts: list[Any] = []
-    queue = section.get("queue", {})
-    if queue:
-        jobs = section["settings"]["jobs"]
-        table = _table(
-            f"work queue, reactor on {_on(result)}: {jobs:,} jobs put by one thread, "
-            "then taken and acked by N (ops/s; reactor ÷ peer)"
-        )
-        for column in ("queue", "N", "put", "take+ack", "÷ put", "÷ take", "once"):
-            table.add_column(column, justify="left" if column == "queue" else "right")
-        mine = queue.get("reactor", {})
-        for name, by_workers in queue.items():
-            for workers, found in sorted(by_workers.items(), key=lambda item: int(item[0])):
-                base = mine.get(workers, {})
-                put, take = found["put_per_s"], found["take_ack_per_s"]
-                table.add_row(
-                    name,
-                    workers,
-                    "-" if put is None else _rate(put),
-                    "-" if take is None else _rate(take),
-                    _ratio(_divide(base.get("put_per_s"), put)) if name != "reactor" else "",
-                    _ratio(_divide(base.get("take_ack_per_s"), take)) if name != "reactor" else "",
-                    _verdict(found["exactly_once"]),
-                )
-        parts.append(table)
-    timers = section.get("timers")
-    if timers:
-        table = _table(
-            f"timers, reactor on {_on(result)}: {timers['probes']} due 10 ms apart with "
-            f"{timers['pending']:,} pending"
-        )
-        for column in ("fired", "lag p50", "lag p99", "lag max", "scheduled/s"):
-            table.add_column(column, justify="right")
-
-        def ms(value: float | None) -> str:
-            return "-" if value is None else _duration(value * 1000)
-
-        table.add_row(
-            f"{timers['fired']}/{timers['probes']}",
-            ms(timers["lag_p50_ms"]),
-            ms(timers["lag_p99_ms"]),
-            ms(timers["lag_max_ms"]),
-            "-" if timers["schedule_per_s"] is None else _rate(timers["schedule_per_s"]),
-        )
-        parts.append(table)
-    notes = Text()
-    for name, why in section.get("queue_skipped", {}).items():
-        notes.append(f"queue peer skipped, {name}: {why}\n", style="yellow")
-    for what, error in section.get("errors", {}).items():
-        notes.append(f"workflow {what} failed: {error}\n", style="red")
-    for name, by_workers in queue.items():
-        for workers, found in by_workers.items():
-            if found.get("error"):
-                notes.append(f"queue {name} {workers}t failed: {found['error']}\n", style="red")
-    parts.append(notes)
-    return Group(*parts)
-
-
-def _divide(mine: float | None, theirs: float | None) -> float | None:
-    return None if not mine or not theirs else mine / theirs
 
 
 def _scale_table(scale: dict[str, Any]) -> Group:
