@@ -68,6 +68,11 @@ def assert_workflow(result: dict[str, Any]) -> None:
             assert found["exactly_once"] is True, (peer, workers, found)
             assert found["take_ack_per_s"] > 0
             assert found["error"] is None
+    if "redis" not in section["queue_skipped"]:  # RQ's own worker processes, on Redis
+        assert "rq" not in section["queue_skipped"]  # the bench extra installs it
+        rq = section["queue"]["rq"]
+        assert list(rq) == ["4p"]
+        assert rq["4p"]["exactly_once"] is True, rq
     latency = section["latency"]["reactor"]  # a worker process woken by each put
     assert latency["samples"] == 20
     assert 0 < latency["p50_ms"] <= latency["p99_ms"]

@@ -30,6 +30,7 @@ from .queues import (
     queue_peers,
     queue_processes,
     queue_throughput,
+    rq_throughput,
 )
 from .scale import run_scale
 from .workflow import timer_lag
@@ -230,6 +231,8 @@ def _workflow(options: Options, backend: Backend, root: str) -> dict[str, Any]:
     for number in range(rounds):
         for cell in cells:
             for name in names:
+                if name == "rq" and not cell.endswith("p"):
+                    continue  # RQ's workers are processes
                 _say(options, f"workflow round {number + 1}/{rounds}: {name} queue, {cell}")
                 figures = _queue_cell(backend, root, name, cell, jobs, number)
                 found.setdefault(name, {}).setdefault(cell, []).append(figures)
@@ -266,6 +269,8 @@ def _queue_cell(
     try:
         with _where(backend, name, location, f"q{number}-{cell}") as where:
             target = reactor_target(where) if name == "reactor" else where
+            if name == "rq":
+                return rq_throughput(target, jobs, int(cell[:-1]))
             if cell.endswith("p"):
                 return queue_processes(name, target, jobs, int(cell[:-1]))
             peer = QUEUE_PEERS[name](target)

@@ -27,6 +27,7 @@ __all__ = [
     "queue_peers",
     "queue_processes",
     "queue_throughput",
+    "rq_throughput",
 ]
 
 _TIMEOUT = 600.0  # seconds any wait of the measurements gives up after
@@ -244,6 +245,13 @@ def queue_peers(redis_missing: str | None) -> tuple[list[str], dict[str, str]]:
     else:
         names.append("huey")
     names.append("sqlite3")
+    if redis_missing is None:
+        try:
+            import rq  # noqa: F401 - only whether it is there
+        except ImportError:
+            skipped["rq"] = "not installed (pip install 'reactor-state[bench]')"
+        else:
+            names.append("rq")  # worker processes only: RQ's workers are processes
     return names, skipped
 
 
@@ -316,8 +324,10 @@ def queue_processes(name: str, where: str, jobs: int, processes: int) -> dict[st
     Every item must be done exactly once."""
     peer = QUEUE_PEERS[name](where)
     try:
+        start = time.perf_counter()
         for n in range(jobs):
             peer.put({"n": n})
+        put_seconds = time.perf_counter() - start
         context = multiprocessing.get_context("spawn")
         barrier, results = context.Barrier(processes), context.Queue()
         workers = [
@@ -341,7 +351,7 @@ def queue_processes(name: str, where: str, jobs: int, processes: int) -> dict[st
     return {
         "jobs": jobs,
         "workers": f"{processes}p",
-        "put_per_s": None,  # put by one thread: the threads' figure
+        "put_per_s": jobs / put_seconds if put_seconds else None,
         "take_ack_per_s": len(done) / seconds if seconds > 0 and not errors else None,
         "exactly_once": done == list(range(jobs)),
         "error": errors[0] if errors else None,
@@ -402,4 +412,87 @@ def put_take_latency(name: str, where: str, count: int) -> dict[str, Any]:
         "p50_ms": statistics.median(lags) if lags else None,
         "p99_ms": lags[min(len(lags) - 1, round(0.99 * (len(lags) - 1)))] if lags else None,
         "error": error,
+    }
+
+
+# -- RQ: its own workers (processes), not the take-and-ack loop above ---------------------
+def rq_job(n: int) -> int:
+    """The job RQ's workers run: counts its run of ``n`` (a duplicate shows as 2)."""
+    from rq import get_current_job
+
+    job = get_current_job()
+    assert job is not None
+    job.connection.hincrby(f"{job.origin}:done", str(n), 1)
+    return n
+
+
+def _rq_worker(name: str, barrier: Any, results: Any) -> None:
+    """An RQ ``SimpleWorker`` (no fork per job) in burst mode: runs jobs until none is
+    left, from when every worker is ready."""
+    try:
+        import redis
+        from rq import Queue, SimpleWorker
+
+        from .peers import REDIS_HOST, REDIS_PORT
+
+        connection = redis.Redis(host=REDIS_HOST, port=REDIS_PORT)
+        worker = SimpleWorker([Queue(name, connection=connection)], connection=connection)
+        barrier.wait(_TIMEOUT)
+        start = time.perf_counter()
+        worker.work(burst=True, logging_level="WARNING")
+        results.put((start, time.perf_counter(), None))
+    except BaseException as exc:  # noqa: BLE001 - reported to the parent
+        barrier.abort()
+        results.put((0.0, 0.0, f"{type(exc).__name__}: {exc}"))
+
+
+def rq_throughput(where: str, jobs: int, processes: int) -> dict[str, Any]:
+    """RQ on the bench's Redis: ``jobs`` enqueued by one thread (``Queue.enqueue``), then
+    run by ``processes`` worker processes, each an RQ ``SimpleWorker`` in burst mode.
+    Every job must run exactly once."""
+    import redis
+    from rq import Queue
+
+    from .peers import REDIS_HOST, REDIS_PORT
+
+    name = _redis_name(where)
+    connection = redis.Redis(host=REDIS_HOST, port=REDIS_PORT)
+    queue = Queue(name, connection=connection)
+    try:
+        queue.empty()  # type: ignore[no-untyped-call]  # rq 3 has no hints here
+        connection.delete(f"{name}:done")
+        start = time.perf_counter()
+        for n in range(jobs):
+            queue.enqueue(rq_job, n, result_ttl=600)
+        put_seconds = time.perf_counter() - start
+        context = multiprocessing.get_context("spawn")
+        barrier, results = context.Barrier(processes), context.Queue()
+        workers = [
+            context.Process(target=_rq_worker, args=(name, barrier, results), daemon=True)
+            for _ in range(processes)
+        ]
+        for process in workers:
+            process.start()
+        found = [results.get(timeout=_TIMEOUT) for _ in workers]
+        for process in workers:
+            process.join(10)
+            if process.is_alive():
+                process.terminate()
+        runs = {int(n): int(count) for n, count in connection.hgetall(f"{name}:done").items()}
+    finally:
+        queue.empty()  # type: ignore[no-untyped-call]
+        for registry in (queue.finished_job_registry, queue.failed_job_registry):
+            for job_id in registry.get_job_ids():
+                registry.remove(job_id, delete_job=True)
+        connection.delete(f"{name}:done")
+        connection.close()
+    errors = [error for *_, error in found if error is not None]
+    seconds = max(end for _, end, _ in found) - min(start for start, _, _ in found)
+    return {
+        "jobs": jobs,
+        "workers": f"{processes}p",
+        "put_per_s": jobs / put_seconds if put_seconds else None,
+        "take_ack_per_s": sum(runs.values()) / seconds if seconds > 0 and not errors else None,
+        "exactly_once": runs == dict.fromkeys(range(jobs), 1),
+        "error": errors[0] if errors else None,
     }
