@@ -180,5 +180,9 @@ def test_quick_bench_runs_reactor_on_postgresql(tmp_path: Path) -> None:
             assert section["processes"]["own_scope"][count]["vs_pgbench"] is not None
     else:
         assert pgbench["note"]
+    queue = result["workflow"]["queue"]  # procrastinate beside reactor on PostgreSQL
+    assert "procrastinate" not in result["workflow"]["queue_skipped"]
+    assert queue["procrastinate"]["4p"]["exactly_once"] is True, queue["procrastinate"]
+    assert queue["reactor"]["4p"]["exactly_once"] is True
     assert not any("could not drop" in note for note in result["notes"])
     assert list((tmp_path / "dbs").iterdir()) == [], "bench leaves no file behind"

@@ -26,6 +26,7 @@ from .peers import PEERS, available, redis_server_version
 from .queues import (
     LATENCY_PEERS,
     QUEUE_PEERS,
+    procrastinate_throughput,
     put_take_latency,
     queue_peers,
     queue_processes,
@@ -47,6 +48,9 @@ from .workloads import (
 from .writers import plan_for, run_writers
 
 __all__ = ["BackendUnavailable", "Options", "run"]
+
+# The queue peers whose workers are processes: measured with processes only.
+_PROCESSES_ONLY = frozenset({"rq", "procrastinate"})
 
 
 @dataclass(frozen=True)
@@ -223,7 +227,7 @@ def _workflow(options: Options, backend: Backend, root: str) -> dict[str, Any]:
         section["errors"]["timers"] = f"{type(exc).__name__}: {exc}"
     finally:
         shutil.rmtree(location, ignore_errors=True)
-    names, skipped = queue_peers(_redis_answers())
+    names, skipped = queue_peers(_redis_answers(), postgresql=backend.name == "postgresql")
     section["queue_skipped"] = skipped
     found: dict[str, dict[str, list[dict[str, Any]]]] = {}
     latency: dict[str, list[dict[str, Any]]] = {}
@@ -231,8 +235,8 @@ def _workflow(options: Options, backend: Backend, root: str) -> dict[str, Any]:
     for number in range(rounds):
         for cell in cells:
             for name in names:
-                if name == "rq" and not cell.endswith("p"):
-                    continue  # RQ's workers are processes
+                if name in _PROCESSES_ONLY and not cell.endswith("p"):
+                    continue  # their workers are processes
                 _say(options, f"workflow round {number + 1}/{rounds}: {name} queue, {cell}")
                 figures = _queue_cell(backend, root, name, cell, jobs, number)
                 found.setdefault(name, {}).setdefault(cell, []).append(figures)
@@ -271,6 +275,8 @@ def _queue_cell(
             target = reactor_target(where) if name == "reactor" else where
             if name == "rq":
                 return rq_throughput(target, jobs, int(cell[:-1]))
+            if name == "procrastinate":
+                return procrastinate_throughput(where, jobs, int(cell[:-1]))
             if cell.endswith("p"):
                 return queue_processes(name, target, jobs, int(cell[:-1]))
             peer = QUEUE_PEERS[name](target)
@@ -333,8 +339,11 @@ def _scale(options: Options, root: str) -> dict[str, Any]:
 
 
 def _where(backend: Backend, name: str, directory: str, tag: str) -> AbstractContextManager[str]:
-    """Where peer ``name`` keeps its data: the backend decides for reactor."""
-    return backend.location(directory, tag) if name == "reactor" else nullcontext(directory)
+    """Where peer ``name`` keeps its data: the backend decides for reactor (and for
+    procrastinate, which runs on PostgreSQL only)."""
+    if name in ("reactor", "procrastinate"):
+        return backend.location(directory, tag)
+    return nullcontext(directory)
 
 
 def _plan(options: Options, modes: dict[str, str]) -> list[tuple[str, int, str]]:

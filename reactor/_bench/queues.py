@@ -23,6 +23,7 @@ from typing import Any, Protocol
 __all__ = [
     "LATENCY_PEERS",
     "QUEUE_PEERS",
+    "procrastinate_throughput",
     "put_take_latency",
     "queue_peers",
     "queue_processes",
@@ -230,8 +231,11 @@ LATENCY_PEERS: dict[str, Callable[[str], Waiting]] = {
 }
 
 
-def queue_peers(redis_missing: str | None) -> tuple[list[str], dict[str, str]]:
-    """The queue peers that can run here, and why the others cannot."""
+def queue_peers(
+    redis_missing: str | None, *, postgresql: bool = False
+) -> tuple[list[str], dict[str, str]]:
+    """The queue peers that can run here, and why the others cannot (``postgresql``:
+    reactor runs on PostgreSQL, and so may procrastinate)."""
     names = ["reactor"]
     skipped: dict[str, str] = {}
     if redis_missing is None:
@@ -252,6 +256,13 @@ def queue_peers(redis_missing: str | None) -> tuple[list[str], dict[str, str]]:
             skipped["rq"] = "not installed (pip install 'reactor-state[bench]')"
         else:
             names.append("rq")  # worker processes only: RQ's workers are processes
+    if postgresql:
+        try:
+            import procrastinate  # noqa: F401 - only whether it is there
+        except ImportError:
+            skipped["procrastinate"] = "not installed (pip install procrastinate)"
+        else:
+            names.append("procrastinate")  # worker processes, on reactor's server
     return names, skipped
 
 
@@ -494,5 +505,86 @@ def rq_throughput(where: str, jobs: int, processes: int) -> dict[str, Any]:
         "put_per_s": jobs / put_seconds if put_seconds else None,
         "take_ack_per_s": sum(runs.values()) / seconds if seconds > 0 and not errors else None,
         "exactly_once": runs == dict.fromkeys(range(jobs), 1),
+        "error": errors[0] if errors else None,
+    }
+
+
+# -- procrastinate: PostgreSQL's job queue, its own workers (processes) ---------------------
+def _procrastinate_app(conninfo: str) -> tuple[Any, Any]:
+    """A procrastinate app on ``conninfo`` (a libpq URL) and its bench task."""
+    from procrastinate import App, PsycopgConnector
+
+    app = App(connector=PsycopgConnector(conninfo=conninfo))
+
+    @app.task(name="bench_job", queue="bench")
+    def bench_job(n: int) -> int:
+        return n
+
+    return app, bench_job
+
+
+def _procrastinate_worker(conninfo: str, barrier: Any, results: Any) -> None:
+    """A procrastinate worker (one job at a time) until no job is left, from when every
+    worker is ready."""
+    try:
+        app, _ = _procrastinate_app(conninfo)
+        barrier.wait(_TIMEOUT)
+        start = time.perf_counter()
+        app.run_worker(queues=["bench"], wait=False, install_signal_handlers=False)
+        results.put((start, time.perf_counter(), None))
+    except BaseException as exc:  # noqa: BLE001 - reported to the parent
+        barrier.abort()
+        results.put((0.0, 0.0, f"{type(exc).__name__}: {exc}"))
+
+
+def procrastinate_throughput(url: str, jobs: int, processes: int) -> dict[str, Any]:
+    """procrastinate in the PostgreSQL schema of ``url`` (reactor's kind of URL): its
+    schema applied, ``jobs`` deferred by one thread, then run by ``processes`` worker
+    processes (``run_worker(wait=False)``). Every job must run exactly once: one
+    "started" event each."""
+    import sqlalchemy as sa
+
+    conninfo = sa.make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+    app, task = _procrastinate_app(conninfo)
+    with app.open():
+        app.schema_manager.apply_schema()
+        start = time.perf_counter()
+        for n in range(jobs):
+            task.defer(n=n)
+        put_seconds = time.perf_counter() - start
+    context = multiprocessing.get_context("spawn")
+    barrier, results = context.Barrier(processes), context.Queue()
+    workers = [
+        context.Process(
+            target=_procrastinate_worker, args=(conninfo, barrier, results), daemon=True
+        )
+        for _ in range(processes)
+    ]
+    for process in workers:
+        process.start()
+    found = [results.get(timeout=_TIMEOUT) for _ in workers]
+    for process in workers:
+        process.join(10)
+        if process.is_alive():
+            process.terminate()
+    import psycopg
+
+    with psycopg.connect(conninfo) as conn:
+        started = conn.execute(
+            "SELECT count(*), count(DISTINCT job_id) FROM procrastinate_events "
+            "WHERE type = 'started'"
+        ).fetchone()
+        succeeded = conn.execute(
+            "SELECT count(*) FROM procrastinate_jobs WHERE status = 'succeeded'"
+        ).fetchone()
+    runs, distinct = started if started is not None else (0, 0)
+    errors = [error for *_, error in found if error is not None]
+    seconds = max(end for _, end, _ in found) - min(start for start, _, _ in found)
+    return {
+        "jobs": jobs,
+        "workers": f"{processes}p",
+        "put_per_s": jobs / put_seconds if put_seconds else None,
+        "take_ack_per_s": runs / seconds if seconds > 0 and not errors else None,
+        "exactly_once": runs == distinct == jobs and succeeded == (jobs,),
         "error": errors[0] if errors else None,
     }
