@@ -181,7 +181,7 @@ def test_a_signal_stops_it_cleanly(db_path: Any, how: signal.Signals) -> None:
         assert server.stop(how) == 0
     lines = server.drain()
     assert (
-        f"INFO reactor.serve: {how.name}: stopping once the upkeep round under way is done"
+        f"INFO reactor.serve: {how.name}: stopping once the upkeep's chore under way is done"
         in (lines[-3])
     )
     assert lines[-2].endswith("INFO reactor.serve: stopped")
@@ -207,7 +207,16 @@ def test_the_health_endpoints_report_the_upkeep(db_path: Any) -> None:
         assert body["pid"] == server.process.pid
         assert body["database"] == str(db_path) or body["database"].startswith("postgresql")
         upkeep = body["upkeep"]
-        assert set(upkeep) == {"overdue", "rounds", "last_round_age", "failing", "running"}
+        assert set(upkeep) == {
+            "overdue",
+            "rounds",
+            "last_round_age",
+            "busy_for",
+            "failing",
+            "failing_for",
+            "last_error",
+            "running",
+        }
         assert upkeep["overdue"] == 0.0
         assert upkeep["failing"] == 0
         assert upkeep["running"]
@@ -265,6 +274,18 @@ def test_bad_options_are_usage_errors(db_path: Any) -> None:
     )
     assert done.returncode == 2
     assert "'nope' is not a port, nor HOST:PORT" in done.stderr
+    for option in ("--interval", "--max-lag", "--timeout"):
+        done = subprocess.run(
+            [sys.executable, "-m", "reactor", "--db", str(db_path), "serve", option, "nan"],
+            capture_output=True,
+            text=True,
+            env=CLI_ENV,
+            timeout=60,
+            check=False,
+        )
+        assert done.returncode == 2, (option, done.stderr)
+        assert "'nan' is not a number of seconds" in done.stderr
+    assert not db_path.exists()
 
 
 @pytest.mark.sqlite_only(CLI_ON_SQLITE)
@@ -284,3 +305,117 @@ def test_a_port_in_use_is_one_line(db_path: Any) -> None:
     assert done.returncode == 1
     assert done.stderr.startswith(f"Error: cannot listen on 127.0.0.1:{port}: "), done.stderr
     assert done.stderr.count("\n") == 1
+
+
+@pytest.mark.sqlite_only("removes the database file under the running serve")
+def test_a_removed_database_file_ends_it_with_one_error(db_path: Any) -> None:
+    """Nothing it does can reach the file at the path any more: it stops (exit 1, so
+    that a supervisor starts it again on the file now there), saying why, instead of
+    failing every round for ever."""
+    with reactor.open(db_path, sweep_interval=QUIET) as state:
+        state.scope("s").set("k", 1, ttl=0.2)
+    with served(db_path, "--interval", "0.05", "--health", "0") as server:
+        base = server.url("health").removesuffix("healthz")
+        db_path.unlink()
+        assert server.process.wait(20) == 1
+        lines = server.drain()
+    text = "\n".join(lines)
+    assert "removed or replaced while open: the upkeep stops" in text
+    assert "the upkeep's thread has ended: stopping" in text
+    assert sum("failed" in line for line in lines) <= 2, lines
+    with pytest.raises(urllib.error.URLError):
+        _get(base + "livez")
+
+
+@pytest.mark.sqlite_only("holds SQLite's write lock from outside")
+def test_a_lock_held_elsewhere_keeps_it_alive_and_a_signal_still_stops_it_soon(
+    db_path: Any,
+) -> None:
+    """Another process holds the write lock: chores wait and fail, which is no reason
+    to restart this process (liveness stays 200, readiness says why), and SIGTERM ends
+    it within about one chore's timeout, not a wait per chore."""
+    with reactor.open(db_path, sweep_interval=QUIET) as state:
+        state.scope("s").set("k", 1, ttl=0.1)
+    args = ("--interval", "0.05", "--health", "0", "--max-lag", "0.3", "--timeout", "1")
+    with served(db_path, *args) as server:
+        base = server.url("health").removesuffix("healthz")
+        blocker = sqlite3.connect(db_path, timeout=10, isolation_level=None)
+        try:
+            blocker.execute("BEGIN IMMEDIATE")
+            deadline = time.monotonic() + 4
+            while time.monotonic() < deadline:
+                assert _get(base + "livez") == (200, {"status": "ok", "problems": []})
+                time.sleep(0.1)
+            body = _answer_of(base + "healthz", 503)
+            assert any("the upkeep has failed for" in problem for problem in body["problems"])
+            assert body["upkeep"]["failing"] >= 1
+            started = time.monotonic()
+            assert server.stop(timeout=20) == 0
+            assert time.monotonic() - started < 6
+        finally:
+            blocker.rollback()
+            blocker.close()
+        lines = server.drain()
+    assert lines[-2].endswith("INFO reactor.serve: stopped"), lines[-3:]
+
+
+def test_signals_in_a_row_stop_it_once(db_path: Any) -> None:
+    with served(db_path, "--interval", "0.05") as server:
+        for _ in range(3):
+            server.process.send_signal(signal.SIGTERM)
+            time.sleep(0.02)
+        assert server.process.wait(30) == 0
+        lines = server.drain()
+    assert sum("stopping once" in line for line in lines) == 1, lines
+    assert lines[-2].endswith("INFO reactor.serve: stopped")
+
+
+@pytest.mark.postgresql_only
+def test_readiness_probes_of_a_locked_database_answer_in_time_on_one_connection(
+    db_path: Any,
+) -> None:
+    """A table locked against readers (``LOCK TABLE ... ACCESS EXCLUSIVE``): each probe
+    answers 503 within its read's 5 s, and twenty probes at once wait on one read, not
+    on twenty connections."""
+    import psycopg
+    import sqlalchemy as sa
+
+    url = sa.make_url(db_path).set(drivername="postgresql")
+    conninfo = url.set(query={}).render_as_string(hide_password=False)
+    with served(db_path, "--health", "0", "--timeout", "30") as server:
+        base = server.url("health").removesuffix("healthz")
+        assert _get(base + "healthz")[0] == 200
+        options = url.query.get("options")
+        with (
+            psycopg.connect(conninfo, options=options, autocommit=True) as locker,
+            psycopg.connect(conninfo, autocommit=True) as watcher,
+        ):
+            with locker.transaction():
+                locker.execute("LOCK TABLE reactor_kv IN ACCESS EXCLUSIVE MODE")
+                answers: list[tuple[int, Any]] = []
+                started = time.monotonic()
+                probes = [
+                    threading.Thread(target=lambda: answers.append(_get(base + "healthz")))
+                    for _ in range(20)
+                ]
+                for probe in probes:
+                    probe.start()
+                time.sleep(2)
+                waiting = watcher.execute(
+                    "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                ).fetchone()
+                for probe in probes:
+                    probe.join(30)
+                took = time.monotonic() - started
+            assert len(answers) == 20
+            assert {status for status, _ in answers} == {503}
+            assert all(
+                body["problems"] == ["the database did not answer within 5 s"]
+                for _, body in answers
+            )
+            assert took < 15
+            # The probes' one read, and the upkeep's own chores (a read and a write).
+            assert waiting is not None
+            assert waiting[0] <= 3, waiting
+        assert _get(base + "livez")[0] == 200
+        assert _answer_of(base + "healthz", 200, timeout=40)["status"] == "ok"

@@ -423,3 +423,66 @@ def test_busy_errors_are_transient_writes_work_once_the_lock_is_released(db_path
             scope.set("k", f"after {i}")  # StorageError here: the engine stayed broken
         assert scope.get("k") == "after 2"
         assert scope.increment("n") == 1
+
+
+_STOPPED_WRITER = textwrap.dedent(
+    """
+    import sys, reactor
+    state = reactor.open(sys.argv[1], timeout=float(sys.argv[2]))
+    jobs = state.queue("jobs")
+    print("ready", flush=True)
+    while True:
+        jobs.put(1)
+        job = jobs.take(timeout=1)
+        if job is not None:
+            job.ack()
+    """
+)
+
+
+@pytest.mark.postgresql_only
+def test_a_writer_stopped_inside_its_transaction_holds_no_lock_past_its_timeout(
+    db_path: Any,
+) -> None:
+    """A process frozen (SIGSTOP) with a write transaction open, its queue's lock taken:
+    the server ends that transaction once it has been idle for the writer's timeout, so
+    another process's write to the same queue waits that long at most, not for ever."""
+    import os
+    import signal
+
+    import psycopg
+    import sqlalchemy as sa
+
+    url = sa.make_url(db_path).set(drivername="postgresql")
+    conninfo = url.set(query={}).render_as_string(hide_password=False)
+    with reactor.open(db_path) as state:
+        state.queue("jobs").put(0)
+        writer = subprocess.Popen(
+            [sys.executable, "-c", _STOPPED_WRITER, db_path, "1.5"],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            assert writer.stdout is not None
+            assert writer.stdout.readline() == "ready\n"
+            with psycopg.connect(conninfo, autocommit=True) as admin:
+                for _ in range(400):  # until it is frozen between two round trips
+                    time.sleep(0.02)
+                    os.kill(writer.pid, signal.SIGSTOP)
+                    time.sleep(0.03)
+                    idle = admin.execute(
+                        "SELECT count(*) FROM pg_stat_activity WHERE state = 'idle in transaction'"
+                    ).fetchone()
+                    if idle is not None and idle[0]:
+                        break
+                    os.kill(writer.pid, signal.SIGCONT)
+                else:
+                    pytest.fail("the writer was never frozen inside a transaction")
+            started = time.monotonic()
+            state.queue("jobs").put(2)
+            assert time.monotonic() - started < 1.5 + 3
+        finally:
+            writer.kill()
+            writer.wait(10)
+            assert writer.stdout is not None
+            writer.stdout.close()

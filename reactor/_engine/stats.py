@@ -17,10 +17,13 @@ EVENT_COUNTERS: Final = ("published", "delivered", "failed", "dropped")
 class UpkeepProgress(NamedTuple):
     """How the background upkeep is getting on (``stats()["upkeep"]``, health checks)."""
 
-    rounds: int  # rounds of chores done
+    rounds: int  # rounds of chores done, failed ones too
     last_round: float | None  # when the last one ended (time.monotonic)
     failing: int  # rounds that failed in a row, up to now
     running: bool  # whether its thread runs
+    busy_since: float | None = None  # when the chore under way began (None: between)
+    failing_since: float | None = None  # when the first round failing in a row failed
+    last_error: str | None = None  # why the last round that failed did
 
 
 class Stats:

@@ -13,7 +13,7 @@ from reactor.errors import InvalidArgumentError, StorageError
 if TYPE_CHECKING:  # SQLAlchemy is imported when used: only for PostgreSQL
     import sqlalchemy as sa
 
-    from .store import Store
+    from .store import Store, StoreReads
 
 __all__ = ["DEFAULT_PATH", "default_folder", "leave_if_moved", "locate", "open_store"]
 
@@ -82,7 +82,7 @@ def open_store(
     return PostgresStore(location, durability=durability, timeout=timeout, readonly=readonly)
 
 
-def leave_if_moved(store: Store) -> bool:
+def leave_if_moved(store: StoreReads) -> bool:
     """Whether ``store`` is a SQLite database whose file was removed or replaced while
     open: then its files are taken off the path (``SQLiteStore.leave_path``)."""
     from .sqlite import SQLiteStore

@@ -470,6 +470,11 @@ class PostgresStore(SQLStore):
         """
         conn = self._writer = self._connect()
         conn.prepare_threshold = WRITER_PREPARE_THRESHOLD
+        # A write transaction runs reactor's code only (a transaction's body is staged in
+        # memory first): one idle longer than the timeout belongs to a process that is
+        # stopped (SIGSTOP) or wedged, and the server ends it, freeing its locks, before
+        # a writer that waits for them gives up (each waits up to the timeout).
+        conn.execute(f"SET idle_in_transaction_session_timeout = {int(self._timeout * 1000)}")
         self._writer_pid = conn.info.backend_pid
         return conn
 

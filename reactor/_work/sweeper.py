@@ -21,11 +21,13 @@ from typing import TYPE_CHECKING, Any, Final, TypeVar
 from reactor._base.results import Upkeep
 from reactor._engine.reply import ThreadReply
 from reactor._engine.stats import UpkeepProgress
+from reactor._storage.locate import leave_if_moved
 from reactor._storage.records import RefusedError
 from reactor._storage.txn import WriteTxn
 from reactor.errors import ClosedError, OperationTimeout, ReentrancyError
 
 from .leases import expire_leases, turn_back_leases
+from .progress import Progress
 from .timers import Fired, drop_failed, fire
 from .writes import expire_keys
 
@@ -74,15 +76,12 @@ class Sweeper:
         self._thread = threading.Thread(
             target=self._loop, name=f"reactor-sweeper[{engine.key}]", daemon=True
         )
-        self._rounds = 0  # rounds of chores done (the thread's and upkeep's)
-        self._last_round: float | None = None  # when the last one ended (time.monotonic)
-        self._failing = 0  # rounds of the thread that failed in a row, up to now
+        self._progress = Progress()  # the rounds done (the thread's and upkeep's)
+        self._checkpointed = self._compacted = time.monotonic()
 
     def progress(self) -> UpkeepProgress:
         """How the upkeep is getting on: ``stats()["upkeep"]``, a health check's."""
-        return UpkeepProgress(
-            self._rounds, self._last_round, self._failing, self._thread.is_alive()
-        )
+        return self._progress.snapshot(self._thread.is_alive())
 
     def start(self) -> None:
         self._thread.start()
@@ -96,46 +95,78 @@ class Sweeper:
             self._thread.join(timeout)
 
     def _loop(self) -> None:
-        checkpointed = compacted = time.monotonic()
-        failures = 0
         pause = self._engine.options.sweep_interval
         while not self._stop.is_set():
             self._again.wait(pause)
             self._again.clear()
             if self._stop.is_set():
                 return
+            error: Exception | None = None
             try:
                 with self._round:
-                    self.sweep()
-                    self.fire_timers()
-                    # Work queues' leases that ran out: a transaction's worth per round,
-                    # so that thousands of them keep no timer or expiry waiting for long.
-                    turned, more = turn_back_leases(self._engine)
-                    if turned:
-                        upkeep_logger.info("jobs whose lease ran out, turned back: %d", turned)
-                    if more:
-                        self._again.set()  # more: the next round comes at once
-                    now = time.monotonic()
-                    if now - checkpointed >= CHECKPOINT_INTERVAL:
-                        checkpointed = now
-                        self._engine.store.checkpoint()
-                    if now - compacted >= COMPACT_INTERVAL:
-                        compacted = now
-                        self.compact()
-                    pause = self.pause()
-                    self._ended_round()
-                failures = self._failing = 0
+                    pause = self._chores()
             except ClosedError:
                 return
-            except Exception:
-                failures += 1
-                self._failing = failures
-                if failures == 1 or failures % 240 == 0:  # once, then about once a minute
-                    logger.exception(
-                        "the background sweeper failed (%d times in a row); it will try again",
-                        failures,
-                    )
+            except Exception as exc:  # noqa: BLE001 - counted, logged, tried again
+                error = exc
+            if not self._ended(error):
+                return
+            if error is not None:
                 self._stop.wait(RETRY_PAUSE)
+
+    def _chores(self) -> float:
+        """One round of chores, but those a stop (``close``) comes before; how long the
+        next round may wait."""
+        chores = (self.sweep, self.fire_timers, self._turn_back, self._checkpoint, self._compact)
+        for chore in chores:
+            if self._stop.is_set():  # what is left waits for the next process's round
+                break
+            self._progress.chore()
+            chore()
+        return self.pause()
+
+    def _ended(self, error: Exception | None) -> bool:
+        """Count the round that ended (failed with ``error`` unless None); whether the
+        thread goes on: not once the database file was removed or replaced, which no
+        retry mends (the engine must be opened again)."""
+        engine = self._engine
+        if error is not None and leave_if_moved(engine.store):
+            self._progress.ended(str(error))
+            logger.error(
+                "the database file %s was removed or replaced while open: the upkeep stops "
+                "(open it again)",
+                engine.store.location,
+            )
+            return False
+        if self._progress.ended(None if error is None else f"{type(error).__name__}: {error}"):
+            logger.error(
+                "the background upkeep failed (%d rounds in a row); it will try again: %s",
+                self._progress.failing,
+                self._progress.last_error,
+                exc_info=error,
+            )
+        return True
+
+    def _turn_back(self) -> None:
+        """Work queues' leases that ran out: a transaction's worth per round, so that
+        thousands of them keep no timer or expiry waiting for long."""
+        turned, more = turn_back_leases(self._engine)
+        if turned:
+            upkeep_logger.info("jobs whose lease ran out, turned back: %d", turned)
+        if more:
+            self._again.set()  # more: the next round comes at once
+
+    def _checkpoint(self) -> None:
+        now = time.monotonic()
+        if now - self._checkpointed >= CHECKPOINT_INTERVAL:
+            self._checkpointed = now
+            self._engine.store.checkpoint()
+
+    def _compact(self) -> None:
+        now = time.monotonic()
+        if now - self._compacted >= COMPACT_INTERVAL:
+            self._compacted = now
+            self.compact()
 
     def pause(self) -> float:
         """How long the next look may wait: the sweep interval, or less if a timer comes
@@ -181,7 +212,7 @@ class Sweeper:
             fired = self._fire_all(held)
             turned = expire_leases(self._engine)
             compacted = self.compact()
-            self._ended_round()
+            self._progress.ended()
         return Upkeep(
             keys_expired=expired,
             timers_fired=fired.fired,
@@ -189,10 +220,6 @@ class Sweeper:
             leases_turned_back=turned,
             log_compacted=compacted,
         )
-
-    def _ended_round(self) -> None:
-        self._rounds += 1
-        self._last_round = time.monotonic()
 
     def _expire_all(self, held: Collection[str]) -> int:
         """Expire every key whose deadline has passed, and wait; how many."""
@@ -298,6 +325,7 @@ class Sweeper:
         """
         engine = self._engine
         by_scope, more = self._due(engine.store.expired, SWEEP_BATCH, skip, held, "a key", _key)
+        self._progress.still_due("expire", [*by_scope, *skip])
         requests: list[tuple[str, ThreadReply[int]]] = []
         for scope, keys in by_scope.items():
             future = engine.submit(scope, expire_keys(scope, keys))
@@ -344,6 +372,7 @@ class Sweeper:
         """
         find = self._engine.store.due_timers
         by_scope, more = self._due(find, TIMER_BATCH, skip, held, "a timer", _timer)
+        self._progress.still_due("fire", [*by_scope, *skip])
         requests: list[tuple[str, ThreadReply[Fired]]] = []
         for scope, timers in by_scope.items():
             firing: ThreadReply[Fired] = ThreadReply()
@@ -432,10 +461,12 @@ class Sweeper:
                 logger.warning(
                     "the write of timer %s of %r failed, dropped: %s", timer_id, scope, why
                 )
-        if done.error is not None:
-            if not isinstance(done.error, ClosedError):
-                logger.warning("firing timers of %r failed (they stay due): %s", scope, done.error)
-        elif more and in_flight <= 1:
+        if not isinstance(done.error, ClosedError):
+            error = (
+                None if done.error is None else f"firing timers of {scope!r} failed: {done.error}"
+            )
+            self._progress.request_ended(f"fire {scope}", error)
+        if done.error is None and more and in_flight <= 1:
             self._again.set()
 
     def _swept(self, scope: str, future: ThreadReply[Any], *, more: bool) -> None:
@@ -443,9 +474,12 @@ class Sweeper:
             if self._sweeping.get(scope) is future:
                 del self._sweeping[scope]
         if future.cancelled() or future.exception() is not None:
-            if not future.cancelled():
-                logger.warning("expiring keys of %r failed: %s", scope, future.exception())
+            error = None if future.cancelled() else future.exception()
+            if error is not None and not isinstance(error, ClosedError):
+                failed = f"expiring keys of {scope!r} failed: {error}"
+                self._progress.request_ended(f"expire {scope}", failed)
             return
+        self._progress.request_ended(f"expire {scope}", None)
         if future.result():
             upkeep_logger.info("keys of %r expired: %d", scope, future.result())
         if more:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import os
 import signal
 import socket
@@ -26,7 +27,7 @@ from typing import Any, Final
 import click
 
 from reactor import open as open_state
-from reactor._engine.options import SWEEP_INTERVALS
+from reactor._engine.options import MAX_TIMEOUT, SWEEP_INTERVALS
 from reactor._handles.binding import engine_of
 from reactor._handles.state import State
 
@@ -41,8 +42,23 @@ logger = logging.getLogger("reactor.serve")
 
 DEFAULT_INTERVAL: Final = 0.25  # seconds between upkeep rounds (the engine's default)
 DEFAULT_MAX_LAG: Final = 60.0  # reactor._ui.health.DEFAULT_MAX_LAG (imported when used)
+# Seconds a chore waits for a lock: shorter than a program's default (30), since a
+# chore that gives up is tried again next round, and a stop waits for it.
+DEFAULT_TIMEOUT: Final = 5.0
 ALIVE_CHECK: Final = 1.0  # seconds between looks at the upkeep's thread, without HTTP
 _LEVELS: Final = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING}
+
+
+class Seconds(click.FloatRange):
+    """A number of seconds within bounds: not NaN (which every comparison lets through)."""
+
+    name = "seconds"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        number = super().convert(value, param, ctx)
+        if math.isnan(number):
+            self.fail(f"{value!r} is not a number of seconds", param, ctx)
+        return number
 
 
 class HostPort(click.ParamType[tuple[str, int]]):
@@ -65,7 +81,7 @@ class HostPort(click.ParamType[tuple[str, int]]):
 @click.option("--db", metavar="PATH|URL", expose_value=False, callback=remember, help=DB_HELP)
 @click.option(
     "--interval",
-    type=click.FloatRange(*SWEEP_INTERVALS),
+    type=Seconds(*SWEEP_INTERVALS),
     default=DEFAULT_INTERVAL,
     show_default=True,
     metavar="SECONDS",
@@ -79,11 +95,20 @@ class HostPort(click.ParamType[tuple[str, int]]):
 )
 @click.option(
     "--max-lag",
-    type=click.FloatRange(0.1),
+    type=Seconds(0.1, MAX_TIMEOUT),
     default=DEFAULT_MAX_LAG,
     show_default=True,
     metavar="SECONDS",
     help="How far the upkeep may fall behind before the health endpoints answer 503.",
+)
+@click.option(
+    "--timeout",
+    type=Seconds(0.1, MAX_TIMEOUT),
+    default=DEFAULT_TIMEOUT,
+    show_default=True,
+    metavar="SECONDS",
+    help="How long a chore waits for another process's lock before it is tried again "
+    "next round (a stop waits for the chore under way: about this at most).",
 )
 @click.option("--ui", is_flag=True, help="Serve the dashboard too (see reactor ui).")
 @dashboard_options
@@ -98,6 +123,7 @@ def serve(
     interval: float,
     health: tuple[str, int] | None,
     max_lag: float,
+    timeout: float,
     ui: bool,
     host: str,
     port: int,
@@ -114,7 +140,7 @@ def serve(
     target: str | None = click.get_current_context().meta.get(DB)
     web = import_web("reactor serve --health/--ui") if health or ui else None
     with _signals() as stop:  # from here on, a signal stops it cleanly
-        state = open_state(target, sweep_interval=interval)
+        state = open_state(target, sweep_interval=interval, timeout=timeout)
         try:
             apps = _apps(web, state, target, health, max_lag, ui, host, port, write, allow_hosts)
             where = "".join(f"; {what} at {url}" for what, url, _, _ in apps)
@@ -140,19 +166,21 @@ def _signals() -> Iterator[threading.Event]:
     stop = threading.Event()
 
     def on_signal(number: int, _frame: FrameType | None) -> None:
-        if not stop.is_set():
-            logger.info(
-                "%s: stopping once the upkeep round under way is done",
-                signal.Signals(number).name,
-            )
+        if stop.is_set():
+            return
         stop.set()
+        logger.info(
+            "%s: stopping once the upkeep's chore under way is done", signal.Signals(number).name
+        )
 
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         yield stop
     finally:
         for sig, handler in previous.items():
-            signal.signal(sig, handler)
+            # Once stopping, further signals are ignored: the interpreter resets Python
+            # handlers to the default as it exits, and one then would kill it (-15).
+            signal.signal(sig, signal.SIG_IGN if stop.is_set() else handler)
 
 
 def _apps(
@@ -213,7 +241,8 @@ def _alive(state: State) -> bool:
     """Whether the upkeep's thread still runs (it ends only when the engine closes)."""
     progress = engine_of(state).upkeep_progress()
     if progress is None or not progress.running:
-        logger.error("the upkeep's thread has ended: stopping")
+        why = None if progress is None else progress.last_error
+        logger.error("the upkeep's thread has ended: stopping (%s)", why or "no error")
         return False
     return True
 
