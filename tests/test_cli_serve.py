@@ -419,3 +419,19 @@ def test_readiness_probes_of_a_locked_database_answer_in_time_on_one_connection(
             assert waiting[0] <= 3, waiting
         assert _get(base + "livez")[0] == 200
         assert _answer_of(base + "healthz", 200, timeout=40)["status"] == "ok"
+
+
+@pytest.mark.sqlite_only("a PostgreSQL server that is not there: no test database needed")
+def test_a_server_it_cannot_reach_is_one_line() -> None:
+    url = "postgresql+psycopg://postgres@127.0.0.1:1/nowhere"
+    done = subprocess.run(
+        [sys.executable, "-m", "reactor", "--db", url, "serve"],
+        capture_output=True,
+        text=True,
+        env=CLI_ENV,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 1
+    assert done.stderr.startswith(f"Error: cannot open {url}: "), done.stderr
+    assert done.stderr.count("\n") == 1, done.stderr

@@ -83,7 +83,9 @@ class Group(click.Group):
         try:
             return super().invoke(ctx)
         except ReactorError as exc:
-            raise click.ClickException(str(exc)) from None
+            # One line, as logs and supervisors keep them (libpq's messages add a
+            # tab-indented hint on a line of its own).
+            raise click.ClickException(" ".join(str(exc).split())) from None
         except OSError as exc:
             if exc.errno == errno.EPIPE:
                 raise  # the reader went away (| head): click exits quietly
