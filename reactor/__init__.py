@@ -18,18 +18,21 @@ from typing import Any as _Any
 
 from . import errors, ops, signals
 from ._base.clock import Clock
-from ._base.results import Change, Entry, Snapshot, Timer, UpdateResult
+from ._base.results import Change, Entry, RunInfo, Snapshot, StepInfo, Timer, UpdateResult
 from ._base.values import MISSING, Missing
 from ._engine.events import ChangeEvent, EventType
 from ._engine.options import Durability
 from ._handles.locks import Lock
 from ._handles.open import open  # noqa: A004 - reactor.open, as the spec names it
 from ._handles.queues import Job, JobInfo, Queue
+from ._handles.run import Run
+from ._handles.run_workers import Workers
 from ._handles.scope import Scope
 from ._handles.state import State
 from ._handles.subscriptions import Subscription, Watch
 from ._handles.transaction import MultiTransaction, Transaction
 from ._handles.verbs import ScopeVerbs
+from ._handles.workflows import RunHandle
 from .errors import (
     BusyError,
     ClosedError,
@@ -40,15 +43,21 @@ from .errors import (
     InvalidValueError,
     LockNotOwnedError,
     LockTimeout,
+    NonDeterminismError,
     OperationTimeout,
     OutcomeUnknownError,
     ReactorError,
     ReadOnlyError,
     ReentrancyError,
     RevisionCompactedError,
+    RunCancelledError,
+    RunDeadError,
     SchemaError,
+    StepFailedError,
     StorageError,
     TypeMismatchError,
+    WorkflowError,
+    WorkflowFailedError,
 )
 
 # A library leaves logging to the application (docs/guides/logging.md): without a
@@ -70,15 +79,20 @@ for _public in (
     Missing,
     MultiTransaction,
     Queue,
+    Run,
+    RunHandle,
+    RunInfo,
     Scope,
     ScopeVerbs,
     Snapshot,
     State,
+    StepInfo,
     Subscription,
     Timer,
     Transaction,
     UpdateResult,
     Watch,
+    Workers,
     open,
 ):
     _public.__module__ = __name__
@@ -140,6 +154,7 @@ __all__ = [
     "LockTimeout",
     "Missing",
     "MultiTransaction",
+    "NonDeterminismError",
     "OperationTimeout",
     "OutcomeUnknownError",
     "Queue",
@@ -147,11 +162,18 @@ __all__ = [
     "ReadOnlyError",
     "ReentrancyError",
     "RevisionCompactedError",
+    "Run",
+    "RunCancelledError",
+    "RunDeadError",
+    "RunHandle",
+    "RunInfo",
     "SchemaError",
     "Scope",
     "ScopeVerbs",
     "Snapshot",
     "State",
+    "StepFailedError",
+    "StepInfo",
     "StorageError",
     "Subscription",
     "Timer",
@@ -159,6 +181,9 @@ __all__ = [
     "TypeMismatchError",
     "UpdateResult",
     "Watch",
+    "Workers",
+    "WorkflowError",
+    "WorkflowFailedError",
     "__version__",
     "aio",
     "errors",

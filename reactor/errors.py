@@ -18,7 +18,13 @@ ReactorError
 ├── ConflictError                  another process changed a transaction's scope
 ├── LockNotOwnedError              releasing a lock this holder does not own
 ├── LockTimeout (TimeoutError)     a lock was not acquired in time
-└── RevisionCompactedError (LookupError) the change log no longer holds a revision
+├── RevisionCompactedError (LookupError) the change log no longer holds a revision
+└── WorkflowError                  a durable workflow's run went wrong (SPEC §14)
+    ├── StepFailedError            a step raised past its retries (``error``)
+    ├── NonDeterminismError        a resumed run called its steps differently
+    ├── RunDeadError               a run's workers died ``max_attempts`` times
+    ├── WorkflowFailedError        the run failed (``error``: its recorded error)
+    └── RunCancelledError          the run was cancelled
 ```
 
 Errors from SQLAlchemy, the database driver and pykka never reach a caller as such:
@@ -39,15 +45,21 @@ __all__ = [
     "InvalidValueError",
     "LockNotOwnedError",
     "LockTimeout",
+    "NonDeterminismError",
     "OperationTimeout",
     "OutcomeUnknownError",
     "ReactorError",
     "ReadOnlyError",
     "ReentrancyError",
     "RevisionCompactedError",
+    "RunCancelledError",
+    "RunDeadError",
     "SchemaError",
+    "StepFailedError",
     "StorageError",
     "TypeMismatchError",
+    "WorkflowError",
+    "WorkflowFailedError",
 ]
 
 
@@ -132,3 +144,34 @@ class LockTimeout(ReactorError, TimeoutError):
 
 class RevisionCompactedError(ReactorError, LookupError):
     """The change log no longer holds the revision asked for (it was compacted)."""
+
+
+class WorkflowError(ReactorError):
+    """A durable workflow's run went wrong (SPEC §14). ``error`` is the recorded error,
+    ``{"type": ..., "message": ...}``, where there is one."""
+
+    def __init__(self, message: str, error: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.error: dict[str, str] = error or {"type": type(self).__name__, "message": message}
+
+
+class StepFailedError(WorkflowError):
+    """A step raised past its retries; ``error`` holds the original's type name and
+    message. Raised in the workflow, which may catch it."""
+
+
+class NonDeterminismError(WorkflowError):
+    """A resumed run called its steps in another order, or with other names, than it
+    had recorded: the run fails."""
+
+
+class RunDeadError(WorkflowError):
+    """A run whose workers' leases ran out ``max_attempts`` times: recorded, the run fails."""
+
+
+class WorkflowFailedError(WorkflowError):
+    """The run failed (``RunHandle.result``); ``error`` is what it recorded."""
+
+
+class RunCancelledError(WorkflowError):
+    """The run was cancelled (``state.cancel``)."""

@@ -8,7 +8,7 @@ No ``from __future__ import annotations``: the fields' annotations stay objects,
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-__all__ = ["Change", "Entry", "Snapshot", "Timer", "UpdateResult", "Upkeep"]
+__all__ = ["Change", "Entry", "RunInfo", "Snapshot", "StepInfo", "Timer", "UpdateResult", "Upkeep"]
 
 
 class Change(NamedTuple):
@@ -92,3 +92,47 @@ class Upkeep:
     """Queue jobs whose lease ran out: ready again, or dead after their last attempt."""
     log_compacted: int = 0
     """Change-log records dropped beyond the retention (``log_retention``...)."""
+
+
+@dataclass(frozen=True)
+class StepInfo:
+    """A recorded step of a workflow's run (``RunInfo.steps``)."""
+
+    name: str
+    """Its name (``sleep``, ``receive:TOPIC``, ``call:WORKFLOW``... for suspensions)."""
+    status: str
+    """``"succeeded"``, ``"failed"`` or ``"waiting"`` (a suspension not over yet)."""
+    result: Any
+    """What it returned (None unless it succeeded)."""
+    error: dict[str, str] | None
+    """What it raised past its retries: ``{"type": ..., "message": ...}``."""
+    started: float
+    """When it began (epoch seconds)."""
+    ended: float | None
+    """When it was recorded as done (None while waiting)."""
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    """A workflow's run as recorded (``state.run_info``, ``state.runs``)."""
+
+    id: str
+    """The run's id, unique in the database."""
+    workflow: str
+    """The workflow's name (its events are in scope ``run:WORKFLOW``)."""
+    status: str
+    """``pending``, ``running``, ``suspended``, ``succeeded``, ``failed`` or ``cancelled``."""
+    input: Any
+    """What it was started with."""
+    result: Any
+    """What the workflow returned (None unless it succeeded)."""
+    error: dict[str, str] | None
+    """Why it failed: ``{"type": ..., "message": ...}``."""
+    attempts: int
+    """1 at its first take, one more each time it was taken again after a lease ran out."""
+    steps: list[StepInfo]
+    """Its recorded steps, in order."""
+    created: float
+    """When it was started (epoch seconds)."""
+    updated: float
+    """When it last changed (epoch seconds)."""

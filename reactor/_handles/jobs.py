@@ -90,6 +90,22 @@ class Job:
         done: T = self._write(verb, lambda txn: work(txn, name, job_id, token))
         return done
 
+    def hold(self, txn: WriteTxn, *, ack: bool = False) -> None:
+        """Check, in the caller's write transaction (one that holds the queue's lock),
+        that this taker holds the job still, and acknowledge it there if ``ack``: what
+        the caller writes commits with it, or not at all (a workflow's records).
+
+        Raises:
+            LockNotOwnedError: as ``ack``; the caller's transaction should not commit.
+        """
+        token = self._token
+        if token is None:
+            raise LockNotOwnedError(f"job {self.id} of queue {self.queue!r} was not taken")
+        if ack:
+            _jobs.ack(txn, self._queue, self.id, token)
+        else:
+            _jobs.owned(txn, self._queue, self.id, token)
+
     def ack(self) -> None:
         """The job is done: it is removed (and its idempotency key is free).
 

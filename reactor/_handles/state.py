@@ -6,7 +6,7 @@ from collections.abc import Callable, Collection
 from typing import Any, Literal, TypeVar
 
 from reactor._base.keys import compile_pattern
-from reactor._base.results import Timer
+from reactor._base.results import RunInfo, Timer
 from reactor._engine.engine import Engine
 from reactor._engine.events import ChangeEvent, EventType
 from reactor._engine.port import EnginePort
@@ -19,13 +19,16 @@ from .binding import bind
 from .locks import Lock
 from .queues import Queue
 from .registry import release_engine
+from .run_workers import Workers
 from .scope import Scope
 from .subscriptions import DEFAULT_BUFFER, Filter, Subscription, Watch, check_since
 from .transaction import MultiTransaction, in_transaction
+from .workflows import RunHandle, Workflows
 
 __all__ = ["State", "cancelling"]
 
 F = TypeVar("F", bound=Callable[[ChangeEvent], Any])  # a callback of one event
+W = TypeVar("W", bound=Callable[..., Any])  # a workflow function
 Where = Callable[[ChangeEvent], bool]
 Events = Collection[EventType] | EventType
 
@@ -43,6 +46,7 @@ class State:
     def __init__(self, engine: Engine) -> None:
         self._binding = bind(self, engine)
         self.location: str = engine.store.location
+        self._workflows = Workflows(self._binding)  # registered in this handle
 
     def __repr__(self) -> str:
         status = "closed" if self._binding.released else "open"
@@ -306,6 +310,87 @@ class State:
                 "cancel it with tx.cancel_timer, inside the body"
             )
         return engine.write(scope, work)
+
+    # -- durable workflows (SPEC §14) ----------------------------------------------------
+    def workflow(self, name: str, max_attempts: int = 5, lease: float = 30.0) -> Callable[[W], W]:
+        """A decorator registering a function as workflow ``name`` in this handle: it is
+        called as ``fn(run, input)`` by this handle's workers (``serve``). A run whose
+        workers' leases (``lease`` seconds, renewed while it runs) ran out
+        ``max_attempts`` times fails with ``RunDeadError``.
+
+        Raises:
+            InvalidKeyError: an empty name.
+            InvalidArgumentError: a bad ``max_attempts`` or ``lease``.
+        """
+        self._binding.check()
+        return self._workflows.register(name, max_attempts, lease)  # type: ignore[return-value]
+
+    def start(self, workflow: str, input: Any = None, id: str | None = None) -> RunHandle:  # noqa: A002 - the spec's names
+        """Record a run of ``workflow`` with ``input`` and make it ready; its handle.
+        An ``id`` that a run has already: that run's handle, and nothing changes.
+
+        Raises:
+            InvalidValueError: ``input`` is not a value.
+            InvalidKeyError: an empty workflow name or id.
+        """
+        return self._workflows.start(workflow, input, id)
+
+    def run(self, run_id: str) -> RunHandle:
+        """The handle of run ``run_id``.
+
+        Raises:
+            KeyError: no such run.
+        """
+        return self._workflows.handle(run_id)
+
+    def serve(self, workflows: list[str] | None = None, concurrency: int = 4) -> Workers:
+        """Run the registered workflows' runs (``workflows``: only those) in
+        ``concurrency`` worker threads of this process, until ``stop()``.
+
+        Raises:
+            InvalidArgumentError: a bad ``concurrency``, or a name not registered here.
+        """
+        self._binding.check()
+        registered = self._workflows.registered
+        names = sorted(registered) if workflows is None else list(workflows)
+        unknown = [name for name in names if name not in registered]
+        if unknown or not names:
+            raise InvalidArgumentError(
+                f"no workflow registered as {unknown[0]!r}" if unknown else "no workflow to serve"
+            )
+        return Workers(self._binding, {name: registered[name] for name in names}, concurrency)
+
+    def send(self, run_id: str, topic: str, message: Any) -> None:
+        """Send ``message`` to run ``run_id`` on ``topic``: its next ``receive(topic)``
+        gets it (kept until then).
+
+        Raises:
+            KeyError: no such run.
+            InvalidValueError: ``message`` is not a value.
+        """
+        self._workflows.send(run_id, topic, message)
+
+    def cancel(self, run_id: str) -> bool:
+        """Cancel run ``run_id``: at once if it is pending or suspended, else at its
+        running step's end. Whether it was not finished.
+
+        Raises:
+            KeyError: no such run.
+        """
+        return self._workflows.cancel(run_id)
+
+    def runs(self, workflow: str = "*", status: str | None = None) -> list[RunInfo]:
+        """The runs of the workflows whose names match ``workflow`` (a glob), with
+        ``status`` if given, oldest first."""
+        return self._workflows.runs(workflow, status)
+
+    def run_info(self, run_id: str) -> RunInfo:
+        """Run ``run_id`` as recorded: status, input, result or error, attempts, steps.
+
+        Raises:
+            KeyError: no such run.
+        """
+        return self._workflows.run_info(run_id)
 
     def stats(self) -> dict[str, Any]:
         """Keys per scope, operations and latency by verb, events, expiry, size."""

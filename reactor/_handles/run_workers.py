@@ -1,0 +1,185 @@
+"""``Workers``: the threads of ``state.serve`` that run workflows' runs (SPEC §14).
+
+One taker thread per workflow served waits on that workflow's queue (woken by the
+engine's hub, no polling) once a slot of ``concurrency`` is free, and hands the run it
+took to a pool of ``concurrency`` threads. A keeper thread renews the leases of the
+runs under way (a third of the lease at a time), so that a run outlives its lease only
+when its process dies or stops answering; then another worker takes it again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Final
+
+from reactor._base.values import decode
+from reactor._work import runs as _runs
+from reactor.errors import (
+    ClosedError,
+    InvalidArgumentError,
+    LockNotOwnedError,
+    ReactorError,
+)
+
+from .queues import Queue
+from .run import Run, Runner, Unwind
+
+if TYPE_CHECKING:
+    from .binding import Binding
+    from .jobs import Job
+    from .workflows import Registered
+
+__all__ = ["Workers"]
+
+logger = logging.getLogger("reactor")
+
+LOOK: Final = 0.5  # seconds a taker waits for a slot, or for a run, before it looks again
+QUEUE_ATTEMPTS: Final = 2**31 - 1  # the queue never kills a run's job: max_attempts does
+STOP_TIMEOUT: Final = 30.0  # seconds stop() waits for the runs under way, by default
+
+
+class Workers:
+    """Worker threads serving workflows' runs until ``stop()``."""
+
+    def __init__(self, binding: Binding, served: dict[str, Registered], concurrency: int) -> None:
+        if type(concurrency) is not int or concurrency < 1:
+            raise InvalidArgumentError(f"concurrency must be an int >= 1, not {concurrency!r}")
+        self._binding = binding
+        self._served = served
+        self._stopping = threading.Event()
+        self._slots = threading.BoundedSemaphore(concurrency)
+        self._pool = ThreadPoolExecutor(concurrency, thread_name_prefix="reactor-run")
+        self._lock = threading.Lock()
+        self._running: dict[int, Runner] = {}
+        self._threads = [
+            threading.Thread(
+                target=self._take, args=(name,), name=f"reactor-runs[{name}]", daemon=True
+            )
+            for name in served
+        ]
+        self._threads.append(
+            threading.Thread(target=self._keep, name="reactor-run-leases", daemon=True)
+        )
+        for thread in self._threads:
+            thread.start()
+
+    def __repr__(self) -> str:
+        return f"<reactor.Workers of {sorted(self._served)}>"
+
+    def __enter__(self) -> Workers:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.stop()
+
+    @property
+    def workflows(self) -> list[str]:
+        """The names of the workflows served."""
+        return sorted(self._served)
+
+    def stop(self, timeout: float = STOP_TIMEOUT) -> None:
+        """Stop taking runs; the runs under way are given back at their next step (or
+        end before it), each ready at once for another worker. Waits for them up to
+        ``timeout`` seconds."""
+        self._stopping.set()
+        for thread in self._threads:
+            thread.join(timeout)
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+    # -- threads ----------------------------------------------------------------------
+    def _take(self, name: str) -> None:
+        registered = self._served[name]
+        queue = Queue(self._binding, _runs.queue_of(name), QUEUE_ATTEMPTS)
+        while not self._stopping.is_set():
+            if not self._slots.acquire(timeout=LOOK):
+                continue
+            job: Job | None = None
+            try:
+                if not self._stopping.is_set():
+                    job = queue.take(timeout=LOOK, lease=registered.lease)
+            except ClosedError:
+                self._slots.release()
+                return
+            except ReactorError:
+                logger.exception("taking a run of workflow %r failed; trying again", name)
+                self._stopping.wait(LOOK)
+            if job is None:
+                self._slots.release()
+                continue
+            if self._stopping.is_set() or not self._submit(name, registered, job):
+                _give_back(job)
+                self._slots.release()
+                return
+
+    def _submit(self, name: str, registered: Registered, job: Job) -> bool:
+        try:
+            self._pool.submit(self._run, name, registered, job)
+        except RuntimeError:  # the pool was shut down
+            return False
+        return True
+
+    def _run(self, name: str, registered: Registered, job: Job) -> None:
+        engine = self._binding.engine
+        runner = Runner(engine, job, name, registered.max_attempts, self._stopping)
+        with self._lock:
+            self._running[id(runner)] = runner
+        try:
+            doc = runner.claim()
+            if doc is not None:
+                _call(runner, registered, doc)
+        except ClosedError:
+            pass
+        except Exception:
+            logger.exception("run %s of workflow %r: recording it failed", runner.run_id, name)
+        finally:
+            with self._lock:
+                self._running.pop(id(runner), None)
+            self._slots.release()
+
+    def _keep(self) -> None:
+        """Renew the leases of the runs under way, a third of the lease at a time."""
+        every = min(registered.lease for registered in self._served.values()) / 3
+        while not self._stopping.wait(every):
+            with self._lock:
+                runners = list(self._running.values())
+            for runner in runners:
+                try:
+                    runner.job.extend()
+                except LockNotOwnedError:
+                    runner.lost = True
+                except ClosedError:
+                    return
+                except ReactorError:
+                    logger.exception("renewing the lease of run %s failed", runner.run_id)
+
+
+def _call(runner: Runner, registered: Registered, doc: _runs.Document) -> None:
+    """Call the workflow function on the run, and record how it ended."""
+    options = runner.engine.options
+    run = Run(runner, doc)
+    try:
+        result = registered.fn(run, decode(_runs.encode_value(options, doc["input"])))
+        value = decode(_runs.encode_value(options, result))
+    except Unwind:
+        return
+    except Exception as exc:  # noqa: BLE001 - recorded: the run failed
+        _end(runner, "failed", error=_runs.error_of(exc))
+        return
+    _end(runner, "succeeded", result=value)
+
+
+def _end(
+    runner: Runner, status: str, result: object = None, error: dict[str, str] | None = None
+) -> None:
+    """Record the run's end, unless it is no longer this worker's."""
+    with contextlib.suppress(Unwind):
+        runner.finish(status, result, error)
+
+
+def _give_back(job: Job) -> None:
+    """A run taken as the workers stop: ready again at once, for another worker."""
+    with contextlib.suppress(ReactorError):
+        job.nack(delay=0)

@@ -1,0 +1,244 @@
+"""Durable workflows' runs (SPEC §14), as stored: each run is a JSON document, the
+value of key RUN_ID in scope ``run:WORKFLOW``, so that every change of it is an
+ordinary write with its event; scope ``run:`` maps each run id to its workflow (ids
+are unique per database). A run is made ready by a job of queue ``run:WORKFLOW``,
+whose item is the run's id and whose idempotency key is the id too: a run has one job
+at most, and its lease is the run's (a worker's every record checks it holds it:
+fencing). Suspending acknowledges that job and puts the one that wakes the run, in the
+record's transaction; whatever resumes a run (a message, a child's end) makes its
+waiting job ready at once (a debounce of 0).
+
+Everything here runs in a write transaction holding ``locks(workflow)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Final
+
+from reactor._base.keys import RUN_PREFIX, check_key
+from reactor._base.values import decode, encode
+from reactor._engine.options import Options
+from reactor._storage.txn import WriteTxn
+from reactor.errors import InvalidArgumentError
+
+from . import jobs as _jobs
+
+__all__ = [
+    "FINAL",
+    "INDEX",
+    "Document",
+    "check_run_id",
+    "check_seconds",
+    "check_topic",
+    "check_workflow",
+    "encode_value",
+    "error_of",
+    "locks",
+    "queue_of",
+    "scope_of",
+]
+
+INDEX: Final = RUN_PREFIX  # scope "run:": run id -> its workflow's name
+FINAL: Final = frozenset({"succeeded", "failed", "cancelled"})
+Document = dict[str, Any]
+
+
+def check_workflow(name: object) -> str:
+    """A workflow's name.
+
+    Raises:
+        InvalidKeyError: empty, or not a valid name.
+    """
+    return check_key(name, "workflow name")
+
+
+def scope_of(workflow: str) -> str:
+    """The scope of ``workflow``'s runs (and of their events)."""
+    return RUN_PREFIX + workflow
+
+
+def queue_of(workflow: str) -> str:
+    """The queue whose jobs make ``workflow``'s runs ready."""
+    return RUN_PREFIX + workflow
+
+
+def locks(workflow: str) -> tuple[str, ...]:
+    """The scopes a transaction over ``workflow``'s runs holds."""
+    return (INDEX, scope_of(workflow), _jobs.lock_name(queue_of(workflow)))
+
+
+def error_of(exc: BaseException) -> dict[str, str]:
+    """A recorded error: the exception's type name and message."""
+    return {"type": type(exc).__name__, "message": str(exc)}
+
+
+def check_seconds(value: object, name: str) -> float:
+    """A finite number of seconds >= 0.
+
+    Raises:
+        InvalidArgumentError: anything else.
+    """
+    seconds = _jobs.check_delay(value, zero=True) if value is not None else None
+    if seconds is None:
+        raise InvalidArgumentError(f"{name} must be a finite number >= 0, not {value!r}")
+    return seconds
+
+
+def encode_value(options: Options, value: Any) -> str:
+    """``value``'s JSON text.
+
+    Raises:
+        InvalidValueError: it is not a value reactor stores.
+    """
+    return encode(value, max_depth=options.max_depth, max_bytes=options.max_value_bytes)
+
+
+class Store:
+    """Reads and writes of runs in one write transaction (``txn``)."""
+
+    def __init__(self, options: Options, txn: WriteTxn) -> None:
+        self.options = options
+        self.txn = txn
+
+    def encode(self, value: Any) -> str:
+        return encode_value(self.options, value)
+
+    def workflow_of(self, run_id: str) -> str | None:
+        row = self.txn.row(INDEX, run_id)
+        return None if row is None else str(decode(row.value))
+
+    def read(self, workflow: str, run_id: str) -> Document | None:
+        row = self.txn.row(scope_of(workflow), run_id)
+        return None if row is None else dict(decode(row.value))
+
+    def save(self, doc: Document) -> None:
+        """Store ``doc`` (its ``updated`` set to now) over what the run's key holds."""
+        scope = scope_of(doc["workflow"])
+        doc["updated"] = self.txn.now
+        old = self.txn.row(scope, doc["id"])
+        self.txn.write(scope, doc["id"], old, self.encode(doc), None)
+
+    def create(self, workflow: str, run_id: str, input_text: str, parent: Any) -> Document:
+        """A new run, pending, and its job."""
+        now = self.txn.now
+        doc: Document = {
+            "id": run_id,
+            "workflow": workflow,
+            "status": "pending",
+            "input": decode(input_text),
+            "result": None,
+            "error": None,
+            "attempts": 0,
+            "steps": [],
+            "created": now,
+            "updated": now,
+            "held": False,
+            "inbox": {},
+            "cancel": False,
+            "parent": parent,
+        }
+        self.txn.write(INDEX, run_id, None, self.encode(workflow), None)
+        self.save(doc)
+        self.ready(doc, None)
+        return doc
+
+    def ready(self, doc: Document, delay: float | None) -> None:
+        """Make the run ready (in ``delay`` seconds): its job, or the one it has
+        (ready at once if it waits; a taken one is left as it is)."""
+        queue = queue_of(doc["workflow"])
+        _name, entry = _jobs.check_put(
+            self.options,
+            queue,
+            doc["id"],
+            None if delay is None else delay,
+            doc["id"],
+            debounce=0 if delay is None else None,
+        )
+        _jobs.enqueue(self.txn, queue, [entry])
+
+
+def start(
+    options: Options, workflow: str, run_id: str, input_text: str, parent: Any = None
+) -> Callable[[WriteTxn], tuple[str, bool]]:
+    """The work of ``state.start``: the run's workflow, and whether it was created (an
+    existing id changes nothing)."""
+
+    def work(txn: WriteTxn) -> tuple[str, bool]:
+        store = Store(options, txn)
+        known = store.workflow_of(run_id)
+        if known is not None:
+            return known, False
+        store.create(workflow, run_id, input_text, parent)
+        return workflow, True
+
+    return work
+
+
+def send(
+    options: Options, workflow: str, run_id: str, topic: str, message_text: str
+) -> Callable[[WriteTxn], bool]:
+    """The work of ``state.send``: keep the message for the run, and make the run ready
+    if it waits for that topic; whether the run exists."""
+
+    def work(txn: WriteTxn) -> bool:
+        store = Store(options, txn)
+        doc = store.read(workflow, run_id)
+        if doc is None:
+            return False
+        doc["inbox"].setdefault(topic, []).append(decode(message_text))
+        store.save(doc)
+        if doc["status"] == "suspended" and waiting_for(doc) == f"receive:{topic}":
+            store.ready(doc, None)
+        return True
+
+    return work
+
+
+def cancel(workflow: str, run_id: str, options: Options) -> Callable[[WriteTxn], bool | None]:
+    """The work of ``state.cancel``: whether the run was not finished (None: no such
+    run). A pending or suspended run is cancelled now; a running one at its step's end
+    (its worker's next record sees the request)."""
+
+    def work(txn: WriteTxn) -> bool | None:
+        store = Store(options, txn)
+        doc = store.read(workflow, run_id)
+        if doc is None:
+            return None
+        if doc["status"] in FINAL:
+            return False
+        if doc["status"] == "running":
+            doc["cancel"] = True
+        else:
+            doc["status"] = "cancelled"
+            doc["held"] = False
+        store.save(doc)
+        return True
+
+    return work
+
+
+def waiting_for(doc: Document) -> str | None:
+    """The name of the step the run waits on (its last, if waiting), or None."""
+    steps = doc["steps"]
+    if steps and steps[-1]["status"] == "waiting":
+        return str(steps[-1]["name"])
+    return None
+
+
+def check_run_id(run_id: object) -> str:
+    """A run's id.
+
+    Raises:
+        InvalidKeyError: not a valid key.
+    """
+    return check_key(run_id, "run id")
+
+
+def check_topic(topic: object) -> str:
+    """A message topic.
+
+    Raises:
+        InvalidKeyError: not a valid key.
+    """
+    return check_key(topic, "topic")

@@ -1,0 +1,141 @@
+"""Durable workflows across processes (SPEC §14): a worker killed with kill -9 in the
+middle of a run, one frozen (SIGSTOP) past its lease, a run dead after
+``max_attempts``. Each step's function counts its calls in scope ``effects`` (a side
+effect outside the run's records), so that what ran twice shows."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from typing import Any, Final
+
+import pytest
+
+import reactor
+from tests.conftest import wait_for
+
+STEPS: Final = 5
+
+WORKER = textwrap.dedent(
+    """
+    import sys, time, reactor
+
+    db, lease, pause = sys.argv[1], float(sys.argv[2]), float(sys.argv[4])
+    max_attempts = int(sys.argv[3])
+    state = reactor.open(db)
+    effects = state.scope("effects")
+
+    def effect(run_id, name):
+        effects.increment(f"{run_id}:{name}")
+        time.sleep(pause)
+        return name
+
+    @state.workflow("five", max_attempts=max_attempts, lease=lease)
+    def five(run, _input):
+        done = [run.step(f"s{i}", effect, run.id, f"s{i}") for i in range(STEPS)]
+        return {"steps": done, "attempts": run.attempts}
+
+    workers = state.serve(concurrency=2)
+    print("serving", flush=True)
+    sys.stdin.read()  # until the test closes it, or kills this process
+    workers.stop()
+    state.close()
+    """
+).replace("STEPS", str(STEPS))
+
+
+@contextlib.contextmanager
+def worker(
+    db: Any, lease: float = 1.0, max_attempts: int = 5, pause: float = 0.2
+) -> Iterator[subprocess.Popen[str]]:
+    process = subprocess.Popen(
+        [sys.executable, "-c", WORKER, str(db), str(lease), str(max_attempts), str(pause)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None
+        assert process.stdout.readline() == "serving\n"
+        yield process
+    finally:
+        if process.poll() is None:
+            with contextlib.suppress(OSError):
+                os.kill(process.pid, signal.SIGCONT)
+            assert process.stdin is not None
+            process.stdin.close()
+            try:
+                process.wait(30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(10)
+        for stream in (process.stdin, process.stdout):
+            if stream is not None:
+                stream.close()
+
+
+def _recorded(state: reactor.State, run_id: str) -> int:
+    return len(state.run_info(run_id).steps)
+
+
+def test_a_run_whose_worker_is_killed_resumes_elsewhere_without_repeating_recorded_steps(
+    db_path: Any,
+) -> None:
+    with reactor.open(db_path) as state:
+        handle = state.start("five", None, id="r-1")
+        with worker(db_path) as first:
+            wait_for(lambda: _recorded(state, "r-1") >= 2, timeout=30)
+            first.kill()
+            first.wait(10)
+        recorded_at_kill = _recorded(state, "r-1")
+        started = time.monotonic()
+        with worker(db_path):
+            result = handle.result(timeout=60)
+        assert time.monotonic() - started < 20  # the lease (1 s), then the rest
+        info = state.run_info("r-1")
+        effects = state.scope("effects").list()
+    assert result == {"steps": [f"s{i}" for i in range(STEPS)], "attempts": 2}
+    assert info.attempts == 2
+    assert [s.name for s in info.steps] == [f"s{i}" for i in range(STEPS)]
+    for i in range(STEPS):
+        calls = effects[f"r-1:s{i}"]
+        # A recorded step never ran again; the one under way at the kill may have.
+        assert calls == 1 or (i == recorded_at_kill and calls == 2), (i, effects)
+
+
+def test_a_run_dies_after_max_attempts_of_workers_dying(db_path: Any) -> None:
+    with reactor.open(db_path) as state:
+        handle = state.start("five", None, id="doomed")
+        with worker(db_path, max_attempts=1) as first:
+            wait_for(lambda: _recorded(state, "doomed") >= 1, timeout=30)
+            first.kill()
+            first.wait(10)
+        with worker(db_path, max_attempts=1), pytest.raises(reactor.WorkflowFailedError) as dead:
+            handle.result(timeout=60)
+        info = state.run_info("doomed")
+    assert dead.value.error["type"] == "RunDeadError"
+    assert (info.status, info.attempts) == ("failed", 2)
+
+
+def test_a_worker_frozen_past_its_lease_records_nothing_more(db_path: Any) -> None:
+    with reactor.open(db_path) as state:
+        handle = state.start("five", None, id="frozen")
+        with worker(db_path, pause=0.3) as first:
+            wait_for(lambda: _recorded(state, "frozen") >= 1, timeout=30)
+            os.kill(first.pid, signal.SIGSTOP)
+            with worker(db_path, pause=0.05):
+                result = handle.result(timeout=60)
+            finished = state.run_info("frozen")
+            os.kill(first.pid, signal.SIGCONT)
+            time.sleep(2)  # the frozen worker goes on: its records are refused
+            assert first.poll() is None
+        after = state.run_info("frozen")
+    assert result["attempts"] == 2
+    assert after == finished
+    assert [s.name for s in after.steps] == [f"s{i}" for i in range(STEPS)]
