@@ -26,13 +26,13 @@ from ._handles.locks import Lock
 from ._handles.open import open  # noqa: A004 - reactor.open, as the spec names it
 from ._handles.queues import Job, JobInfo, Queue
 from ._handles.run import Run
+from ._handles.run_handle import RunHandle
 from ._handles.run_workers import Workers
 from ._handles.scope import Scope
 from ._handles.state import State
 from ._handles.subscriptions import Subscription, Watch
 from ._handles.transaction import MultiTransaction, Transaction
 from ._handles.verbs import ScopeVerbs
-from ._handles.workflows import RunHandle
 from .errors import (
     BusyError,
     ClosedError,

@@ -1,21 +1,17 @@
-"""``Run``: what a workflow function is given (SPEC §14), and ``Runner``, which runs
-one taken run in a worker thread and writes its records.
+"""``Run``: what a workflow function is given (SPEC §14): its steps, suspensions,
+child runs and transactions, recorded by its ``Runner``.
 
 Each call of the function replays the run from the top: a recorded step returns its
 recorded result (or raises its recorded error) at once, in the recorded order (else
 ``NonDeterminismError``); the first step not recorded runs and is recorded before it
-returns. Every record is a transaction over the run's scopes that first checks that
-this worker still holds the run's job (its lease: fencing) and that nobody asked to
-cancel it; a record that cannot be made ends the call (``Unwind``), leaving the run to
-whoever holds it now.
+returns.
 """
 
 from __future__ import annotations
 
-import logging
-import threading
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+import contextlib
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
 
 from reactor._base.keys import check_key
 from reactor._base.values import decode
@@ -26,213 +22,31 @@ from reactor.errors import (
     LockNotOwnedError,
     NonDeterminismError,
     OperationTimeout,
-    RunDeadError,
+    RunCancelledError,
     StepFailedError,
+    WorkflowFailedError,
 )
 
+from .runner import Runner, Unwind, suspend_in
+from .scope import Scope
+from .transaction import Hold, MultiTransaction, scope_names
+
 if TYPE_CHECKING:
-    from reactor._engine.port import EnginePort
+    from .binding import Binding
 
-    from .jobs import Job
-
-__all__ = ["Run", "Runner", "Unwind"]
-
-logger = logging.getLogger("reactor")
-T = TypeVar("T")
+__all__ = ["Run"]
 
 
-class Unwind(BaseException):
-    """Ends a call of the workflow function: the run was recorded as suspended or
-    finished, released, or is no longer this worker's. A ``BaseException``, so that the
-    function's ``except Exception`` does not stop it."""
-
-
-class Runner:
-    """One taken run, in one worker thread: its records."""
-
-    def __init__(
-        self,
-        engine: EnginePort,
-        job: Job,
-        workflow: str,
-        max_attempts: int,
-        stopping: threading.Event,
-    ) -> None:
-        self.engine = engine
-        self.job = job
-        self.workflow = workflow
-        self.run_id = str(job.item)
-        self.max_attempts = max_attempts
-        self.stopping = stopping
-        self.lost = False  # the lease ran out (the keeper found it so)
-        self.acked = False  # the record under way acknowledged the job
-
-    # -- transactions ---------------------------------------------------------------
-    def commit(self, change: Callable[[_runs.Store, _runs.Document], T]) -> T:
-        """``change(store, doc)`` in a transaction that holds the run: this worker's
-        lease checked, a cancellation honoured first.
-
-        Raises:
-            Unwind: the lease ran out (nothing written), or the run was cancelled
-                (recorded now).
-        """
-        options = self.engine.options
-        cancelled = False
-
-        def work(txn: WriteTxn) -> Any:
-            nonlocal cancelled
-            self.acked = False
-            store = _runs.Store(options, txn)
-            doc = store.read(self.workflow, self.run_id)
-            if doc is None or doc["status"] in _runs.FINAL:  # cancelled, or an orphan job
-                self.job_done(store)
-                cancelled = True
-                return None
-            self.job.hold(txn)
-            done = change(store, doc)
-            doc = store.read(self.workflow, self.run_id)
-            if doc is not None and doc["cancel"] and doc["status"] not in _runs.FINAL:
-                if not self.acked:
-                    self.job_done(store)
-                _finish(store, doc, "cancelled")
-                cancelled = True
-            return done
-
-        try:
-            done = self.engine.commit(work, scopes=_runs.locks(self.workflow))
-        except LockNotOwnedError:
-            self.lost = True
-            logger.warning(
-                "run %s of workflow %r: this worker's lease ran out; it stops, and the "
-                "run goes on with its next holder",
-                self.run_id,
-                self.workflow,
-            )
-            raise Unwind from None
-        if cancelled:
-            raise Unwind
-        return done  # type: ignore[no-any-return]
-
-    def claim(self) -> _runs.Document | None:
-        """Mark the run running, held by this worker; its document, or None when there
-        is nothing to run (finished, cancelled, or dead now: recorded)."""
-
-        def change(store: _runs.Store, doc: _runs.Document) -> _runs.Document | None:
-            if doc["held"]:  # its last holder's lease ran out
-                doc["attempts"] += 1
-            doc["attempts"] = max(1, doc["attempts"])
-            if doc["attempts"] > self.max_attempts:
-                error = RunDeadError(
-                    f"run {self.run_id} was taken {self.max_attempts} times, and each time "
-                    "its worker's lease ran out"
-                )
-                self.job_done(store)
-                _finish(store, doc, "failed", error=_runs.error_of(error))
-                return None
-            doc["held"] = True
-            doc["status"] = "running"
-            store.save(doc)
-            return doc
-
-        try:
-            return self.commit(change)
-        except Unwind:
-            return None
-
-    def job_done(self, store: _runs.Store) -> None:
-        """Acknowledge the run's job in the record's transaction."""
-        self.job.hold(store.txn, ack=True)
-        self.acked = True
-
-    def record_step(self, position: int, step: dict[str, Any]) -> None:
-        """Record ``step`` at ``position`` (over a waiting one there)."""
-
-        def change(store: _runs.Store, doc: _runs.Document) -> None:
-            _put_step(doc, position, step)
-            store.save(doc)
-
-        self.commit(change)
-
-    def finish(self, status: str, result: Any = None, error: dict[str, str] | None = None) -> None:
-        """Record the run's end, and acknowledge its job."""
-
-        def change(store: _runs.Store, doc: _runs.Document) -> None:
-            self.job_done(store)
-            _finish(store, doc, status, result, error)
-
-        self.commit(change)
-
-    def suspend(self, position: int, step: dict[str, Any], delay: float | None) -> None:
-        """Record ``step`` as waiting, the run as suspended: its job acknowledged, and
-        one put that makes it ready in ``delay`` seconds (None: none; what it waits for
-        makes it ready)."""
-
-        def change(store: _runs.Store, doc: _runs.Document) -> None:
-            _put_step(doc, position, step)
-            doc["status"] = "suspended"
-            doc["held"] = False
-            self.job_done(store)
-            store.save(doc)
-            if delay is not None:
-                store.ready(doc, max(delay, 0.0) or None)
-
-        self.commit(change)
-        raise Unwind
-
-    def release(self) -> None:
-        """Give the run back (this process stops serving): ready again at once, for
-        any worker, without counting an attempt."""
-
-        def change(store: _runs.Store, doc: _runs.Document) -> None:
-            doc["status"] = "pending"
-            doc["held"] = False
-            self.job_done(store)
-            store.save(doc)
-            store.ready(doc, None)
-
-        self.commit(change)
-        raise Unwind
-
-    def receive(
-        self, position: int, step: dict[str, Any], topic: str, deadline: float | None
-    ) -> tuple[bool, Any]:
-        """The next message of ``topic``, recorded at ``position``: (True, it); or
-        (False, None) past ``deadline`` (recorded as a timeout); else the run is
-        suspended (``Unwind``)."""
-
-        def change(store: _runs.Store, doc: _runs.Document) -> tuple[bool, Any] | None:
-            now = store.txn.now
-            waiting = doc["inbox"].get(topic) or []
-            if waiting:
-                message = waiting.pop(0)
-                if not waiting:
-                    del doc["inbox"][topic]
-                _put_step(
-                    doc, position, {**step, "status": "succeeded", "result": message, "ended": now}
-                )
-                store.save(doc)
-                return True, message
-            if deadline is not None and now >= deadline:
-                timeout = OperationTimeout(f"no message {topic!r} came in time")
-                ended = {**step, "status": "failed", "error": _runs.error_of(timeout), "ended": now}
-                _put_step(doc, position, ended)
-                store.save(doc)
-                return False, None
-            return None
-
-        outcome = self.commit(change)
-        if outcome is not None:
-            return outcome
-        delay = None if deadline is None else deadline - self.engine.now()
-        self.suspend(position, {**step, "status": "waiting"}, delay)
-        raise AssertionError("suspend() raises")  # pragma: no cover
+class _Discard(Exception):
+    """Rolls back a replayed ``run.transaction``'s body: its writes committed once."""
 
 
 class Run:
     """The running workflow's side of a run: its id, input and attempts, and the verbs
     that record steps and suspend it."""
 
-    def __init__(self, runner: Runner, doc: _runs.Document) -> None:
+    def __init__(self, binding: Binding, runner: Runner, doc: _runs.Document) -> None:
+        self._binding = binding
         self._runner = runner
         self._recorded: list[dict[str, Any]] = doc["steps"]
         self._position = 0
@@ -273,7 +87,7 @@ class Run:
     def _going_on(self) -> None:
         """Before a step runs: give the run back if this process stops serving."""
         if self._runner.stopping.is_set():
-            self._runner.release()
+            raise self._runner.release()
 
     # -- steps ------------------------------------------------------------------------
     def step(
@@ -314,15 +128,15 @@ class Run:
                 if attempt == retries:
                     error = _runs.error_of(exc)
                     ended = runner.engine.now()
-                    step = _step(name, "failed", None, error, started, ended)
+                    step = _runs.step(name, "failed", None, error, started, ended)
                     runner.record_step(position, step)
                     raise _step_failed(name, error) from exc
                 if runner.stopping.wait(pause * 2**attempt):
-                    runner.release()
+                    raise runner.release() from exc
         text = _runs.encode_value(runner.engine.options, result)
         value = decode(text)
         runner.record_step(
-            position, _step(name, "succeeded", value, None, started, runner.engine.now())
+            position, _runs.step(name, "succeeded", value, None, started, runner.engine.now())
         )
         return decode(text)
 
@@ -352,14 +166,14 @@ class Run:
         now = runner.engine.now()
         if recorded is None:
             self._going_on()
-            step = _step("sleep", "waiting", None, None, now, None)
+            step = _runs.step("sleep", "waiting", None, None, now, None)
             step["until"] = wake_at(now)
         else:
             step = recorded
         if now >= step["until"]:
             runner.record_step(position, {**step, "status": "succeeded", "ended": now})
             return
-        runner.suspend(position, step, step["until"] - now)
+        raise runner.suspend(position, step, step["until"] - now)
 
     def receive(self, topic: str, timeout: float | None = None) -> Any:
         """The next message ``state.send`` sent this run on ``topic`` (each received
@@ -382,7 +196,7 @@ class Run:
         if recorded is None:
             self._going_on()
             now = runner.engine.now()
-            step = _step(name, "waiting", None, None, now, None)
+            step = _runs.step(name, "waiting", None, None, now, None)
             step["deadline"] = None if seconds is None else now + seconds
         else:
             step = recorded
@@ -391,45 +205,166 @@ class Run:
             raise OperationTimeout(f"no message {topic!r} came within {timeout} s")
         return message
 
+    def wait_for(
+        self,
+        scope: str,
+        key: str,
+        predicate: Callable[[Any], bool] | None = None,
+        timeout: float | None = None,
+    ) -> Any:
+        """Wait until ``key`` of ``scope`` holds a value for which ``predicate`` is true
+        (without one: until it exists), as ``scope.wait_for``, durably: suspended
+        meanwhile, the run looks again at each change of the key, in any process that
+        serves it. The value is recorded and returned.
 
-def _step(
-    name: str,
-    status: str,
-    result: Any,
-    error: dict[str, str] | None,
-    started: float,
-    ended: float | None,
-) -> dict[str, Any]:
-    return {
-        "name": name,
-        "status": status,
-        "result": result,
-        "error": error,
-        "started": started,
-        "ended": ended,
-    }
+        Raises:
+            OperationTimeout: not within ``timeout`` seconds (recorded).
+            InvalidKeyError: a bad scope name or key.
+            InvalidArgumentError: a bad ``timeout``.
+        """
+        watched = Scope(self._binding, scope)
+        check_key(key)
+        seconds = None if timeout is None else _runs.check_seconds(timeout, "timeout")
+        position, recorded = self._next("wait_for")
+        if recorded is not None and recorded["status"] != "waiting":
+            if recorded["status"] == "failed":
+                raise OperationTimeout(recorded["error"]["message"])
+            return recorded["result"]
+        runner = self._runner
+        if recorded is None:
+            self._going_on()
+            now = runner.engine.now()
+            step = _runs.step("wait_for", "waiting", None, None, now, None)
+            deadline = None if seconds is None else now + seconds
+            step.update(scope=watched.name, key=key, deadline=deadline, seen=0)
+        else:
+            step = recorded
+        while True:
+            entry = watched.entry(key)
+            seen = 0 if entry is None else entry.revision
+            if entry is not None and (predicate is None or predicate(entry.value)):
+                ended = {**step, "status": "succeeded", "result": entry.value, "seen": seen}
+                runner.record_step(position, {**ended, "ended": runner.engine.now()})
+                return entry.value
+            if step["deadline"] is not None and runner.engine.now() >= step["deadline"]:
+                error = _runs.error_of(OperationTimeout(f"{scope}/{key} did not come in time"))
+                failed = {**step, "status": "failed", "error": error, "seen": seen}
+                runner.record_step(position, {**failed, "ended": runner.engine.now()})
+                raise OperationTimeout(error["message"])
+            if runner.suspend_on_key(position, {**step, "seen": seen}):
+                raise Unwind
+
+    def call(self, workflow: str, input: Any = None, id: str | None = None) -> Any:  # noqa: A002 - the spec's names
+        """Start a child run of ``workflow`` (id ``id``, by default this run's id and
+        the step's position) and wait for its result, suspended meanwhile.
+
+        Raises:
+            WorkflowFailedError: the child failed (``error``: its recorded error).
+            RunCancelledError: the child was cancelled.
+            InvalidArgumentError: ``id`` is a run's that is not a child of this one.
+        """
+        child_workflow = _runs.check_workflow(workflow)
+        name = f"call:{child_workflow}"
+        position, recorded = self._next(name)
+        if recorded is not None and recorded["status"] != "waiting":
+            return _called(recorded)
+        runner = self._runner
+        if recorded is None:
+            self._going_on()
+            child = f"{self.id}/{position}" if id is None else _runs.check_run_id(id)
+            text = _runs.encode_value(runner.engine.options, input)
+            step = {**_runs.step(name, "waiting", None, None, runner.engine.now(), None)}
+            step.update(child=child, workflow=child_workflow)
+        else:
+            step, text = recorded, None
+        parent = {"id": self.id, "workflow": self.workflow}
+
+        def change(store: _runs.Store, doc: _runs.Document) -> dict[str, Any] | None:
+            if store.workflow_of(step["child"]) is None:
+                assert text is not None  # a recorded call's child exists
+                store.create(child_workflow, step["child"], text, parent)
+            found = store.read(child_workflow, step["child"])
+            if found is None or found["parent"] != parent:
+                raise InvalidArgumentError(
+                    f"run {step['child']!r} exists, and is not a child of run {self.id!r}"
+                )
+            if found["status"] in _runs.FINAL:
+                done = _child_ended(step, found, store.txn.now)
+                store.put_step(doc, position, done)
+                store.save(doc)
+                return done
+            suspend_in(store, doc, position, step)
+            runner.job_done(store)
+            return None
+
+        done = runner.commit(change, extra=_runs.locks(child_workflow))
+        if done is None:
+            raise Unwind
+        return _called(done)
+
+    @contextlib.contextmanager
+    def transaction(self, *scopes: str) -> Iterator[MultiTransaction]:
+        """A transaction over ``scopes`` (as ``state.transaction``) that is a step: its
+        writes commit in the same transaction as its record, exactly once. Replayed, its
+        body runs again and its writes are discarded (they committed once).
+
+        Raises:
+            InvalidKeyError, InvalidArgumentError: bad scope names, as
+                ``state.transaction``.
+        """
+        names = scope_names(scopes)
+        position, recorded = self._next("transaction")
+        hold = Hold(self._binding, names)
+        tx = MultiTransaction(self._binding, names, hold)
+        if recorded is not None:
+            with contextlib.suppress(_Discard), tx:
+                yield tx
+                raise _Discard
+            return
+        self._going_on()
+        runner = self._runner
+        started = runner.engine.now()
+
+        def record(txn: WriteTxn) -> None:
+            def change(store: _runs.Store, doc: _runs.Document) -> None:
+                done = _runs.step("transaction", "succeeded", None, None, started, txn.now)
+                store.put_step(doc, position, done)
+                store.save(doc)
+
+            runner.apply(txn, change)
+
+        try:
+            with tx:
+                yield tx
+                hold.defer(record, runner.locks)
+        except LockNotOwnedError:
+            raise runner.unwind_lost() from None
+        if runner.ended:
+            raise Unwind
 
 
-def _put_step(doc: _runs.Document, position: int, step: dict[str, Any]) -> None:
-    steps = doc["steps"]
-    if position < len(steps):
-        steps[position] = step
+def _child_ended(step: dict[str, Any], child: _runs.Document, now: float) -> dict[str, Any]:
+    """The record of a call step whose child ended as ``child`` says."""
+    done = {**step, "ended": now, "child_status": child["status"]}
+    if child["status"] == "succeeded":
+        done.update(status="succeeded", result=child["result"])
     else:
-        steps.append(step)
+        error = child["error"] or _runs.error_of(
+            RunCancelledError(f"run {child['id']} was cancelled")
+        )
+        done.update(status="failed", error=error)
+    return done
 
 
-def _finish(
-    store: _runs.Store,
-    doc: _runs.Document,
-    status: str,
-    result: Any = None,
-    error: dict[str, str] | None = None,
-) -> None:
-    doc["status"] = status
-    doc["result"] = result
-    doc["error"] = error
-    doc["held"] = False
-    store.save(doc)
+def _called(recorded: dict[str, Any]) -> Any:
+    """What a call step returns, or raises, as the child's ``result()`` would."""
+    if recorded["status"] == "succeeded":
+        return recorded["result"]
+    child = recorded["child"]
+    if recorded.get("child_status") == "cancelled":
+        raise RunCancelledError(f"run {child} was cancelled")
+    error = recorded["error"]
+    raise WorkflowFailedError(f"run {child} failed: {error['type']}: {error['message']}", error)
 
 
 def _replayed(recorded: dict[str, Any]) -> Any:

@@ -25,7 +25,9 @@ from reactor.errors import (
 )
 
 from .queues import Queue
-from .run import Run, Runner, Unwind
+from .run import Run
+from .run_waits import Waits
+from .runner import Runner, Unwind
 
 if TYPE_CHECKING:
     from .binding import Binding
@@ -54,6 +56,7 @@ class Workers:
         self._pool = ThreadPoolExecutor(concurrency, thread_name_prefix="reactor-run")
         self._lock = threading.Lock()
         self._running: dict[int, Runner] = {}
+        self._waits = Waits(binding, list(served))  # wakes the runs in run.wait_for
         self._threads = [
             threading.Thread(
                 target=self._take, args=(name,), name=f"reactor-runs[{name}]", daemon=True
@@ -85,6 +88,7 @@ class Workers:
         end before it), each ready at once for another worker. Waits for them up to
         ``timeout`` seconds."""
         self._stopping.set()
+        self._waits.close()
         for thread in self._threads:
             thread.join(timeout)
         self._pool.shutdown(wait=True, cancel_futures=True)
@@ -129,7 +133,7 @@ class Workers:
         try:
             doc = runner.claim()
             if doc is not None:
-                _call(runner, registered, doc)
+                _call(self._binding, runner, registered, doc)
         except ClosedError:
             pass
         except Exception:
@@ -156,10 +160,10 @@ class Workers:
                     logger.exception("renewing the lease of run %s failed", runner.run_id)
 
 
-def _call(runner: Runner, registered: Registered, doc: _runs.Document) -> None:
+def _call(binding: Binding, runner: Runner, registered: Registered, doc: _runs.Document) -> None:
     """Call the workflow function on the run, and record how it ended."""
     options = runner.engine.options
-    run = Run(runner, doc)
+    run = Run(binding, runner, doc)
     try:
         result = registered.fn(run, decode(_runs.encode_value(options, doc["input"])))
         value = decode(_runs.encode_value(options, result))

@@ -19,11 +19,12 @@ from .binding import bind
 from .locks import Lock
 from .queues import Queue
 from .registry import release_engine
+from .run_handle import RunHandle
 from .run_workers import Workers
 from .scope import Scope
 from .subscriptions import DEFAULT_BUFFER, Filter, Subscription, Watch, check_since
 from .transaction import MultiTransaction, in_transaction
-from .workflows import RunHandle, Workflows
+from .workflows import Workflows
 
 __all__ = ["State", "cancelling"]
 

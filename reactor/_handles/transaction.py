@@ -35,6 +35,7 @@ from reactor._work.commit_check import checked_commit
 from reactor._work.timers import DropTimer, check_timer_id, pending_timer
 from reactor.errors import ClosedError, InvalidArgumentError, ReentrancyError
 
+from .run_handle import RunHandle, start_in
 from .verbs import ScopeVerbs, verb
 
 if TYPE_CHECKING:
@@ -187,6 +188,22 @@ class Hold:
             self.locks.add(_jobs.lock_name(name))
         finally:
             engine.stats.record("queue.enqueue", perf_counter() - start)
+
+    def start_run(self, workflow: str, input: Any, run_id: str | None) -> RunHandle:  # noqa: A002 - the spec's name
+        """Start a run of ``workflow`` when the transaction commits (``tx.start``)."""
+        engine = self.usable()
+        txn = self.txn
+        assert txn is not None
+        return start_in(self._binding, engine.options, txn, self.defer, (workflow, input, run_id))
+
+    def defer(self, work: Callable[[WriteTxn], None], locks: Iterable[str]) -> None:
+        """Run ``work`` in the commit's transaction, after the body's writes, holding
+        ``locks`` (scopes) too against other processes: a workflow's record, which
+        commits with the body's writes or not at all."""
+        txn = self.txn
+        assert txn is not None
+        txn.defer(work)
+        self.locks.update(locks)
 
     # -- with: the thread's bookkeeping around take and finish -----------------------
     def enter(self) -> None:
@@ -512,12 +529,17 @@ class Transaction(ScopeVerbs):
         """
         self._hold.enqueue(queue, item, delay, key, options)
 
-    def transaction(self) -> Transaction:
-        """Transactions do not nest.
+    def start(self, workflow: str, input: Any = None, id: str | None = None) -> RunHandle:  # noqa: A002 - the spec's names
+        """Start a run of ``workflow`` with the commit, or not at all (``state.start``):
+        its handle; an id a run has already gets that run's, and starts nothing.
 
         Raises:
-            ReentrancyError: always.
+            InvalidValueError, InvalidKeyError: as ``state.start``.
         """
+        return self._hold.start_run(workflow, input, id)
+
+    def transaction(self) -> Transaction:
+        """Transactions do not nest: raises ``ReentrancyError``, always."""
         raise ReentrancyError("transactions do not nest")
 
 
@@ -564,6 +586,10 @@ class MultiTransaction:
         """Add a job to ``queue`` if, and when, the transaction commits, with the body's
         writes to every scope (see ``Transaction.enqueue``)."""
         self._hold.enqueue(queue, item, delay, key, options)
+
+    def start(self, workflow: str, input: Any = None, id: str | None = None) -> RunHandle:  # noqa: A002 - the spec's names
+        """Start a run of ``workflow`` with the commit (see ``Transaction.start``)."""
+        return self._hold.start_run(workflow, input, id)
 
     def __enter__(self) -> MultiTransaction:
         self._hold.enter()

@@ -14,18 +14,15 @@ from typing import TYPE_CHECKING, Any
 from reactor._base.keys import compile_pattern
 from reactor._base.results import RunInfo, StepInfo
 from reactor._work import runs as _runs
-from reactor.errors import (
-    InvalidArgumentError,
-    RunCancelledError,
-    WorkflowFailedError,
-)
+from reactor.errors import InvalidArgumentError
 
+from .run_handle import RunHandle
 from .scope import Scope
 
 if TYPE_CHECKING:
     from .binding import Binding
 
-__all__ = ["Registered", "RunHandle", "Workflows"]
+__all__ = ["Registered", "Workflows"]
 
 STATUSES = ("pending", "running", "suspended", "succeeded", "failed", "cancelled")
 
@@ -37,52 +34,6 @@ class Registered:
     fn: Callable[..., Any]
     max_attempts: int
     lease: float
-
-
-class RunHandle:
-    """A workflow's run, by its id: ``status()``, ``result(timeout)``."""
-
-    __slots__ = ("_binding", "id", "workflow")
-
-    def __init__(self, binding: Binding, run_id: str, workflow: str) -> None:
-        self._binding = binding
-        self.id: str = run_id
-        """The run's id."""
-        self.workflow: str = workflow
-        """Its workflow's name."""
-
-    def __repr__(self) -> str:
-        return f"<reactor.RunHandle {self.id!r} of {self.workflow!r}>"
-
-    def _scope(self) -> Scope:
-        return Scope(self._binding, _runs.scope_of(self.workflow))
-
-    def status(self) -> str:
-        """``pending``, ``running``, ``suspended``, ``succeeded``, ``failed`` or
-        ``cancelled``."""
-        return str(self._scope().get(self.id)["status"])
-
-    def result(self, timeout: float | None = None) -> Any:
-        """Wait (without polling, across processes) until the run ends; its result.
-
-        Raises:
-            WorkflowFailedError: it failed (``error``: the recorded error).
-            RunCancelledError: it was cancelled.
-            OperationTimeout: it had not ended within ``timeout`` seconds.
-        """
-        doc = self._scope().wait_for(
-            self.id, lambda value: value["status"] in _runs.FINAL, timeout=timeout
-        )
-        return _outcome(doc)
-
-
-def _outcome(doc: dict[str, Any]) -> Any:
-    if doc["status"] == "succeeded":
-        return doc["result"]
-    if doc["status"] == "cancelled":
-        raise RunCancelledError(f"run {doc['id']} was cancelled")
-    error = doc["error"] or {"type": "Error", "message": "failed"}
-    raise WorkflowFailedError(f"run {doc['id']} failed: {error['type']}: {error['message']}", error)
 
 
 class Workflows:
@@ -180,19 +131,37 @@ class Workflows:
             raise KeyError(run_id)
 
     def cancel(self, run_id: str) -> bool:
-        """Cancel run ``run_id``; whether it was not finished.
+        """Cancel run ``run_id``, and its children; whether it was not finished.
 
         Raises:
             KeyError: no such run.
         """
-        workflow = self.workflow_of(run_id)
+        runs = self._family(run_id)
         engine = self._binding.engine
-        done = engine.commit(
-            _runs.cancel(workflow, run_id, engine.options), scopes=_runs.locks(workflow)
-        )
+        root = Scope(self._binding, _runs.scope_of(runs[0][0])).get(run_id) or {}
+        parent = (root.get("parent") or {}).get("workflow")
+        scopes = _runs.locks(parent, *(workflow for workflow, _ in runs))
+        done = engine.commit(_runs.cancel(engine.options, runs), scopes=scopes)
         if done is None:
             raise KeyError(run_id)
         return done
+
+    def _family(self, run_id: str) -> list[tuple[str, str]]:
+        """Run ``run_id`` and its descendants (those its ``call`` steps started):
+        (workflow, id), the run first.
+
+        Raises:
+            KeyError: no such run.
+        """
+        found = [(self.workflow_of(run_id), run_id)]
+        seen = {run_id}
+        for workflow, each in found:  # grows as it goes: breadth first
+            doc = Scope(self._binding, _runs.scope_of(workflow)).get(each)
+            for child in [] if doc is None else _runs.children(doc):
+                if child[1] not in seen:
+                    seen.add(child[1])
+                    found.append(child)
+        return found
 
 
 def info_of(doc: dict[str, Any]) -> RunInfo:

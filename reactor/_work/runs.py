@@ -32,11 +32,16 @@ __all__ = [
     "check_seconds",
     "check_topic",
     "check_workflow",
+    "children",
     "encode_value",
     "error_of",
+    "job_item",
     "locks",
     "queue_of",
     "scope_of",
+    "step",
+    "waiting_on_key",
+    "wake",
 ]
 
 INDEX: Final = RUN_PREFIX  # scope "run:": run id -> its workflow's name
@@ -63,9 +68,20 @@ def queue_of(workflow: str) -> str:
     return RUN_PREFIX + workflow
 
 
-def locks(workflow: str) -> tuple[str, ...]:
-    """The scopes a transaction over ``workflow``'s runs holds."""
-    return (INDEX, scope_of(workflow), _jobs.lock_name(queue_of(workflow)))
+def locks(*workflows: str | None) -> tuple[str, ...]:
+    """The scopes a transaction over the runs of ``workflows`` holds (None: none)."""
+    found = {INDEX}
+    for workflow in workflows:
+        if workflow is not None:
+            found.update((scope_of(workflow), _jobs.lock_name(queue_of(workflow))))
+    return tuple(sorted(found))
+
+
+def job_item(doc: Document) -> dict[str, Any]:
+    """The item of the job that makes a run ready: its id, and its parent's workflow
+    (whose runs a record of its end writes too: the parent waits for it)."""
+    parent = doc["parent"]
+    return {"id": doc["id"], "parent": None if parent is None else parent["workflow"]}
 
 
 def error_of(exc: BaseException) -> dict[str, str]:
@@ -150,12 +166,59 @@ class Store:
         _name, entry = _jobs.check_put(
             self.options,
             queue,
-            doc["id"],
+            job_item(doc),
             None if delay is None else delay,
             doc["id"],
             debounce=0 if delay is None else None,
         )
         _jobs.enqueue(self.txn, queue, [entry])
+
+    def put_step(self, doc: Document, position: int, step: dict[str, Any]) -> None:
+        """Record ``step`` at ``position`` of ``doc`` (over a waiting one there)."""
+        steps = doc["steps"]
+        if position < len(steps):
+            steps[position] = step
+        else:
+            steps.append(step)
+
+    def finish(
+        self,
+        doc: Document,
+        status: str,
+        result: Any = None,
+        error: dict[str, str] | None = None,
+    ) -> None:
+        """Record the run's end (its job is the caller's to acknowledge), and make its
+        parent ready if it waits for it."""
+        doc.update(status=status, result=result, error=error, held=False)
+        self.save(doc)
+        parent = doc["parent"]
+        if parent is None:
+            return
+        waiting = self.read(parent["workflow"], parent["id"])
+        if waiting is not None and waiting["status"] == "suspended":
+            steps = waiting["steps"]
+            if steps and steps[-1]["status"] == "waiting" and steps[-1].get("child") == doc["id"]:
+                self.ready(waiting, None)
+
+
+def step(
+    name: str,
+    status: str,
+    result: Any,
+    error: dict[str, str] | None,
+    started: float,
+    ended: float | None,
+) -> dict[str, Any]:
+    """A step's record."""
+    return {
+        "name": name,
+        "status": status,
+        "result": result,
+        "error": error,
+        "started": started,
+        "ended": ended,
+    }
 
 
 def start(
@@ -195,27 +258,37 @@ def send(
     return work
 
 
-def cancel(workflow: str, run_id: str, options: Options) -> Callable[[WriteTxn], bool | None]:
-    """The work of ``state.cancel``: whether the run was not finished (None: no such
-    run). A pending or suspended run is cancelled now; a running one at its step's end
-    (its worker's next record sees the request)."""
+def cancel(options: Options, runs: list[tuple[str, str]]) -> Callable[[WriteTxn], bool | None]:
+    """The work of ``state.cancel`` of ``runs[0]`` (workflow, id), and of its children
+    after it (the rest): whether the run was not finished (None: no such run). A
+    pending or suspended run is cancelled now; a running one at its step's end (its
+    worker's next record sees the request)."""
 
     def work(txn: WriteTxn) -> bool | None:
         store = Store(options, txn)
-        doc = store.read(workflow, run_id)
-        if doc is None:
-            return None
-        if doc["status"] in FINAL:
-            return False
-        if doc["status"] == "running":
-            doc["cancel"] = True
-        else:
-            doc["status"] = "cancelled"
-            doc["held"] = False
-        store.save(doc)
-        return True
+        outcome: bool | None = None
+        for position, (workflow, run_id) in enumerate(runs):
+            doc = store.read(workflow, run_id)
+            done = doc is not None and doc["status"] not in FINAL
+            if position == 0:
+                outcome = None if doc is None else done
+            if doc is None or not done:
+                continue
+            if doc["status"] == "running":
+                doc["cancel"] = True
+                store.save(doc)
+            else:
+                store.finish(doc, "cancelled")
+        return outcome
 
     return work
+
+
+def children(doc: Document) -> list[tuple[str, str]]:
+    """The runs ``doc``'s ``call`` steps started: (workflow, id)."""
+    return [
+        (step["workflow"], step["child"]) for step in doc["steps"] if step.get("child") is not None
+    ]
 
 
 def waiting_for(doc: Document) -> str | None:
@@ -242,3 +315,30 @@ def check_topic(topic: object) -> str:
         InvalidKeyError: not a valid key.
     """
     return check_key(topic, "topic")
+
+
+def wake(options: Options, workflow: str, run_id: str, position: int) -> Callable[[WriteTxn], bool]:
+    """Make the run ready if it is still suspended on its step at ``position`` (a key it
+    waits for changed: the run looks again); whether it was."""
+
+    def work(txn: WriteTxn) -> bool:
+        store = Store(options, txn)
+        doc = store.read(workflow, run_id)
+        if doc is None or doc["status"] != "suspended" or len(doc["steps"]) != position + 1:
+            return False
+        store.ready(doc, None)
+        return True
+
+    return work
+
+
+def waiting_on_key(doc: Document) -> tuple[str, str, int, int] | None:
+    """(scope, key, the key's revision as last seen, the step's position) of the key a
+    suspended run waits for (``run.wait_for``), or None."""
+    steps = doc.get("steps")
+    if doc.get("status") != "suspended" or not steps:
+        return None
+    last = steps[-1]
+    if last["status"] != "waiting" or last["name"] != "wait_for":
+        return None
+    return last["scope"], last["key"], last["seen"], len(steps) - 1
