@@ -47,7 +47,7 @@ class State:
     def __init__(self, engine: Engine) -> None:
         self._binding = bind(self, engine)
         self.location: str = engine.store.location
-        self._workflows = Workflows(self._binding)  # registered in this handle
+        self._workflows = Workflows(self._binding)
 
     def __repr__(self) -> str:
         status = "closed" if self._binding.released else "open"
@@ -314,8 +314,8 @@ class State:
 
     # -- durable workflows (SPEC §14) ----------------------------------------------------
     def workflow(self, name: str, max_attempts: int = 5, lease: float = 30.0) -> Callable[[W], W]:
-        """A decorator registering a function as workflow ``name`` in this handle: it is
-        called as ``fn(run, input)`` by this handle's workers (``serve``). A run whose
+        """A decorator registering a function as workflow ``name`` on this database, in
+        this process: it is called as ``fn(run, input)`` by the workers (``serve``). A run whose
         workers' leases (``lease`` seconds, renewed while it runs) ran out
         ``max_attempts`` times fails with ``RunDeadError``.
 

@@ -6,7 +6,9 @@ run's replay in ``run``, the stored form in ``_work.runs``."""
 from __future__ import annotations
 
 import math
+import threading
 import uuid
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -25,6 +27,9 @@ if TYPE_CHECKING:
 __all__ = ["Registered", "Workflows"]
 
 STATUSES = ("pending", "running", "suspended", "succeeded", "failed", "cancelled")
+# engine -> the workflows registered on it in this process (gone with the engine)
+_REGISTRY: weakref.WeakKeyDictionary[object, dict[str, Registered]] = weakref.WeakKeyDictionary()
+_REGISTRY_LOCK = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -42,7 +47,14 @@ class Workflows:
 
     def __init__(self, binding: Binding) -> None:
         self._binding = binding
-        self.registered: dict[str, Registered] = {}
+
+    @property
+    def registered(self) -> dict[str, Registered]:
+        """The workflows registered in this process on this database, through any
+        handle (``reactor serve --workflows MODULE`` serves what a module registered)."""
+        engine = self._binding.engine
+        with _REGISTRY_LOCK:
+            return _REGISTRY.setdefault(engine, {})
 
     def register(
         self, name: str, max_attempts: int, lease: float

@@ -26,7 +26,7 @@ import click
 
 from reactor.errors import ReactorError
 
-from . import backup, programs, queues, serve, timers, values, watch
+from . import backup, programs, queues, runs, serve, timers, values, watch
 from .group import Group
 from .logs import show_warnings
 from .options import data_options
@@ -63,7 +63,7 @@ def cli() -> None:
 
 
 # A new command goes into its group's module, and into that module's COMMANDS.
-for _module in (values, timers, queues, watch, backup, programs, serve):
+for _module in (values, timers, queues, runs, watch, backup, programs, serve):
     for _command in _module.COMMANDS:
         cli.add_command(_command)
 del _module, _command

@@ -40,6 +40,8 @@ __all__ = [
     "keys_view",
     "queue_settings_view",
     "queue_stats_view",
+    "run_view",
+    "runs_view",
     "scopes_view",
     "stats_view",
     "ttl_view",
@@ -436,3 +438,63 @@ def event_line(event: ChangeEvent) -> Text:
             line.append(" -> ", "dim")
         line.append_text(compact(event.new_value))
     return line
+
+
+def runs_view(runs: list[Mapping[str, Any]]) -> RenderableType:
+    """Workflows' runs, one per row: failed and dead ones in red."""
+    from rich.table import Table
+    from rich.text import Text
+
+    if not runs:
+        return _empty("no runs")
+    table = Table("id", "workflow", "status", "attempts", "steps", "updated", "error")
+    for info in runs:
+        error = info["error"]
+        table.add_row(
+            Text(info["id"]),
+            Text(info["workflow"]),
+            Text(info["status"], _STATUS_STYLES.get(info["status"], "")),
+            str(info["attempts"]),
+            str(info["steps"]),
+            _when(info["updated"]),
+            Text("" if error is None else f"{error['type']}: {error['message']}", "red"),
+        )
+    return table
+
+
+def run_view(info: Mapping[str, Any]) -> RenderableType:
+    """A run: its fields, then its steps with their durations."""
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
+    rows: dict[str, RenderableType] = {
+        "id": info["id"],
+        "workflow": info["workflow"],
+        "status": Text(info["status"], _STATUS_STYLES.get(info["status"], "")),
+        "attempts": str(info["attempts"]),
+        "input": compact(info["input"]),
+        "started": _when(info["created"]),
+        "updated": _when(info["updated"]),
+    }
+    if info["status"] == "succeeded":
+        rows["result"] = compact(info["result"])
+    if info["error"] is not None:
+        rows["error"] = Text(f"{info['error']['type']}: {info['error']['message']}", "red")
+    steps = Table("#", "step", "status", "took", "result or error")
+    for number, step in enumerate(info["steps"]):
+        took = (
+            "" if step["ended"] is None else f"{(step['ended'] - step['started']) * 1000:,.1f} ms"
+        )
+        error = step["error"]
+        outcome = (
+            compact(step["result"])
+            if error is None
+            else Text(f"{error['type']}: {error['message']}", "red")
+        )
+        status = Text(step["status"], _STATUS_STYLES.get(step["status"], ""))
+        steps.add_row(str(number), Text(step["name"]), status, took, outcome)
+    return Group(_grid(rows), steps)
+
+
+_STATUS_STYLES: Final = {"failed": "red", "cancelled": "yellow", "succeeded": "green"}

@@ -14,11 +14,13 @@ inside its own transaction, so none is done twice.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import logging
 import math
 import os
 import signal
 import socket
+import sys
 import threading
 from collections.abc import Iterator
 from types import FrameType, ModuleType
@@ -29,7 +31,9 @@ import click
 from reactor import open as open_state
 from reactor._engine.options import MAX_TIMEOUT, SWEEP_INTERVALS
 from reactor._handles.binding import engine_of
+from reactor._handles.run_workers import Workers
 from reactor._handles.state import State
+from reactor.errors import InvalidArgumentError
 
 from .group import Command
 from .logs import show_service_log
@@ -110,6 +114,22 @@ class HostPort(click.ParamType[tuple[str, int]]):
     help="How long a chore waits for another process's lock before it is tried again "
     "next round (a stop waits for the chore under way: about this at most).",
 )
+@click.option(
+    "--workflows",
+    "modules",
+    multiple=True,
+    metavar="MODULE",
+    help="Import MODULE (a dotted name, found from the current folder too) and serve the "
+    "durable workflows it registers on this database; may be repeated.",
+)
+@click.option(
+    "--concurrency",
+    type=click.IntRange(min=1),
+    default=4,
+    show_default=True,
+    metavar="N",
+    help="Worker threads running workflows' runs (with --workflows).",
+)
 @click.option("--ui", is_flag=True, help="Serve the dashboard too (see reactor ui).")
 @dashboard_options
 @click.option(
@@ -124,6 +144,8 @@ def serve(
     health: tuple[str, int] | None,
     max_lag: float,
     timeout: float,
+    modules: tuple[str, ...],
+    concurrency: int,
     ui: bool,
     host: str,
     port: int,
@@ -141,9 +163,13 @@ def serve(
     web = import_web("reactor serve --health/--ui") if health or ui else None
     with _signals() as stop:  # from here on, a signal stops it cleanly
         state = open_state(target, sweep_interval=interval, timeout=timeout)
+        workers = None
         try:
+            workers = _workers(state, target, modules, concurrency)
             apps = _apps(web, state, target, health, max_lag, ui, host, port, write, allow_hosts)
             where = "".join(f"; {what} at {url}" for what, url, _, _ in apps)
+            if workers is not None:
+                where += f"; workflows {', '.join(workers.workflows)} ({concurrency} workers)"
             logger.info(
                 "serving %s (pid %d): upkeep every %g s%s",
                 state.location,
@@ -153,6 +179,8 @@ def serve(
             )
             _run(web, state, [(app, listener) for _, _, app, listener in apps], stop)
         finally:
+            if workers is not None:
+                workers.stop()  # the runs under way are given back at their next step
             state.close()  # the sweeper's round under way finishes first
     if not stop.is_set():
         raise click.ClickException("stopped: the upkeep or a server ended by itself")
@@ -181,6 +209,37 @@ def _signals() -> Iterator[threading.Event]:
             # Once stopping, further signals are ignored: the interpreter resets Python
             # handlers to the default as it exits, and one then would kill it (-15).
             signal.signal(sig, signal.SIG_IGN if stop.is_set() else handler)
+
+
+def _workers(
+    state: State, target: str | None, modules: tuple[str, ...], concurrency: int
+) -> Workers | None:
+    """Import ``modules`` and serve the workflows they registered on ``state``'s
+    database (None: no module).
+
+    Raises:
+        click.ClickException: a module cannot be imported, or registered nothing.
+    """
+    if not modules:
+        return None
+    if "" not in sys.path and os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())  # as python -m does: the project's own modules
+    # A module opens the database its own way: reactor.open(os.environ["REACTOR_DB"]).
+    os.environ["REACTOR_DB"] = target or state.location  # the URL as given: its password
+    for module in modules:
+        try:
+            importlib.import_module(module)
+        except Exception as exc:  # noqa: BLE001 - whatever the module raised: one line
+            raise click.ClickException(
+                f"cannot import {module}: {type(exc).__name__}: {exc}"
+            ) from None
+    try:
+        return state.serve(concurrency=concurrency)
+    except InvalidArgumentError:
+        raise click.ClickException(
+            f"{', '.join(modules)} registered no workflow on {state.location} "
+            "(a module registers with @state.workflow on a handle to this database)"
+        ) from None
 
 
 def _apps(
