@@ -25,6 +25,14 @@ EXPECTED: dict[str, list[str]] = {
         "carol -> alice 1000: refused (carol holds 200)",
         "totals seen by the auditor's snapshots: [1000]",
     ],
+    "order_saga": [
+        "o-1: {'status': 'shipped', 'charge': 'ch-o-1-30'}",
+        "o-2: {'status': 'rejected', 'refund': 'refunded ch-o-2-45'}",
+        "o-3: {'status': 'no approval in time', 'refund': 'refunded ch-o-3-12'}",
+        "stock: widget 9",
+        "shipments: ['o-1']",
+        "o-3 steps: transaction, charge, receive:approval, refund, transaction",
+    ],
     "circuit_breaker": [
         "search   200 OK",
         "timers: [('payments', None)]",
