@@ -47,7 +47,7 @@ class Run:
 
     def __init__(self, binding: Binding, runner: Runner, doc: _runs.Document) -> None:
         self._binding = binding
-        self._runner = runner
+        self.runner = runner
         self._recorded: list[dict[str, Any]] = doc["steps"]
         self._position = 0
         self.id: str = doc["id"]
@@ -63,7 +63,7 @@ class Run:
         return f"<reactor.Run {self.id!r} of {self.workflow!r}>"
 
     # -- replay ---------------------------------------------------------------------
-    def _next(self, name: str) -> tuple[int, dict[str, Any] | None]:
+    def next_step(self, name: str) -> tuple[int, dict[str, Any] | None]:
         """The position of the step called now, and its record if it has one.
 
         Raises:
@@ -80,14 +80,14 @@ class Run:
                 f"step {position} of run {self.id} is {name!r} now, but {recorded['name']!r} "
                 "was recorded: steps must be called in the recorded order"
             )
-            self._runner.finish("failed", error=_runs.error_of(error))
+            self.runner.finish("failed", error=_runs.error_of(error))
             raise Unwind
         return position, recorded
 
-    def _going_on(self) -> None:
+    def going_on(self) -> None:
         """Before a step runs: give the run back if this process stops serving."""
-        if self._runner.stopping.is_set():
-            raise self._runner.release()
+        if self.runner.stopping.is_set():
+            raise self.runner.release()
 
     # -- steps ------------------------------------------------------------------------
     def step(
@@ -110,35 +110,18 @@ class Run:
             InvalidKeyError: an empty ``name``.
             InvalidArgumentError: a bad ``retries`` or ``backoff``.
         """
-        check_key(name, "step name")
-        if type(retries) is not int or retries < 0:
-            raise InvalidArgumentError(f"retries must be an int >= 0, not {retries!r}")
-        pause = _runs.check_seconds(backoff, "backoff")
-        position, recorded = self._next(name)
-        if recorded is not None:
-            return _replayed(recorded)
-        self._going_on()
-        runner = self._runner
-        started = runner.engine.now()
+        call = StepCall(self, name, retries, backoff)
+        if call.recorded is not None:
+            return replayed(call.recorded)
         for attempt in range(retries + 1):
             try:
                 result = fn(*args, **kwargs)
-                break
             except Exception as exc:
-                if attempt == retries:
-                    error = _runs.error_of(exc)
-                    ended = runner.engine.now()
-                    step = _runs.step(name, "failed", None, error, started, ended)
-                    runner.record_step(position, step)
-                    raise _step_failed(name, error) from exc
-                if runner.stopping.wait(pause * 2**attempt):
-                    raise runner.release() from exc
-        text = _runs.encode_value(runner.engine.options, result)
-        value = decode(text)
-        runner.record_step(
-            position, _runs.step(name, "succeeded", value, None, started, runner.engine.now())
-        )
-        return decode(text)
+                if self.runner.stopping.wait(call.failed(attempt, exc)):
+                    raise self.runner.release() from exc
+                continue
+            return call.succeeded(result)
+        raise AssertionError("the last attempt returns or raises")  # pragma: no cover
 
     def sleep(self, seconds: float) -> None:
         """Suspend the run for ``seconds``, holding no worker and no thread.
@@ -159,13 +142,13 @@ class Run:
         self._sleep(lambda _now: until)
 
     def _sleep(self, wake_at: Callable[[float], float]) -> None:
-        position, recorded = self._next("sleep")
+        position, recorded = self.next_step("sleep")
         if recorded is not None and recorded["status"] != "waiting":
             return
-        runner = self._runner
+        runner = self.runner
         now = runner.engine.now()
         if recorded is None:
-            self._going_on()
+            self.going_on()
             step = _runs.step("sleep", "waiting", None, None, now, None)
             step["until"] = wake_at(now)
         else:
@@ -187,14 +170,14 @@ class Run:
         check_key(topic, "topic")
         seconds = None if timeout is None else _runs.check_seconds(timeout, "timeout")
         name = f"receive:{topic}"
-        position, recorded = self._next(name)
+        position, recorded = self.next_step(name)
         if recorded is not None and recorded["status"] != "waiting":
             if recorded["status"] == "failed":
                 raise OperationTimeout(recorded["error"]["message"])
             return recorded["result"]
-        runner = self._runner
+        runner = self.runner
         if recorded is None:
-            self._going_on()
+            self.going_on()
             now = runner.engine.now()
             step = _runs.step(name, "waiting", None, None, now, None)
             step["deadline"] = None if seconds is None else now + seconds
@@ -225,14 +208,14 @@ class Run:
         watched = Scope(self._binding, scope)
         check_key(key)
         seconds = None if timeout is None else _runs.check_seconds(timeout, "timeout")
-        position, recorded = self._next("wait_for")
+        position, recorded = self.next_step("wait_for")
         if recorded is not None and recorded["status"] != "waiting":
             if recorded["status"] == "failed":
                 raise OperationTimeout(recorded["error"]["message"])
             return recorded["result"]
-        runner = self._runner
+        runner = self.runner
         if recorded is None:
-            self._going_on()
+            self.going_on()
             now = runner.engine.now()
             step = _runs.step("wait_for", "waiting", None, None, now, None)
             deadline = None if seconds is None else now + seconds
@@ -265,12 +248,12 @@ class Run:
         """
         child_workflow = _runs.check_workflow(workflow)
         name = f"call:{child_workflow}"
-        position, recorded = self._next(name)
+        position, recorded = self.next_step(name)
         if recorded is not None and recorded["status"] != "waiting":
             return _called(recorded)
-        runner = self._runner
+        runner = self.runner
         if recorded is None:
-            self._going_on()
+            self.going_on()
             child = f"{self.id}/{position}" if id is None else _runs.check_run_id(id)
             text = _runs.encode_value(runner.engine.options, input)
             step = {**_runs.step(name, "waiting", None, None, runner.engine.now(), None)}
@@ -313,7 +296,7 @@ class Run:
                 ``state.transaction``.
         """
         names = scope_names(scopes)
-        position, recorded = self._next("transaction")
+        position, recorded = self.next_step("transaction")
         hold = Hold(self._binding, names)
         tx = MultiTransaction(self._binding, names, hold)
         if recorded is not None:
@@ -321,8 +304,8 @@ class Run:
                 yield tx
                 raise _Discard
             return
-        self._going_on()
-        runner = self._runner
+        self.going_on()
+        runner = self.runner
         started = runner.engine.now()
 
         def record(txn: WriteTxn) -> None:
@@ -367,7 +350,54 @@ def _called(recorded: dict[str, Any]) -> Any:
     raise WorkflowFailedError(f"run {child} failed: {error['type']}: {error['message']}", error)
 
 
-def _replayed(recorded: dict[str, Any]) -> Any:
+class StepCall:
+    """A step being called (``Run.step``, ``AsyncRun.step``): its checks, where it is
+    in the run, and its record."""
+
+    def __init__(self, run: Run, name: str, retries: int, backoff: float) -> None:
+        check_key(name, "step name")
+        if type(retries) is not int or retries < 0:
+            raise InvalidArgumentError(f"retries must be an int >= 0, not {retries!r}")
+        self._pause = _runs.check_seconds(backoff, "backoff")
+        self._run = run
+        self.runner = run.runner
+        self.name = name
+        self.retries = retries
+        self.position, self.recorded = run.next_step(name)
+        self.started = 0.0
+        if self.recorded is None:
+            run.going_on()
+            self.started = self.runner.engine.now()
+
+    def failed(self, attempt: int, exc: Exception) -> float:
+        """Attempt ``attempt`` raised ``exc``: the pause before the next one.
+
+        Raises:
+            StepFailedError: it was the last (recorded).
+        """
+        if attempt < self.retries:
+            return float(self._pause * 2**attempt)
+        runner = self.runner
+        error = _runs.error_of(exc)
+        step = _runs.step(self.name, "failed", None, error, self.started, runner.engine.now())
+        runner.record_step(self.position, step)
+        raise _step_failed(self.name, error) from exc
+
+    def succeeded(self, result: Any) -> Any:
+        """Record ``result``; a fresh copy of it, as a replay would return.
+
+        Raises:
+            InvalidValueError: it is not a value.
+        """
+        runner = self.runner
+        text = _runs.encode_value(runner.engine.options, result)
+        now = runner.engine.now()
+        step = _runs.step(self.name, "succeeded", decode(text), None, self.started, now)
+        runner.record_step(self.position, step)
+        return decode(text)
+
+
+def replayed(recorded: dict[str, Any]) -> Any:
     if recorded["status"] == "failed":
         raise _step_failed(recorded["name"], recorded["error"])
     return recorded["result"]

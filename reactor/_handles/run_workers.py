@@ -24,6 +24,7 @@ from reactor.errors import (
     ReactorError,
 )
 
+from .async_run import call_workflow
 from .queues import Queue
 from .run import Run
 from .run_waits import Waits
@@ -165,7 +166,8 @@ def _call(binding: Binding, runner: Runner, registered: Registered, doc: _runs.D
     options = runner.engine.options
     run = Run(binding, runner, doc)
     try:
-        result = registered.fn(run, decode(_runs.encode_value(options, doc["input"])))
+        value = decode(_runs.encode_value(options, doc["input"]))
+        result = call_workflow(registered.fn, run, value)
         value = decode(_runs.encode_value(options, result))
     except Unwind:
         return

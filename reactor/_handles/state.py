@@ -26,7 +26,7 @@ from .subscriptions import DEFAULT_BUFFER, Filter, Subscription, Watch, check_si
 from .transaction import MultiTransaction, in_transaction
 from .workflows import Workflows
 
-__all__ = ["State", "cancelling"]
+__all__ = ["State", "cancelling", "workflows_of"]
 
 F = TypeVar("F", bound=Callable[[ChangeEvent], Any])  # a callback of one event
 W = TypeVar("W", bound=Callable[..., Any])  # a workflow function
@@ -47,7 +47,7 @@ class State:
     def __init__(self, engine: Engine) -> None:
         self._binding = bind(self, engine)
         self.location: str = engine.store.location
-        self._workflows = Workflows(self._binding)
+        self._workflows = Workflows(self._binding)  # durable workflows (SPEC §14)
 
     def __repr__(self) -> str:
         status = "closed" if self._binding.released else "open"
@@ -423,3 +423,8 @@ def cancelling(engine: EnginePort, timer_id: object) -> tuple[str, Work[bool]] |
     checked = check_timer_id(timer_id)
     row = engine.store.timer(checked)
     return None if row is None else (row.scope, drop_timer(checked))
+
+
+def workflows_of(state: State) -> Workflows:
+    """A handle's durable workflows (for ``reactor.aio``, which wraps the handle)."""
+    return state._workflows  # noqa: SLF001 - this module's own class

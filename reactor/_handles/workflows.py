@@ -56,16 +56,27 @@ class Workflows:
         with _REGISTRY_LOCK:
             return _REGISTRY.setdefault(engine, {})
 
-    def register(
-        self, name: str, max_attempts: int, lease: float
-    ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-        """A decorator registering a function as workflow ``name``."""
+    @staticmethod
+    def check(name: object, max_attempts: object, lease: object) -> tuple[str, int, float]:
+        """A registration's name, ``max_attempts`` and ``lease``.
+
+        Raises:
+            InvalidKeyError: an empty name.
+            InvalidArgumentError: a bad ``max_attempts`` or ``lease``.
+        """
         checked = _runs.check_workflow(name)
         if type(max_attempts) is not int or max_attempts < 1:
             raise InvalidArgumentError(f"max_attempts must be an int >= 1, not {max_attempts!r}")
         seconds = _runs.check_seconds(lease, "lease")
         if seconds == 0 or not math.isfinite(seconds):
             raise InvalidArgumentError(f"lease must be a finite number > 0, not {lease!r}")
+        return checked, max_attempts, seconds
+
+    def register(
+        self, name: str, max_attempts: int, lease: float
+    ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+        """A decorator registering a function as workflow ``name``."""
+        checked, max_attempts, seconds = self.check(name, max_attempts, lease)
 
         def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
             if not callable(fn):

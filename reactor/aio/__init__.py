@@ -32,8 +32,11 @@ written once over one hook), ``exclusive`` (transactions and locks), ``scope``,
 
 from __future__ import annotations
 
+from reactor._handles.async_run import AsyncRun
+
 from .exclusive import AsyncLock, AsyncMultiTransaction, AsyncTransaction
 from .queue import AsyncJob, AsyncQueue
+from .runs import AsyncRunHandle, AsyncWorkers
 from .scope import AsyncScope
 from .state import AsyncState, open  # noqa: A004 - reactor.aio.open, as reactor.open
 from .watch import AsyncWatch
@@ -43,10 +46,13 @@ __all__ = [
     "AsyncLock",
     "AsyncMultiTransaction",
     "AsyncQueue",
+    "AsyncRun",
+    "AsyncRunHandle",
     "AsyncScope",
     "AsyncState",
     "AsyncTransaction",
     "AsyncWatch",
+    "AsyncWorkers",
     "open",
 ]
 
@@ -56,10 +62,13 @@ for _public in (
     AsyncLock,
     AsyncMultiTransaction,
     AsyncQueue,
+    AsyncRun,
+    AsyncRunHandle,
     AsyncScope,
     AsyncState,
     AsyncTransaction,
     AsyncWatch,
+    AsyncWorkers,
     open,
 ):
     _public.__module__ = __name__

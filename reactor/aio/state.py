@@ -13,7 +13,7 @@ from typing import Any, TypeVar, Unpack
 
 from reactor._base.clock import Clock
 from reactor._base.keys import check_key
-from reactor._base.results import Timer
+from reactor._base.results import RunInfo, Timer
 from reactor._engine.events import ChangeEvent
 from reactor._engine.options import Durability
 from reactor._handles.binding import engine_of
@@ -26,6 +26,7 @@ from .bridge import bridge
 from .exclusive import AsyncLock, AsyncMultiTransaction, check_not_held
 from .link import Link
 from .queue import AsyncQueue
+from .runs import AsyncRunHandle, AsyncWorkers, AsyncWorkflows
 from .scope import AsyncScope
 from .watch import AsyncWatch
 
@@ -33,6 +34,7 @@ __all__ = ["AsyncState", "open"]
 
 T = TypeVar("T")
 F = TypeVar("F", bound=Callable[[ChangeEvent], Any])  # a callback of one event
+W = TypeVar("W", bound=Callable[..., Any])  # a workflow function
 
 
 def open(  # noqa: A001 - reactor.aio.open, as reactor.open
@@ -72,6 +74,7 @@ class AsyncState:
 
     def __init__(self, target: str | os.PathLike[str] | None, options: dict[str, Any]) -> None:
         self._link = Link(target, options)
+        self._runs = AsyncWorkflows(self._link)
         _links[self] = self._link
 
     async def _sync(self) -> State:
@@ -260,6 +263,46 @@ class AsyncState:
             # and that one are not missed.
             since = engine_of(link.state).dispatcher.published
         return AsyncWatch(link, since, scope, key)
+
+    # -- durable workflows (SPEC §14): State's, as coroutines ---------------------------
+    def workflow(self, name: str, max_attempts: int = 5, lease: float = 30.0) -> Callable[[W], W]:
+        """``State.workflow``: register a workflow function, ``async def`` or not (an
+        async one gets an ``AsyncRun``: ``await run.step(...)``)."""
+        return self._runs.workflow(name, max_attempts, lease)
+
+    async def start(
+        self,
+        workflow: str,
+        input: Any = None,  # noqa: A002 - the spec's names
+        id: str | None = None,  # noqa: A002
+    ) -> AsyncRunHandle:
+        """``State.start``: record a run and make it ready; its handle."""
+        return await self._runs.start(workflow, input, id)
+
+    async def run(self, run_id: str) -> AsyncRunHandle:
+        """``State.run``: the handle of run ``run_id`` (``KeyError`` if none)."""
+        return await self._runs.run(run_id)
+
+    async def serve(self, workflows: list[str] | None = None, concurrency: int = 4) -> AsyncWorkers:
+        """``State.serve``: worker threads running the registered workflows' runs, until
+        ``await workers.stop()``."""
+        return await self._runs.serve(workflows, concurrency)
+
+    async def send(self, run_id: str, topic: str, message: Any) -> None:
+        """``State.send``: a message for the run's ``receive(topic)``."""
+        await self._runs.send(run_id, topic, message)
+
+    async def cancel(self, run_id: str) -> bool:
+        """``State.cancel``: cancel a run (and its children); whether it was not finished."""
+        return await self._runs.cancel(run_id)
+
+    async def runs(self, workflow: str = "*", status: str | None = None) -> list[RunInfo]:
+        """``State.runs``: the runs of the matching workflows, oldest first."""
+        return await self._runs.runs(workflow, status)
+
+    async def run_info(self, run_id: str) -> RunInfo:
+        """``State.run_info``: a run as recorded (``KeyError`` if none)."""
+        return await self._runs.run_info(run_id)
 
     async def close(self) -> None:
         """Close this handle; idempotent. Lock waiters get ``ClosedError``; watches end
