@@ -93,7 +93,11 @@ def test_the_page_and_its_files_are_served_from_the_package(client: Client) -> N
     assert page.headers["content-type"].startswith("text/html")
     assert "frame-ancestors 'none'" in page.headers["content-security-policy"]
     assert '<script src="static/app.js"' in page.text
-    for name, kind in [("app.js", "javascript"), ("style.css", "text/css")]:
+    for name, kind in [
+        ("app.js", "javascript"),
+        ("runs.js", "javascript"),
+        ("style.css", "text/css"),
+    ]:
         served = ui.get(f"/static/{name}")
         assert served.status_code == 200, name
         assert kind in served.headers["content-type"]

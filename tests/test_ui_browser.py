@@ -765,3 +765,63 @@ def test_a_screenshot_with_realistic_data(browser: Any, db_path: Any, tmp_path: 
     finally:
         _, err = stop_cli(process)
     assert process.returncode == 0, err
+
+
+def test_the_page_shows_the_runs_their_steps_live_and_cancels_one(
+    browser: Any, db_path: Any, tmp_path: Path
+) -> None:
+    from selenium.webdriver.common.by import By
+
+    with reactor.open(db_path) as state:
+        state.scope("orders").set("o-1", 1)
+    process, url, _ = start_cli(db_path, "--write", cwd=tmp_path)
+    try:
+        browser.get(url)
+        _until(browser, "connection", "live")
+        _until(browser, "runs-empty", "No run.")
+        # Runs worked by another process: one succeeds, one fails, one waits.
+        write_elsewhere(
+            db_path,
+            """
+            @state.workflow("order")
+            def order(run, spec):
+                run.step("reserve", lambda: spec)
+                if spec == "bad":
+                    run.step("charge", lambda: 1 / 0)
+                if spec == "wait":
+                    run.receive("approval")
+                return "done"
+
+            handles = [state.start("order", spec, id=spec) for spec in ("ok", "bad", "wait")]
+            with state.serve():
+                for handle in handles[:2]:
+                    try:
+                        handle.result(timeout=20)
+                    except reactor.WorkflowFailedError:
+                        pass
+                while handles[2].status() != "suspended":
+                    pass
+            """,
+        )
+        _until(browser, "runs-figures", "3 runs · 1 failed")
+        listed = _text(browser, "runs")
+        assert _in_order("wait", "order", "suspended")(listed), listed
+        assert _in_order("bad", "order", "failed", "StepFailedError")(listed), listed
+        _click(browser, "#runs button.name", "bad")
+        steps = _until(browser, "run-steps", "charge")
+        assert _in_order("reserve", "succeeded", "charge", "failed", "ZeroDivisionError")(steps)
+        bars = browser.find_elements(By.CSS_SELECTOR, "#run-steps .bar.bad")
+        assert len(bars) == 1
+        # The waiting run: its step is drawn as waiting, and it is cancelled from here.
+        _click(browser, "#runs button.name", "wait")
+        _until(browser, "run-steps", "receive:approval")
+        assert browser.find_elements(By.CSS_SELECTOR, "#run-steps .bar.waiting")
+        _click(browser, "#cancel-run")
+        _click(browser, "#run-yes")
+        _until(browser, "run-message", "cancelled wait")
+        _until(browser, "run-fields", "cancelled")
+    finally:
+        _, err = stop_cli(process)
+    assert process.returncode == 0, err
+    with reactor.open(db_path) as state:
+        assert state.run("wait").status() == "cancelled"

@@ -35,6 +35,17 @@ POST /api/cancel_job    {"queue", "id"}     {"cancelled": true}; 404 if no such 
 POST /api/purge         {"queue", "state"}  {"purged": N}; 404 if no such queue
 ```
 
+And the durable workflows' runs (``run_routes``):
+
+```text
+GET  /api/runs?workflow=GLOB&status=S  {"runs": [{"id", "workflow", "status", "attempts",
+                                        "steps", "input", "result", "error", "created",
+                                        "updated"}], "count", "failed"}: newest first
+GET  /api/run?id=ID             the same for one run, "steps": [{"name", "status",
+                                "result", "error", "started", "ended"}]; 404 if none
+POST /api/cancel_run    {"id"}              {"cancelled": bool}; 404 if no such run
+```
+
 A change (in the feed and in a key's history) is ``changes.change_view``: the event's
 fields, its values as JSON text, and an update's JSON Patch.
 
@@ -70,7 +81,7 @@ from reactor.aio import open as open_async
 from reactor.aio.state import link_of
 from reactor.errors import InvalidArgumentError, ReactorError
 
-from . import queue_routes
+from . import queue_routes, run_routes
 from .changes import change_view
 from .feed import DEFAULT_PING, events
 from .guard import LOOPBACK_NAMES, HostGuard, write_refusal
@@ -173,7 +184,7 @@ def _routes(write: bool) -> list[Route | Mount]:
         ("/api/delete", _delete),
         ("/api/cancel_timer", _cancel_timer),
     ]
-    for path, endpoint, writing in queue_routes.ROUTES:
+    for path, endpoint, writing in (*queue_routes.ROUTES, *run_routes.ROUTES):
         (writes if writing else reads).append((path, endpoint))
     return [
         *(Route(path, endpoint) for path, endpoint in reads),

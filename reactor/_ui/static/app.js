@@ -21,7 +21,7 @@ const view = {
   lastRevision: null, // the last revision the feed delivered
   refreshTimer: null,
   refreshFirst: null, // when the first change the next refresh is for came (ms since epoch)
-  pending: { keys: false, value: false, queues: false }, // what the next refresh must reload
+  pending: { keys: false, value: false, queues: false, runs: false }, // what the next refresh must reload
   deleting: null, // {scope, key} while the page asks whether to delete it
   lockDeadlines: [], // [cell, when the lease ends (ms since epoch)] of the locks shown
   timerDeadlines: [], // [row, when the timer is due (ms since epoch)] of the timers shown
@@ -918,17 +918,19 @@ function changed(event) {
   pending.keys ||= event.scope === view.scope;
   pending.value ||= event.scope === view.scope && event.key === view.key;
   pending.queues ||= event.scope.startsWith("queue:"); // a job's change (key: its id)
+  pending.runs ||= event.scope.startsWith("run:"); // a run's change (key: its id)
   const now = Date.now();
   if (view.refreshFirst === null) view.refreshFirst = now;
   clearTimeout(view.refreshTimer);
   view.refreshTimer = setTimeout(() => {
-    view.pending = { keys: false, value: false, queues: false };
+    view.pending = { keys: false, value: false, queues: false, runs: false };
     view.refreshFirst = null;
     loadScopes();
     loadStats();
     loadLocks();
     loadTimers(); // a timer that fired is gone (or, recurring, moved on)
     if (pending.queues) loadQueues();
+    if (pending.runs) loadRuns();
     if (pending.keys) loadKeys();
     if (pending.value) {
       loadValue(false);
@@ -1092,6 +1094,7 @@ function start() {
   loadLocks();
   loadTimers();
   loadQueues();
+  startRuns(); // runs.js
   follow(true);
   setInterval(() => {
     showTTL();
