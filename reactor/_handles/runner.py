@@ -197,7 +197,9 @@ class Runner:
         (False, None) past ``deadline`` (recorded as a timeout).
 
         Raises:
-            Unwind: none yet: the run is suspended until one comes.
+            Unwind: none yet: the run is suspended until one comes, in the same
+                transaction that found none (a message sent meanwhile would otherwise
+                find the run still running, and wake nobody).
         """
 
         def change(store: _runs.Store, doc: _runs.Document) -> tuple[bool, Any] | None:
@@ -213,18 +215,20 @@ class Runner:
                 return True, message
             if deadline is not None and now >= deadline:
                 error = _runs.error_of(OperationTimeout(f"no message {topic!r} came in time"))
-                store.put_step(
-                    doc, position, {**step, "status": "failed", "error": error, "ended": now}
-                )
+                failed = {**step, "status": "failed", "error": error, "ended": now}
+                store.put_step(doc, position, failed)
                 store.save(doc)
                 return False, None
+            suspend_in(store, doc, position, {**step, "status": "waiting"})
+            self.job_done(store)
+            if deadline is not None:
+                store.ready(doc, max(deadline - now, 0.0) or None)
             return None
 
         outcome = self.commit(change)
-        if outcome is not None:
-            return outcome
-        delay = None if deadline is None else deadline - self.engine.now()
-        raise self.suspend(position, {**step, "status": "waiting"}, delay)
+        if outcome is None:
+            raise Unwind
+        return outcome
 
     def suspend_on_key(self, position: int, step: dict[str, Any]) -> bool:
         """Suspend the run on ``step`` (a ``wait_for``), unless its key changed since
