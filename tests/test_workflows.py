@@ -334,3 +334,52 @@ def test_step_results_are_fresh_copies_as_a_replay_would_return(state: reactor.S
     with state.serve():
         assert state.start("copies", None).result(timeout=10) == {"items": [1, 2]}
     assert kept == {"items": [1]}
+
+
+def test_messages_sent_in_a_burst_are_each_received_once_in_order(state: reactor.State) -> None:
+    calls: list[str] = []
+
+    @state.workflow("burst")
+    def burst(run: reactor.Run, _input: Any) -> list[Any]:
+        run.step("once", lambda: calls.append(run.id))
+        return [run.receive("t") for _ in range(3)]
+
+    handles = [state.start("burst", None, id=f"b{n}") for n in range(6)]
+    with state.serve(concurrency=3):
+        for n, handle in enumerate(handles):
+            if n % 2:  # some before the run looks, some while it waits
+                wait_for(lambda h=handle: h.status() == "suspended", timeout=10)
+            for message in range(3):
+                state.send(handle.id, "t", message)
+        assert [h.result(timeout=10) for h in handles] == [[0, 1, 2]] * 6
+    assert sorted(calls) == sorted(h.id for h in handles)  # one worker each
+    assert {state.run_info(h.id).attempts for h in handles} == {1}
+
+
+def test_more_workflows_than_worker_threads_all_run(state: reactor.State) -> None:
+    names = [f"w{n}" for n in range(14)]
+    for name in names:
+        state.workflow(name)(lambda run, _input: run.workflow)
+    handles = [state.start(name, None) for name in names for _ in range(2)]
+    with state.serve(concurrency=1):
+        assert sorted(h.result(timeout=20) for h in handles) == sorted(names * 2)
+
+
+def test_a_cancel_after_the_last_step_ends_the_run_cancelled(state: reactor.State) -> None:
+    inside, release = threading.Event(), threading.Event()
+
+    @state.workflow("tail")
+    def tail(run: reactor.Run, _input: Any) -> str:
+        run.step("only", lambda: 1)
+        inside.set()
+        release.wait(10)  # no step: the run ends with its return
+        return "ended"
+
+    handle = state.start("tail", None)
+    with state.serve():
+        assert inside.wait(10)
+        assert state.cancel(handle.id) is True
+        release.set()
+        with pytest.raises(reactor.RunCancelledError):
+            handle.result(timeout=10)
+    assert state.run_info(handle.id).status == "cancelled"

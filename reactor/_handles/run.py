@@ -18,6 +18,7 @@ from reactor._base.values import decode
 from reactor._storage.txn import WriteTxn
 from reactor._work import runs as _runs
 from reactor.errors import (
+    ConflictError,
     InvalidArgumentError,
     LockNotOwnedError,
     NonDeterminismError,
@@ -322,6 +323,11 @@ class Run:
                 hold.defer(record, runner.locks)
         except LockNotOwnedError:
             raise runner.unwind_lost() from None
+        except ConflictError as exc:
+            # Another process wrote one of the scopes meanwhile: nothing was applied.
+            # The run goes back to be replayed at once, the body with it (its steps
+            # recorded return at once), as a transaction that conflicts is run again.
+            raise runner.release() from exc
         if runner.ended:
             raise Unwind
 

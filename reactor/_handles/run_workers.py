@@ -96,23 +96,25 @@ class Workers:
 
     # -- threads ----------------------------------------------------------------------
     def _take(self, name: str) -> None:
+        """Take ``name``'s runs, and hand each to the pool once a slot is free. A taker
+        waits for its queue without a slot (each workflow's taker waits on its own, so
+        that one with no runs never keeps a slot from the others); a run taken while
+        every slot stays busy for half its lease goes back, ready, for another worker."""
         registered = self._served[name]
         queue = Queue(self._binding, _runs.queue_of(name), QUEUE_ATTEMPTS)
         while not self._stopping.is_set():
-            if not self._slots.acquire(timeout=LOOK):
-                continue
-            job: Job | None = None
             try:
-                if not self._stopping.is_set():
-                    job = queue.take(timeout=LOOK, lease=registered.lease)
+                job = queue.take(timeout=LOOK, lease=registered.lease)
             except ClosedError:
-                self._slots.release()
                 return
             except ReactorError:
                 logger.exception("taking a run of workflow %r failed; trying again", name)
                 self._stopping.wait(LOOK)
+                continue
             if job is None:
-                self._slots.release()
+                continue
+            if not self._slots.acquire(timeout=registered.lease / 2):
+                _give_back(job)
                 continue
             if self._stopping.is_set() or not self._submit(name, registered, job):
                 _give_back(job)

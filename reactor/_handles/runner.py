@@ -123,10 +123,8 @@ class Runner:
         is nothing to run (finished, cancelled, or dead now: recorded)."""
 
         def change(store: _runs.Store, doc: _runs.Document) -> _runs.Document | None:
-            if doc["held"]:  # its last holder's lease ran out
-                doc["attempts"] += 1
-            doc["attempts"] = max(1, doc["attempts"])
-            if doc["attempts"] > self.max_attempts:
+            if doc["held"] and doc["attempts"] >= self.max_attempts:
+                # Its last holder's lease ran out, and that was its last attempt.
                 error = RunDeadError(
                     f"run {self.run_id} was taken {self.max_attempts} times, and each time "
                     "its worker's lease ran out"
@@ -134,6 +132,9 @@ class Runner:
                 self.job_done(store)
                 store.finish(doc, "failed", error=_runs.error_of(error))
                 return None
+            if doc["held"]:  # its last holder's lease ran out
+                doc["attempts"] += 1
+            doc["attempts"] = max(1, doc["attempts"])
             doc["held"] = True
             doc["status"] = "running"
             store.save(doc)
@@ -158,7 +159,10 @@ class Runner:
 
         def change(store: _runs.Store, doc: _runs.Document) -> None:
             self.job_done(store)
-            store.finish(doc, status, result, error)
+            if doc["cancel"]:  # asked while it ran: cancel said True, so it is cancelled
+                store.finish(doc, "cancelled")
+            else:
+                store.finish(doc, status, result, error)
 
         self.commit(change)
 

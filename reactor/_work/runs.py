@@ -161,8 +161,14 @@ class Store:
 
     def ready(self, doc: Document, delay: float | None) -> None:
         """Make the run ready (in ``delay`` seconds): its job, or the one it has
-        (ready at once if it waits; a taken one is left as it is)."""
+        (ready at once if it waits). A job of the run that is taken is left as it is,
+        and none is added: its worker replays the run, and sees what changed (a second
+        job would have two workers run it at once)."""
         queue = queue_of(doc["workflow"])
+        if delay is None:
+            held = self.txn.writes.jobs().holders(queue, [doc["id"]]).get(doc["id"], [])
+            if any(state == "taken" for _, state in held):
+                return
         _name, entry = _jobs.check_put(
             self.options,
             queue,
