@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import importlib.metadata
 import multiprocessing
 import os
 import shutil
@@ -208,13 +209,31 @@ def run_durable(
         peer: {cell: median_durable(runs) for cell, runs in by_cell.items()}
         for peer, by_cell in found.items()
     }
+    by_round = [  # each round's own ratios: how much the machine moved them
+        _ratios(
+            {
+                peer: {cell: runs[number] for cell, runs in cells.items()}
+                for peer, cells in found.items()
+            }
+        )
+        for number in range(plan.rounds)
+    ]
     return {
         "settings": dataclasses.asdict(plan),
+        "dbos_version": _version("dbos"),
         "skipped": skipped,
         "figures": medians,
         "ratios": _ratios(medians),
+        "ratios_by_round": by_round,
         "targets": _targets(backend.name, medians),
     }
+
+
+def _version(package: str) -> str | None:
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return None
 
 
 def _ratios(medians: dict[str, dict[str, dict[str, Any]]]) -> dict[str, float | None]:
