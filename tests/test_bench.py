@@ -79,6 +79,82 @@ def assert_workflow(result: dict[str, Any]) -> None:
     assert latency["error"] is None
 
 
+def assert_durable(result: dict[str, Any], backend: str) -> None:
+    """The durable-workflow section: every cell of reactor (and of DBOS when installed)
+    measured, every result right, a step's record one commit, the targets there."""
+    section = result["durable"]
+    peers = ["reactor"] if "dbos" in section["skipped"] else ["reactor", "dbos"]
+    assert sorted(section["figures"]) == sorted(peers), section["skipped"]
+    for peer in peers:
+        for cell in ("1p", "4p"):
+            found = section["figures"][peer][cell]
+            assert found["error"] is None, (peer, cell, found["error"])
+            assert found["correct"] is True, (peer, cell)
+            assert found["per_s"] > 0
+        steps = section["figures"][peer]["steps"]
+        assert steps["error"] is None, (peer, steps["error"])
+        assert steps["correct"] is True
+        assert steps["step_us"] is not None
+    reactor = section["figures"]["reactor"]
+    assert 0.9 <= reactor["steps"]["commits_per_step"] <= 1.1, "one commit per recorded step"
+    assert reactor["1p"]["commits_per_workflow"] >= 4  # start, take, 3 steps, the end...
+    texts = [target["text"] for target in section["targets"]]
+    assert texts[-1] == "a recorded step: one commit"
+    assert len(texts) == (3 if backend == "sqlite" else 2)
+    if "dbos" in peers:
+        assert all(section["ratios"][cell] is not None for cell in ("1p", "4p", "steps"))
+    else:
+        assert section["skipped"]["dbos"].startswith("not installed")
+
+
+@pytest.mark.timeout(170)
+def test_bench_durable_alone(tmp_path: Path) -> None:
+    """reactor against DBOS (skipped with a reason where DBOS is not installed), in
+    tables that fit 80 columns, and the JSON beside them."""
+    done = bench(
+        "bench",
+        "--quick",
+        "--only",
+        "durable",
+        "--table",
+        "-o",
+        "out.json",
+        cwd=tmp_path,
+        timeout=160,
+    )
+    assert done.returncode == 0, done.stderr
+    assert too_wide(done.stdout.splitlines()) == []
+    assert "durable workflows, reactor and DBOS on SQLite" in " ".join(done.stdout.split())
+    result = json.loads((tmp_path / "out.json").read_text())
+    assert "workflow" not in result
+    assert_durable(result, "sqlite")
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.postgresql_only
+def test_bench_durable_on_postgresql(tmp_path: Path) -> None:
+    url = os.environ.get("REACTOR_TEST_POSTGRES_URL")
+    if not url:
+        pytest.skip("reactor bench --backend postgresql needs $REACTOR_TEST_POSTGRES_URL")
+    pytest.importorskip("psycopg")
+    done = bench(
+        "bench",
+        "--quick",
+        "--only",
+        "durable",
+        "--backend",
+        "postgresql",
+        "--postgres-url",
+        url,
+        cwd=tmp_path,
+        timeout=280,
+    )
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert_durable(result, "postgresql")
+    assert not any("could not drop" in note for note in result["notes"])
+
+
 @pytest.mark.timeout(120)
 def test_bench_workflow_alone(tmp_path: Path) -> None:
     done = bench("bench", "--quick", "--only", "workflow", cwd=tmp_path)

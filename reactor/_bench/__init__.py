@@ -21,6 +21,7 @@ from typing import Any
 
 from . import report
 from .backends import Backend, BackendUnavailable, connect_backend
+from .durable import Plan, run_durable
 from .peer import reactor_target
 from .peers import PEERS, available, redis_server_version
 from .queues import (
@@ -60,7 +61,7 @@ class Options:
     quick: bool = False
     rounds: int | None = None  # None: 3, or 1 with quick
     scale: bool = False
-    only: str | None = None  # "peers", "writers" or "workflow": that section only; None: all
+    only: str | None = None  # "peers", "writers", "workflow", "durable": only that; None: all
     db_dir: str | None = None  # None: a temporary directory, removed afterwards
     threads: int = 4
     processes: int = 4
@@ -158,7 +159,7 @@ def _run(options: Options, backend: Backend) -> dict[str, Any]:
             "one shared counter; phases run set, get, update, increment, delete in that order"
         ),
     ]
-    if options.only in ("writers", "workflow"):
+    if options.only in ("writers", "workflow", "durable"):
         notes.clear()
         if backend.name != "sqlite":
             notes.append(f"reactor runs on {backend.describe()}")
@@ -192,6 +193,8 @@ def _run(options: Options, backend: Backend) -> dict[str, Any]:
                 result.setdefault("errors", {}).setdefault("reactor", {})["writers"] = error
         if options.only in (None, "workflow"):
             result["workflow"] = _workflow(options, backend, root)
+        if options.only in (None, "durable"):
+            result["durable"] = _durable(options, backend, root)
     return result
 
 
@@ -205,6 +208,20 @@ def _writers(options: Options, backend: Backend, root: str) -> dict[str, Any]:
         plan_for(quick=options.quick, rounds=rounds),
         lambda message: _say(options, message),
     )
+
+
+def _durable(options: Options, backend: Backend, root: str) -> dict[str, Any]:
+    """Durable workflows against DBOS (issue 26), on the same kind of database."""
+    rounds = options.rounds if options.rounds is not None else (1 if options.quick else 3)
+    plan = Plan(
+        rounds=rounds,
+        count=60 if options.quick else 300,
+        steps=20,
+        step_count=20 if options.quick else 50,
+        threads=options.threads,
+        processes=options.processes,
+    )
+    return run_durable(backend, root, plan, lambda message: _say(options, message))
 
 
 def _workflow(options: Options, backend: Backend, root: str) -> dict[str, Any]:

@@ -197,11 +197,11 @@ def demo(db: str | None) -> None:
 )
 @click.option(
     "--only",
-    type=click.Choice(["peers", "writers", "workflow"]),
+    type=click.Choice(["peers", "writers", "workflow", "durable"]),
     default=None,
     help="One section: reactor against its peers, how its writes scale with writers, "
-    "or its timers and work queue (against a Redis list and a SQLite table) "
-    "[default: all].",
+    "its timers and work queue (against a Redis list and a SQLite table), "
+    "or its durable workflows (against DBOS) [default: all].",
 )
 @click.option(
     "--peers",
