@@ -423,4 +423,3 @@ def test_busy_errors_are_transient_writes_work_once_the_lock_is_released(db_path
             scope.set("k", f"after {i}")  # StorageError here: the engine stayed broken
         assert scope.get("k") == "after 2"
         assert scope.increment("n") == 1
-
