@@ -160,16 +160,22 @@ def backend(config: pytest.Config) -> str:
     return str(config.getoption("backend"))
 
 
+def raw_postgres(url: str) -> Any:
+    """A psycopg connection (autocommit) to the schema of a test database's URL, past
+    reactor."""
+    import psycopg
+
+    parsed = sa.make_url(url).set(drivername="postgresql")
+    options = parsed.query.get("options")
+    conninfo = parsed.set(query={}).render_as_string(hide_password=False)
+    return psycopg.connect(conninfo, options=options, autocommit=True)
+
+
 def raw_query(db: Any, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
     """Rows of ``sql`` (``?`` placeholders) read straight from a test database, SQLite
     file or PostgreSQL URL, past reactor."""
     if isinstance(db, str) and db.startswith("postgresql"):
-        import psycopg
-
-        url = sa.make_url(db).set(drivername="postgresql")
-        options = url.query.get("options")
-        conninfo = url.set(query={}).render_as_string(hide_password=False)
-        with psycopg.connect(conninfo, options=options, autocommit=True) as conn:
+        with raw_postgres(db) as conn:
             cursor = conn.execute(sql.replace("?", "%s"), params)
             return [] if cursor.description is None else [tuple(row) for row in cursor]
     import sqlite3

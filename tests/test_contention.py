@@ -45,7 +45,7 @@ import pytest
 
 import reactor
 
-from .conftest import raw_query
+from .conftest import raw_postgres, raw_query
 
 WORKERS = 4
 TOTAL = 1000  # the two accounts' sum
@@ -227,16 +227,7 @@ def _write_lock(db: Any) -> Iterator[None]:
     SQLite's (``BEGIN IMMEDIATE``), or on PostgreSQL a lock on the table of values
     that lets readers through and holds writers back."""
     if isinstance(db, str) and db.startswith("postgresql"):
-        import psycopg
-        import sqlalchemy as sa
-
-        url = sa.make_url(db).set(drivername="postgresql")
-        options = url.query.get("options")
-        conninfo = url.set(query={}).render_as_string(hide_password=False)
-        with (
-            psycopg.connect(conninfo, options=options, autocommit=True) as conn,
-            conn.transaction(),
-        ):
+        with raw_postgres(db) as conn, conn.transaction():
             conn.execute("LOCK TABLE reactor_kv IN EXCLUSIVE MODE")
             yield
         return

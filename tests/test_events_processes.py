@@ -105,3 +105,24 @@ def test_two_writers_and_a_watcher_see_every_event_once_in_order(db_path: Path) 
         for scoped in by_scope.values():
             assert [e.new_value for e in scoped if e.key == "n"] == list(range(1, 101))
         assert [e.new_value for e in events if e.scope == "local"] == list(range(50))
+
+
+def test_a_subscriber_joining_an_idle_process_gets_only_what_commits_after(
+    db_path: Path,
+) -> None:
+    """Where nothing listens, the follower looks at other processes' commits only now
+    and then; a subscriber joining meanwhile is not offered the commits made before it
+    joined, and is offered every one after."""
+    with reactor.open(db_path) as state:
+        state.scope("here").set("warm", True)  # open, with nothing listening
+        before = _writer(db_path, "before", 2)
+        _, err = before.communicate(timeout=60)
+        assert before.returncode == 0, err
+        seen: list[str] = []
+        state.subscribe(lambda event: seen.append(event.scope))
+        after = _writer(db_path, "after", 2)
+        _, err = after.communicate(timeout=60)
+        assert after.returncode == 0, err
+        wait_for(lambda: len(seen) >= 4)
+        time.sleep(0.3)  # anything offered late would be here by now
+        assert seen == ["after"] * 4

@@ -29,7 +29,7 @@ import pytest
 import reactor
 import reactor.aio
 from reactor.testing import ManualClock, run_upkeep
-from tests.conftest import CLI_ON_SQLITE, engine_of, raw_query, take_lines, waiters
+from tests.conftest import CLI_ON_SQLITE, engine_of, raw_postgres, raw_query, take_lines, waiters
 from tests.conftest import wait_for as eventually
 
 PATIENCE = 30.0  # seconds: the timeout of waits that must succeed long before
@@ -1480,3 +1480,62 @@ def test_a_put_on_another_queue_does_not_wake_a_taker(
     assert looks["q"] == first
     q.put("mine")
     assert taker.result().item == "mine"
+
+
+# -- PostgreSQL: takes and acks of several processes go on together --------------------
+@pytest.mark.postgresql_only
+def test_a_take_passes_over_a_job_another_transaction_holds(db_path: Any) -> None:
+    """Takes hold their queue in shared mode and lock the jobs they read: one passes
+    over the job another process's take holds (SKIP LOCKED), neither waits."""
+    with reactor.open(db_path) as state:
+        q = state.queue("q")
+        first, second = q.put("first"), q.put("second")
+        with raw_postgres(db_path) as other, other.transaction():
+            other.execute("SELECT id FROM reactor_jobs WHERE id = %s FOR UPDATE", (first,))
+            job = q.take(timeout=0)
+            assert job is not None
+            assert (job.id, job.item) == (second, "second")
+            assert q.take(timeout=0) is None  # the held one is passed over, not waited for
+        job.ack()
+        again = q.take(timeout=0)
+        assert again is not None
+        assert again.id == first
+
+
+@pytest.mark.postgresql_only
+def test_an_ack_waits_for_the_transaction_holding_its_job_and_reads_it_after(
+    db_path: Any,
+) -> None:
+    """A process whose clock runs ahead turns back a lease that this taker still holds
+    by its own clock; the late ack waits for that transaction, then finds the job is no
+    longer its own: it fails and the job stays (without the lock, the ack read the job
+    before the turn-back committed and then deleted the job made ready again)."""
+    with reactor.open(db_path) as state:
+        q = state.queue("q")
+        job_id = q.put("work")
+        job = q.take(timeout=0, lease=60)
+        assert job is not None
+        outcome: queues.Queue[BaseException | None] = queues.Queue()
+
+        def ack() -> None:
+            try:
+                job.ack()
+                outcome.put(None)
+            except BaseException as exc:
+                outcome.put(exc)
+
+        with raw_postgres(db_path) as other:
+            with other.transaction():
+                other.execute(
+                    "UPDATE reactor_jobs SET state = 'ready', owner = NULL WHERE id = %s",
+                    (job_id,),
+                )
+                acker = threading.Thread(target=ack)
+                acker.start()
+                with pytest.raises(queues.Empty):
+                    outcome.get(timeout=0.5)  # waiting for the row
+            acker.join(timeout=30)
+        assert isinstance(outcome.get(timeout=1), reactor.LockNotOwnedError)
+        info = q.job(job_id)
+        assert info is not None
+        assert info.state in ("ready", "delayed")

@@ -37,7 +37,7 @@ from reactor._storage.txn import WriteTxn
 from reactor.errors import BusyError, StorageError, TypeMismatchError
 from reactor.testing import run_upkeep
 
-from .conftest import PostgresSchemas, backend, postgres_url, raw_query, wait_for
+from .conftest import PostgresSchemas, backend, postgres_url, raw_postgres, raw_query, wait_for
 
 # -- the statements both SQL backends share --------------------------------------------
 
@@ -837,10 +837,8 @@ def test_a_write_cut_off_during_its_commit_says_the_outcome_is_unknown(
 
 # -- names of any length: PostgreSQL indexes reactor_name(name) --------------------------
 def _connect(url: str) -> psycopg.Connection[Any]:
-    parsed = sa.make_url(url).set(drivername="postgresql")
-    options = parsed.query.get("options")
-    conninfo = parsed.set(query={}).render_as_string(hide_password=False)
-    return psycopg.connect(conninfo, options=options, autocommit=True)
+    connection: psycopg.Connection[Any] = raw_postgres(url)
+    return connection
 
 
 def _indexed_form(name: str) -> str:

@@ -37,6 +37,10 @@ __all__ = ["Dispatcher"]
 logger = logging.getLogger("reactor")
 
 FOLLOW_INTERVAL: Final = 0.01  # seconds between looks at other processes' commits
+# While nothing listens, the follower only keeps count of the revisions, and looks this
+# seldom (woken at once when a listener joins): not woken by every commit (PostgreSQL
+# notifies every process of each), it leaves the processes' CPU to their own writes.
+IDLE_INTERVAL: Final = 0.1
 FOLLOW_RETRY: Final = 0.05  # seconds before reading the log again after a failure
 _PAGE: Final = 1000
 
@@ -59,6 +63,7 @@ class Dispatcher:
         self._queue: queue.SimpleQueue[list[ChangeRecord] | None] = queue.SimpleQueue()
         self._stop = threading.Event()
         self._behind = threading.Event()  # the log holds changes not yet read: read it
+        self._wake = threading.Event()  # a listener joined, or closing: stop idling
         self._thread = threading.Thread(
             target=self._run, name=f"reactor-dispatch[{name}]", daemon=True
         )
@@ -81,8 +86,20 @@ class Dispatcher:
         before the connection: the listener is offered the events after it, and may
         also be offered some before it, still queued, to ignore."""
         with self._lock:
+            if not self._wanted():
+                self._skip_unheard()
             start(self._published)
             self._listener = listener
+        self._wake.set()
+
+    def _skip_unheard(self) -> None:
+        """Count as handed on every revision committed before now, which nobody
+        listened to (the idle follower may lag behind them): a listener joining now is
+        offered only what commits after it joined (called with the lock held)."""
+        try:
+            self._published = max(self._published, self._store.revision())
+        except Exception:  # the follower catches up: the listener may see some older
+            logger.warning("reading the last revision failed", exc_info=True)
 
     def disconnect(self) -> None:
         self._listener = None
@@ -169,7 +186,11 @@ class Dispatcher:
         latest = sys.maxsize  # how far others have committed, as last announced
         while not self._stop.is_set():
             try:
-                announced = self._store.await_commits(FOLLOW_INTERVAL)
+                idle = not self._wanted()
+                if idle:
+                    self._wake.wait(IDLE_INTERVAL)
+                    self._wake.clear()
+                announced = self._store.await_commits(0.0 if idle else FOLLOW_INTERVAL)
                 if announced is not None and announced > self._published:
                     latest = announced
                     self._behind.set()
@@ -225,6 +246,7 @@ class Dispatcher:
     def close(self, timeout: float) -> None:
         """Stop following, hand on what is queued, and stop (bounded by ``timeout``)."""
         self._stop.set()
+        self._wake.set()
         if self._follower is not None and self._follower is not threading.current_thread():
             self._follower.join(timeout)
         self._queue.put(None)

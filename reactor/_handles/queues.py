@@ -37,13 +37,14 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from reactor._base.checks import check_timeout
 from reactor._base.results import Timer
-from reactor._storage.records import JobRow
+from reactor._storage.records import JobRow, SharedScope
 from reactor._storage.txn import WriteTxn
 from reactor._work import job_admin as _admin
 from reactor._work import jobs as _jobs
 from reactor._work import queue_settings as _settings
 from reactor._work.attempts import worker
 from reactor._work.periodic import put_every
+from reactor._work.take import QueueLockNeeded
 from reactor._work.take import take as _take
 from reactor.errors import (
     ClosedError,
@@ -83,7 +84,7 @@ class Queue:
     stored; ``False`` lifts a limit.
     """
 
-    __slots__ = ("_binding", "_busy", "_settings", "name")
+    __slots__ = ("_binding", "_busy", "_flow_controlled", "_settings", "name")
 
     def __init__(
         self,
@@ -103,6 +104,7 @@ class Queue:
             max_attempts, concurrency, group_concurrency, rate, backoff
         )
         self._busy = False  # this handle's last take found a job
+        self._flow_controlled = False  # a take found the queue has flow control
 
     def __repr__(self) -> str:
         return f"<reactor.Queue {self.name!r}>"
@@ -111,13 +113,15 @@ class Queue:
     def _lock(self) -> str:
         return _jobs.lock_name(self.name)
 
-    def _write(self, verb: str | None, work: Callable[[WriteTxn], T]) -> T:
-        """Run ``work`` in a write transaction holding the queue's lock; timed for
-        ``stats()`` as ``verb`` (None: part of a verb timed already)."""
+    def _write(self, verb: str | None, work: Callable[[WriteTxn], T], *, shared: bool = False) -> T:
+        """Run ``work`` in a write transaction holding the queue's lock (in shared mode
+        if ``shared``: ``SharedScope``); timed for ``stats()`` as ``verb`` (None: part
+        of a verb timed already)."""
         engine = self._binding.engine
         start = perf_counter()
+        lock = self._lock
         try:
-            return engine.commit(work, scopes=(self._lock,))
+            return engine.commit(work, scopes=(SharedScope(lock) if shared else lock,))
         finally:
             if verb is not None:
                 engine.stats.record(verb, perf_counter() - start)
@@ -219,6 +223,11 @@ class Queue:
         finally:
             engine.stats.record("queue.take", perf_counter() - start)
 
+    def _write_shared(self, verb: str | None, work: Callable[[WriteTxn], T]) -> T:
+        """``_write`` holding the queue in shared mode: a job's writes (each locks the
+        job it changes), which go on beside other processes' takes and acks."""
+        return self._write(verb, work, shared=True)
+
     def _look(self, engine: EnginePort, lease: float) -> tuple[Job | None, float | None]:
         """Take a job if one is ready: the job, or None and when one may be next (None:
         no job waits).
@@ -233,21 +242,32 @@ class Queue:
                 return None, min(times, default=None)
         token = uuid.uuid4().hex
         name, settings, taker = self.name, self._settings, worker()
-        before, after, later = self._write(
-            None, lambda txn: _take(txn, name, token, lease, settings, taker)
-        )
+        # A queue without flow control is taken in shared mode: takes of several
+        # processes go on together, each passing over the jobs the others hold.
+        shared = settings is None and not self._flow_controlled
+        try:
+            before, after, later = self._write(
+                None,
+                lambda txn: _take(txn, name, token, lease, settings, taker, shared),
+                shared=shared,
+            )
+        except QueueLockNeeded:  # the queue has flow control: every take counts alone
+            self._flow_controlled = True
+            before, after, later = self._write(
+                None, lambda txn: _take(txn, name, token, lease, settings, taker, False)
+            )
         if settings is not None:
             self._settings = None
         self._busy = after is not None
         if after is None:
             return None, later
         assert before is not None
-        return Job(self.name, self._write, after, lease, before), None
+        return Job(self.name, self._write_shared, after, lease, before), None
 
     def _job(self, job_id: int, token: str) -> Job:
         """The job ``job_id`` as its taker holding ``token`` sees it (the command line's
         ack, in another process than its take)."""
-        return Job(self.name, self._write, JobRow(job_id, "null", "taken", 0.0, 0, token))
+        return Job(self.name, self._write_shared, JobRow(job_id, "null", "taken", 0.0, 0, token))
 
     def stats(self) -> dict[str, Any]:
         """How many jobs are ``ready`` (to take now), ``delayed`` (ready later),
@@ -356,7 +376,7 @@ class Queue:
                 .jobs()
                 .in_state(self.name, "dead", 2**62 if limit is None else limit)
             )
-            return [Job(self.name, self._write, row) for row in rows]
+            return [Job(self.name, self._write_shared, row) for row in rows]
         finally:
             engine.stats.record("queue.dead", perf_counter() - start)
 

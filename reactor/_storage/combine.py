@@ -279,12 +279,12 @@ class Combiner:
             return outcomes
 
         hook = next((slot.on_commit for slot in batch if slot.on_commit is not None), None)
-        scopes: set[str] | None = set()
+        scopes: list[str] | None = []  # a list: a scope both shared and not stays each
         for slot in batch:
             if slot.scopes is None or scopes is None:
                 scopes = None
             else:
-                scopes.update(slot.scopes)
+                scopes += slot.scopes
         try:
             outcomes, records = self._write_once(
                 work,

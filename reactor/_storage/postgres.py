@@ -62,7 +62,7 @@ from .postgres_text import (
     WRITER_PREPARE_THRESHOLD,
     pg,
 )
-from .records import Row
+from .records import Row, SharedScope
 from .schema import META_TABLE, SCHEMA_VERSION, check_version, migrate
 from .sql import SQLStore
 from .sql_statements import SQLSnapshot
@@ -440,8 +440,14 @@ class PostgresStore(SQLStore):
         one order (sorted keys), so that writers never deadlock."""
         if scopes is None:
             return [self.order_lock]
-        keys = sorted({self._scope_keys(scope) for scope in scopes})
-        return [f"SELECT pg_advisory_xact_lock({key})" for key in keys]
+        shared: dict[int, bool] = {}  # key -> held in shared mode (only if every time)
+        for scope in scopes:
+            key = self._scope_keys(scope)
+            shared[key] = shared.get(key, True) and isinstance(scope, SharedScope)
+        return [
+            f"SELECT pg_advisory_xact_lock{'_shared' if shared[key] else ''}({key})"
+            for key in sorted(shared)
+        ]
 
     def _drop_unfinished_writer(self) -> None:
         """Drop a writer connection still in a transaction: a write that a Ctrl-C

@@ -5,7 +5,7 @@ transaction (``PostgresReads``), and psycopg's errors as reactor's (``translate`
 from __future__ import annotations
 
 import threading
-from collections.abc import Collection, Iterator
+from collections.abc import Callable, Collection, Iterator
 from typing import Any, Final, Protocol
 
 from reactor.errors import BusyError, OutcomeUnknownError, ReactorError, ReadOnlyError, StorageError
@@ -14,7 +14,7 @@ from .postgres_text import ADD_JOBS, CHANGES, PREPARED_ROWS, ROWS_ONLY, pg
 from .records import ChangeRecord, Key, RefusedError, Row, Upsert
 from .sql_jobs import SQLJobs
 from .sql_statements import SQLSnapshot, SQLStatements
-from .sql_text import STREAMED_ROWS
+from .sql_text import DUE_JOBS, FIRST_PRIORITY, FIRST_READY, JOB, STREAMED_ROWS
 
 try:
     import psycopg
@@ -268,11 +268,36 @@ class PostgresStatements(SQLStatements):
         return PostgresJobs(self._all, self._send, self._all_several)
 
 
+# A write transaction locks the jobs it reads, so that writes holding their queue in
+# shared mode (``SharedScope``: takes and acknowledgements) may run together: a take
+# passes over the jobs another holds (SKIP LOCKED), and an acknowledgement waits for the
+# take that holds its job, then reads it as that take left it.
+_LOCKED: Final = {
+    JOB: JOB + " FOR UPDATE",
+    DUE_JOBS: DUE_JOBS + " FOR UPDATE SKIP LOCKED",
+    FIRST_READY: FIRST_READY + " FOR UPDATE SKIP LOCKED",
+    FIRST_PRIORITY: FIRST_PRIORITY + " FOR UPDATE SKIP LOCKED",
+}
+
+
 class PostgresJobs(SQLJobs):
-    """The statements of work queues, with PostgreSQL's own insert of many jobs; their
-    writes go with the next statement answered (``PostgresStatements._send``)."""
+    """The statements of work queues, with PostgreSQL's own insert of many jobs, and
+    reads that lock the jobs they find (``_LOCKED``); their writes go with the next
+    statement answered (``PostgresStatements._send``)."""
 
     __slots__ = ()
+
+    def __init__(
+        self,
+        read: Callable[[str, tuple[Any, ...]], list[Any]],
+        send: Callable[[str, tuple[Any, ...]], object],
+        read_several: Callable[[list[tuple[str, tuple[Any, ...]]]], list[list[Any]]],
+    ) -> None:
+        super().__init__(
+            lambda sql, params: read(_LOCKED.get(sql, sql), params),
+            send,
+            lambda statements: read_several([(_LOCKED.get(s, s), p) for s, p in statements]),
+        )
 
     def add_jobs(self, rows: list[tuple[Any, ...]]) -> None:
         if rows:

@@ -16,12 +16,23 @@ __all__ = [
     "QueueRow",
     "RefusedError",
     "Row",
+    "SharedScope",
     "TimerRow",
     "Upsert",
     "copy_error",
 ]
 
 Key = tuple[str, str]
+
+
+class SharedScope(str):
+    """A scope a write holds in shared mode (among the ``scopes`` of a write): writes
+    that hold it so go on together, across processes, and lock the rows they change
+    (a queue's takes and acknowledgements, ``SKIP LOCKED``); a write that holds it
+    plainly waits for them all, and they for it. Where a scope is both, it is held
+    plainly. SQLite has one write lock: there it is a scope like any other."""
+
+    __slots__ = ()
 # A row to write: scope, key, JSON text, deadline, revision, created revision, version.
 Upsert = tuple[str, str, str, float | None, int, int, int]
 

@@ -33,12 +33,17 @@ from .leases import EXPIRE_BATCH, turn_back
 if TYPE_CHECKING:
     from reactor._storage.statements import JobWrites
 
-__all__ = ["take"]
+__all__ = ["QueueLockNeeded", "take"]
 
 Taken = tuple[JobRow | None, JobRow | None, float | None]
 # How far ahead of a take's clock another take may be recorded without the clock having
 # moved back: more than any wait for the queue's lock (a busy timeout is 30 s).
 CLOCK_SLACK: Final = 60.0
+
+
+class QueueLockNeeded(Exception):
+    """A take in shared mode found that the queue has flow control: it takes again
+    holding the queue's lock, so that every take counts the same jobs and window."""
 
 
 def _order(job: JobRow) -> tuple[int, float, int]:
@@ -52,14 +57,25 @@ def take(
     lease: float,
     settings: _settings.Settings | None,
     taker: str,
+    shared: bool = False,
 ) -> Taken:
     """Take the next job, for ``token`` (held by ``taker``: ``worker()``'s text) until
     ``lease`` seconds from now, storing the handle's ``settings`` first: the job as it
     was before and as it is now (None, None: none may be taken now), and when one may
-    be (None: a job was taken, or no job waits)."""
+    be (None: a job was taken, or no job waits).
+
+    ``shared``: the transaction holds the queue in shared mode (``SharedScope``), with
+    no ``settings`` to store; the jobs it reads are locked (passed over if another
+    transaction holds them).
+
+    Raises:
+        QueueLockNeeded: in shared mode, the queue has flow control.
+    """
     jobs = txn.writes.jobs()
     found, due, first = jobs.take_view(queue, txn.now, EXPIRE_BATCH)  # one read
     row = _settings.settled(found, settings)
+    if shared and (row.concurrency or row.group_concurrency or row.rate_limit):
+        raise QueueLockNeeded(queue)
     if settings is not None:
         _settings.save(jobs, queue, row, found)
     candidates = [first] if first is not None else []
