@@ -1141,3 +1141,74 @@ def test_overdue_is_when_the_oldest_undone_chore_fell_due(
     ):
         plan = _plan_of(request, db_path, sql, params)
         assert "Index" in plan or "INDEX" in plan, plan
+
+
+# -- PostgreSQL: a commit's WAL flush waits outside the order lock -----------------------
+_PLAIN_ROLE = "reactor_test_plain"
+
+
+@pytest.fixture
+def plain_role_database() -> Iterator[tuple[str, psycopg.Connection[Any]]]:
+    """A database of its own on the test server, written by a role that is no superuser
+    (privileges hold for it): the URL reactor opens as that role, and a superuser's
+    connection to that database."""
+    server = sa.make_url(postgres_url())
+    name = f"reactor_flush_{hashlib.blake2b(str(time.time_ns()).encode()).hexdigest()[:12]}"
+    with raw_postgres(server.render_as_string(hide_password=False)) as admin:
+        admin.execute(
+            f"DO $$ BEGIN CREATE ROLE {_PLAIN_ROLE} LOGIN; "
+            "EXCEPTION WHEN duplicate_object THEN NULL; END $$"
+        )
+        admin.execute(f"CREATE DATABASE {name}")
+    try:
+        own = server.set(database=name)
+        with raw_postgres(own.render_as_string(hide_password=False)) as conn:
+            conn.execute(f"GRANT ALL ON SCHEMA public TO {_PLAIN_ROLE}")
+            yield own.set(username=_PLAIN_ROLE).render_as_string(hide_password=False), conn
+            for engine in list(_registry._live_engines):
+                engine.close()
+    finally:
+        with raw_postgres(server.render_as_string(hide_password=False)) as admin:
+            admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+_REVOKE = "REVOKE EXECUTE ON FUNCTION pg_logical_emit_message(boolean, text, text) FROM PUBLIC"
+
+
+@pytest.mark.postgresql_only
+def test_a_role_that_may_not_wait_for_the_flush_alone_flushes_under_the_order_lock(
+    plain_role_database: tuple[str, psycopg.Connection[Any]],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    url, admin = plain_role_database
+    admin.execute(_REVOKE)
+    with caplog.at_level("INFO", logger="reactor"), reactor.open(url) as state:
+        scope = state.scope("s")
+        for n in range(3):
+            scope.set("k", n)
+        assert scope.get("k") == 2
+        assert [e.revision for e in state.changes()] == [1, 2, 3]
+    assert any("flush under the order lock" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.postgresql_only
+def test_a_commit_whose_flush_fails_after_it_says_its_outcome_is_unknown(
+    plain_role_database: tuple[str, psycopg.Connection[Any]],
+) -> None:
+    """The commit went through, visible; only the transaction that waits for its flush
+    failed (its privilege revoked meanwhile): the write is not said to have failed
+    (a retry would repeat it) but to have an unknown outcome, and its event comes
+    once, from the log."""
+    url, admin = plain_role_database
+    with reactor.open(url) as state:
+        scope = state.scope("s")
+        scope.set("k", 1)
+        seen: list[tuple[int, Any]] = []
+        state.subscribe(lambda e: seen.append((e.revision, e.new_value)), scope="s")
+        admin.execute(_REVOKE)
+        with pytest.raises(reactor.OutcomeUnknownError):
+            scope.set("k", 2)
+        assert scope.get("k") == 2
+        wait_for(lambda: seen == [(2, 2)])
+        time.sleep(0.2)
+        assert seen == [(2, 2)]

@@ -54,6 +54,7 @@ from reactor.errors import ClosedError, ReactorError, ReadOnlyError, StorageErro
 from .combine import Combiner
 from .postgres_statements import PostgresReads, PostgresStatements, translate
 from .postgres_text import (
+    FLUSH,
     MIGRATION_LOCK,
     PREPARED_ROWS,
     READ_AHEAD,
@@ -118,6 +119,9 @@ class PostgresStore(SQLStore):
         self.readonly = readonly
         self._timeout = timeout
         self._synchronous_commit = SYNCHRONOUS_COMMIT[durability]
+        # "normal": a commit under the order lock does not wait for its WAL flush, a
+        # transaction of its own right after it does (``PostgresStatements.commit``).
+        self.flush_after_order = durability == "normal"
         self._closed = False
         self._gate = Turn()
         self._driver_error = psycopg.Error
@@ -482,7 +486,22 @@ class PostgresStore(SQLStore):
         # a writer that waits for them gives up (each waits up to the timeout).
         conn.execute(f"SET idle_in_transaction_session_timeout = {int(self._timeout * 1000)}")
         self._writer_pid = conn.info.backend_pid
+        if self.flush_after_order:
+            self._check_flush(conn)
         return conn
+
+    def _check_flush(self, conn: psycopg.Connection[Any]) -> None:
+        """Whether this role may run the transaction that waits for a commit's WAL
+        flush (``FLUSH``); if not (a server that revoked it), commits wait for their
+        flush under the order lock, as with durability "full"."""
+        try:
+            for statement in FLUSH:
+                conn.execute(statement)
+        except psycopg.errors.InsufficientPrivilege as exc:
+            conn.execute("ROLLBACK")
+            self.flush_after_order = False
+            reason = exc.diag.message_primary
+            logger.info("commits to %s flush under the order lock (%s)", self.location, reason)
 
     def drop_writer(self, conn: psycopg.Connection[Any]) -> None:
         """Close ``conn``, the writer connection a failed statement left in doubt; the

@@ -10,7 +10,15 @@ from typing import Any, Final, Protocol
 
 from reactor.errors import BusyError, OutcomeUnknownError, ReactorError, ReadOnlyError, StorageError
 
-from .postgres_text import ADD_JOBS, CHANGES, PREPARED_ROWS, ROWS_ONLY, pg
+from .postgres_text import (
+    ADD_JOBS,
+    CHANGES,
+    COMMIT_UNFLUSHED,
+    FLUSH,
+    PREPARED_ROWS,
+    ROWS_ONLY,
+    pg,
+)
 from .records import ChangeRecord, Key, RefusedError, Row, Upsert
 from .sql_jobs import SQLJobs
 from .sql_statements import SQLSnapshot, SQLStatements
@@ -38,6 +46,7 @@ class WriterHost(Protocol):
     location: str
     channel: str  # the notification channel of the reactor database
     order_lock: str  # the statement that takes the lock ordering revisions
+    flush_after_order: bool  # a commit's WAL flush waits outside the order lock
     doubt: threading.Event  # set: a commit of this process's may be unpublished
 
     def reconnect_writer(self) -> psycopg.Connection[Any]: ...
@@ -208,9 +217,17 @@ class PostgresStatements(SQLStatements):
 
     def commit(self, records: list[ChangeRecord]) -> None:
         """Send what is held back and the commit in one round trip. With records, the
-        order lock is taken first, and held until the commit is flushed: revisions are
+        order lock is taken first, and held until the commit is visible: revisions are
         given, and become visible, in one order across every process. The notification
         goes at commit, and only if it commits.
+
+        With ``flush_after_order`` (durability "normal"), that commit does not wait for
+        its WAL flush, which would hold the order lock, and every other process's
+        commit, through it: a small transaction of its own that does wait (``FLUSH``)
+        follows in the same round trip, and flushes the WAL up to past the commit. So the
+        write is acknowledged once on disk, as before, and the processes' flushes
+        overlap; another connection may see the commit a flush (about a millisecond)
+        before it is on disk.
 
         Raises:
             OutcomeUnknownError: the connection went during the commit, which may have
@@ -220,6 +237,8 @@ class PostgresStatements(SQLStatements):
             self._all("SELECT 1", ())
         conn = self._conn
         pending, self._pending = self._pending, []
+        flush = bool(records) and self._store.flush_after_order
+        committed: psycopg.Cursor[Any] | None = None
         try:
             with conn.pipeline():
                 for sql, values in pending:
@@ -229,6 +248,8 @@ class PostgresStatements(SQLStatements):
                         cursor.executemany(sql, rows)
                 written = None
                 if self._changes is not None:
+                    if flush:
+                        conn.execute(COMMIT_UNFLUSHED)
                     if records:
                         conn.execute(self._store.order_lock)
                     written = conn.cursor()
@@ -238,7 +259,10 @@ class PostgresStatements(SQLStatements):
                         self._changes,
                         prepare=self._flush_rows <= PREPARED_ROWS,
                     )
-                conn.execute("COMMIT")
+                committed = conn.execute("COMMIT")
+                if flush:
+                    for statement in FLUSH:
+                        conn.execute(statement)
             if records:
                 assert written is not None
                 base = int(written.fetchall()[0][0])
@@ -246,7 +270,7 @@ class PostgresStatements(SQLStatements):
                     record.revision = base - record.revision
         except psycopg.Error as exc:
             self._failed = True
-            if connection_lost(conn, exc):
+            if connection_lost(conn, exc) or (flush and _succeeded(committed)):
                 # Its notification, if it committed, came from this process's writer:
                 # the follower reads the log instead (``await_commits``).
                 self._store.doubt.set()
@@ -302,6 +326,13 @@ class PostgresJobs(SQLJobs):
     def add_jobs(self, rows: list[tuple[Any, ...]]) -> None:
         if rows:
             self._send(ADD_JOBS, tuple(list(column) for column in zip(*rows, strict=True)))
+
+
+def _succeeded(cursor: psycopg.Cursor[Any] | None) -> bool:
+    """Whether the statement of ``cursor``, sent in a pipeline that failed after it,
+    succeeded (a commit whose flush then failed: committed, perhaps not on disk)."""
+    result = None if cursor is None else cursor.pgresult
+    return result is not None and result.status == psycopg.pq.ExecStatus.COMMAND_OK
 
 
 def connection_lost(conn: psycopg.Connection[Any], exc: psycopg.Error) -> bool:

@@ -10,6 +10,8 @@ from typing import Final
 __all__ = [
     "ADD_JOBS",
     "CHANGES",
+    "COMMIT_UNFLUSHED",
+    "FLUSH",
     "MIGRATION_LOCK",
     "PREPARED_ROWS",
     "READ_AHEAD",
@@ -132,5 +134,12 @@ WRITER_PREPARE_THRESHOLD: Final = 1
 # flush) is planned for its size, not prepared: the prepared plan, made for a few rows,
 # made batches of 100 asyncio writes half as fast again to begin.
 PREPARED_ROWS: Final = 8
+
+# A commit under the order lock that returns before its WAL flush; and the transaction
+# that then waits for the flush: it writes a WAL record (a logical decoding message,
+# which any role may write, whatever wal_level), so its commit flushes the WAL, which
+# holds the commit before it.
+COMMIT_UNFLUSHED: Final = "SET LOCAL synchronous_commit = off"
+FLUSH: Final = ("BEGIN", "SELECT pg_logical_emit_message(true, 'reactor', '')", "COMMIT")
 
 SYNCHRONOUS_COMMIT: Final = {"normal": "on", "full": "on", "memory": "off"}

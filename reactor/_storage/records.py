@@ -33,6 +33,8 @@ class SharedScope(str):
     plainly. SQLite has one write lock: there it is a scope like any other."""
 
     __slots__ = ()
+
+
 # A row to write: scope, key, JSON text, deadline, revision, created revision, version.
 Upsert = tuple[str, str, str, float | None, int, int, int]
 
