@@ -414,3 +414,72 @@ def test_busy_errors_are_transient_writes_work_once_the_lock_is_released(db_path
             scope.set("k", f"after {i}")  # StorageError here: the engine stayed broken
         assert scope.get("k") == "after 2"
         assert scope.increment("n") == 1
+
+
+_FROZEN_WRITER = """
+    import sys, reactor
+    with reactor.open(sys.argv[1], timeout=60) as state:
+        print("open", flush=True)
+        sys.stdin.readline()
+        state.scope("s").set("k", "from the writer frozen in its transaction")
+"""
+
+
+@pytest.mark.postgresql_only
+def test_a_writer_stopped_inside_its_transaction_loses_its_locks_after_its_timeout(
+    db_path: Any,
+) -> None:
+    """A process stopped (SIGSTOP) between the two round trips of its write, holding
+    the scope's lock, idle in its transaction: another process waiting for that lock
+    past its timeout ends the frozen writer's session, and its write goes through,
+    where it would fail (BusyError) for as long as the writer stays stopped. (The
+    server's ``idle_in_transaction_session_timeout`` alone misses it whenever psycopg
+    ended the round trip with a flush request after its sync.)"""
+    import os
+    import signal
+
+    with reactor.open(db_path, timeout=3) as state:
+        state.scope("s").set("k", "before")
+        child = subprocess.Popen(
+            [sys.executable, "-c", textwrap.dedent(_FROZEN_WRITER), str(db_path)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert child.stdin is not None
+        assert child.stdout is not None
+        try:
+            assert child.stdout.readline().strip() == "open"
+            with raw_postgres(db_path) as locker, raw_postgres(db_path) as watcher:
+                with locker.transaction():
+                    # The writer's first round trip (the scope's lock, then its rows)
+                    # waits for this; it is stopped there, and its rows come after.
+                    locker.execute("LOCK TABLE reactor_kv IN ACCESS EXCLUSIVE MODE")
+                    child.stdin.write("go\n")
+                    child.stdin.flush()
+                    # The writer's read of its rows (not the upkeep's reads, say).
+                    waiting = (
+                        "SELECT a.pid FROM pg_locks AS l JOIN pg_stat_activity AS a USING (pid) "
+                        "WHERE NOT l.granted AND a.query LIKE '%%unnest%%reactor_kv%%'"
+                    )
+                    deadline = time.monotonic() + 20
+                    while not (found := watcher.execute(waiting).fetchall()):
+                        assert time.monotonic() < deadline, "the writer never began"
+                        time.sleep(0.01)
+                    os.kill(child.pid, signal.SIGSTOP)
+                idle = (
+                    "SELECT count(*) FROM pg_stat_activity "
+                    "WHERE state = 'idle in transaction' AND pid = %s"
+                )
+                while watcher.execute(idle, found[0]).fetchone()[0] == 0:
+                    assert time.monotonic() < deadline, "the writer never held its lock idle"
+                    time.sleep(0.01)
+            start = time.monotonic()
+            state.scope("s").set("k", "after")  # waits for the scope's lock
+            waited = time.monotonic() - start
+        finally:
+            os.kill(child.pid, signal.SIGCONT)
+            child.kill()
+            child.communicate(timeout=30)  # and closes its pipes
+        assert waited < 10  # this process's timeout, then the frozen writer is ended
+        assert state.scope("s").get("k") == "after"

@@ -54,12 +54,14 @@ from reactor.errors import ClosedError, ReactorError, ReadOnlyError, StorageErro
 from .combine import Combiner
 from .postgres_statements import PostgresReads, PostgresStatements, translate
 from .postgres_text import (
+    END_FROZEN_WRITERS,
     FLUSH,
     MIGRATION_LOCK,
     PREPARED_ROWS,
     READ_AHEAD,
     SIZE,
     SYNCHRONOUS_COMMIT,
+    WRITER_NAME,
     WRITER_PREPARE_THRESHOLD,
     pg,
 )
@@ -485,10 +487,32 @@ class PostgresStore(SQLStore):
         # stopped (SIGSTOP) or wedged, and the server ends it, freeing its locks, before
         # a writer that waits for them gives up (each waits up to the timeout).
         conn.execute(f"SET idle_in_transaction_session_timeout = {int(self._timeout * 1000)}")
+        conn.execute(f"SET application_name = '{WRITER_NAME}'")  # see end_frozen_writers
         self._writer_pid = conn.info.backend_pid
         if self.flush_after_order:
             self._check_flush(conn)
         return conn
+
+    def end_frozen_writers(self) -> bool:
+        """End the sessions of reactor writers (of any process) idle in a transaction
+        for more than half the timeout: reactor runs only its own code between the round
+        trips of a transaction, so such a writer is stopped or wedged, and holds locks
+        that others wait for. The server's ``idle_in_transaction_session_timeout``
+        misses some: psycopg ends a pipeline with a flush request after its sync, and the
+        server does not time a session out after such a message."""
+        try:
+            found = self._query(END_FROZEN_WRITERS, (WRITER_NAME, self._timeout / 2))
+        except StorageError:
+            return False
+        ended = int(found[0][0])
+        if ended:
+            logger.warning(
+                "ended %d writer(s) of %s frozen in a transaction for more than %s s",
+                ended,
+                self.location,
+                self._timeout / 2,
+            )
+        return ended > 0
 
     def _check_flush(self, conn: psycopg.Connection[Any]) -> None:
         """Whether this role may run the transaction that waits for a commit's WAL

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Collection, Iterator
-from typing import Any, Final, Protocol
+from typing import Any, Final, NoReturn, Protocol
 
 from reactor.errors import BusyError, OutcomeUnknownError, ReactorError, ReadOnlyError, StorageError
 
@@ -239,6 +239,7 @@ class PostgresStatements(SQLStatements):
         pending, self._pending = self._pending, []
         flush = bool(records) and self._store.flush_after_order
         committed: psycopg.Cursor[Any] | None = None
+        written: psycopg.Cursor[Any] | None = None
         try:
             with conn.pipeline():
                 for sql, values in pending:
@@ -246,7 +247,6 @@ class PostgresStatements(SQLStatements):
                 with conn.cursor() as cursor:
                     for sql, rows in self._queued:
                         cursor.executemany(sql, rows)
-                written = None
                 if self._changes is not None:
                     if flush:
                         conn.execute(COMMIT_UNFLUSHED)
@@ -263,22 +263,57 @@ class PostgresStatements(SQLStatements):
                 if flush:
                     for statement in FLUSH:
                         conn.execute(statement)
-            if records:
-                assert written is not None
-                base = int(written.fetchall()[0][0])
-                for record in records:
-                    record.revision = base - record.revision
+        except psycopg.Error as exc:
+            if not (flush and _committed(committed)):
+                self._fail_commit(exc)
+            self._flush_alone(exc)  # the commit went through, not the flush after it
+        if records:
+            assert written is not None
+            base = int(written.fetchall()[0][0])
+            for record in records:
+                record.revision = base - record.revision
+
+    def _fail_commit(self, exc: psycopg.Error) -> NoReturn:
+        """Raise what a commit that failed with ``exc`` raises.
+
+        Raises:
+            OutcomeUnknownError: the connection went during the commit, which may have
+                been applied before it went.
+            psycopg.Error: ``exc``, nothing was applied.
+        """
+        conn = self._conn
+        self._failed = True
+        if connection_lost(conn, exc):
+            # Its notification, if it committed, came from this process's writer:
+            # the follower reads the log instead (``await_commits``).
+            self._store.doubt.set()
+            raise OutcomeUnknownError(
+                f"the connection to {self._store.location} was lost while the write "
+                f"was committing; it may or may not have been applied: {exc}"
+            ) from exc
+        raise exc
+
+    def _flush_alone(self, failed: psycopg.Error) -> None:
+        """Run the transaction that waits for the WAL flush on its own: its commit went
+        through, and ``failed`` came after it (what of the flush was sent is rolled
+        back first).
+
+        Raises:
+            OutcomeUnknownError: that failed too: committed, maybe not on disk yet.
+        """
+        conn = self._conn
+        try:
+            if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+                conn.execute("ROLLBACK")
+            for statement in FLUSH:
+                conn.execute(statement)
         except psycopg.Error as exc:
             self._failed = True
-            if connection_lost(conn, exc) or (flush and _succeeded(committed)):
-                # Its notification, if it committed, came from this process's writer:
-                # the follower reads the log instead (``await_commits``).
-                self._store.doubt.set()
-                raise OutcomeUnknownError(
-                    f"the connection to {self._store.location} was lost while the write "
-                    f"was committing; it may or may not have been applied: {exc}"
-                ) from exc
-            raise
+            self._store.doubt.set()
+            raise OutcomeUnknownError(
+                f"the write to {self._store.location} committed, but whether it is on disk "
+                f"could not be known: {failed}; then {exc}"
+            ) from exc
 
     def abort(self, interrupted: bool = False) -> None:
         # After a failed statement, or a Ctrl-C inside psycopg, its prepared statements
@@ -328,11 +363,15 @@ class PostgresJobs(SQLJobs):
             self._send(ADD_JOBS, tuple(list(column) for column in zip(*rows, strict=True)))
 
 
-def _succeeded(cursor: psycopg.Cursor[Any] | None) -> bool:
-    """Whether the statement of ``cursor``, sent in a pipeline that failed after it,
-    succeeded (a commit whose flush then failed: committed, perhaps not on disk)."""
+def _committed(cursor: psycopg.Cursor[Any] | None) -> bool:
+    """Whether the ``COMMIT`` of ``cursor``, sent in a pipeline that failed after it,
+    committed (then its flush failed: committed, perhaps not on disk yet)."""
     result = None if cursor is None else cursor.pgresult
-    return result is not None and result.status == psycopg.pq.ExecStatus.COMMAND_OK
+    return (
+        result is not None
+        and result.status == psycopg.pq.ExecStatus.COMMAND_OK
+        and result.command_status == b"COMMIT"
+    )
 
 
 def connection_lost(conn: psycopg.Connection[Any], exc: psycopg.Error) -> bool:

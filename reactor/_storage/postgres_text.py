@@ -11,6 +11,7 @@ __all__ = [
     "ADD_JOBS",
     "CHANGES",
     "COMMIT_UNFLUSHED",
+    "END_FROZEN_WRITERS",
     "FLUSH",
     "MIGRATION_LOCK",
     "PREPARED_ROWS",
@@ -18,6 +19,7 @@ __all__ = [
     "ROWS_ONLY",
     "SIZE",
     "SYNCHRONOUS_COMMIT",
+    "WRITER_NAME",
     "WRITER_PREPARE_THRESHOLD",
     "indexed_names",
     "pg",
@@ -141,5 +143,15 @@ PREPARED_ROWS: Final = 8
 # holds the commit before it.
 COMMIT_UNFLUSHED: Final = "SET LOCAL synchronous_commit = off"
 FLUSH: Final = ("BEGIN", "SELECT pg_logical_emit_message(true, 'reactor', '')", "COMMIT")
+
+# The application_name of reactor's writer connections, and the statement that ends
+# those idle in a transaction for longer than some seconds (``end_frozen_writers``).
+WRITER_NAME: Final = "reactor writer"
+END_FROZEN_WRITERS: Final = (
+    "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity "
+    "WHERE datname = current_database() AND application_name = %s "
+    "AND state = 'idle in transaction' AND pid <> pg_backend_pid() "
+    "AND state_change < clock_timestamp() - make_interval(secs => %s)"
+)
 
 SYNCHRONOUS_COMMIT: Final = {"normal": "on", "full": "on", "memory": "off"}

@@ -211,20 +211,12 @@ class SQLStore:
             if self._closed:
                 raise ClosedError("the database is closed")
             try:
-                statements = self._begin_write(scopes, reads)
-                try:
-                    txn = WriteTxn(statements, now, writes=statements)
-                    if reads and (statements.READS_ONE_AHEAD or len(reads) > 1):
-                        txn.prefetch(reads)
-                    result = work(txn)
-                    records = txn.flush()
-                    statements.commit(records)
-                    self.commits += 1  # in turn: no other thread of this store counts now
-                except BaseException as exc:
-                    statements.abort(interrupted=not isinstance(exc, Exception))
+                result, records = self._attempt(work, now, scopes, reads)
+            except BusyError:
+                # A lock held past the timeout: by a writer frozen in its transaction?
+                if not self.end_frozen_writers():
                     raise
-            except (self._driver_error, StorageError) as exc:
-                self._fail(exc)
+                result, records = self._attempt(work, now, scopes, reads)
             self._committed()
             if records and on_commit is not None:
                 try:
@@ -234,6 +226,37 @@ class SQLStore:
             return result, records
         finally:
             self._gate.give_back()
+
+    def _attempt(
+        self,
+        work: Callable[[WriteTxn], T],
+        now: float,
+        scopes: Collection[str] | None,
+        reads: Collection[tuple[str, str]],
+    ) -> tuple[T, list[ChangeRecord]]:
+        """Steps 2 to 4 of ``_write_once``, in turn: begin, run ``work``, commit."""
+        try:
+            statements = self._begin_write(scopes, reads)
+            try:
+                txn = WriteTxn(statements, now, writes=statements)
+                if reads and (statements.READS_ONE_AHEAD or len(reads) > 1):
+                    txn.prefetch(reads)
+                result = work(txn)
+                records = txn.flush()
+                statements.commit(records)
+                self.commits += 1  # in turn: no other thread of this store counts now
+            except BaseException as exc:
+                statements.abort(interrupted=not isinstance(exc, Exception))
+                raise
+        except (self._driver_error, StorageError) as exc:
+            self._fail(exc)
+        return result, records
+
+    def end_frozen_writers(self) -> bool:
+        """End the transactions of other processes' writers frozen in them (stopped,
+        wedged) past the timeout, and so free their locks; whether any was. SQLite
+        cannot: its write lock is a file lock, released only by its holder."""
+        return False
 
     def _fail(self, exc: Exception) -> NoReturn:
         """Raise what a write that failed with ``exc`` raises: the Ctrl-C the driver
