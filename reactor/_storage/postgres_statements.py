@@ -80,6 +80,14 @@ class PostgresStatements(SQLStatements):
     one round trip (``commit``): there the order lock is taken, the revisions follow
     the last committed one, and the commit is flushed, all on the server.
 
+    With ``flush_after_order`` (durability "normal"), a commit under the order lock
+    does not wait for its WAL flush, which would hold that lock, and every other
+    process's commit, through it: a small transaction of its own that does wait
+    (``FLUSH``) follows in the same round trip, and flushes the WAL up to past the
+    commit. So the write is acknowledged once on disk, as before, and the processes'
+    flushes overlap; another connection may see the commit a flush (about a
+    millisecond) before it is on disk.
+
     Statements whose answer nothing waits for (the begin of a transaction that reads
     nothing ahead, the writes of work queues: ``_send``) are pending until the next
     statement that is answered, and go with it in one round trip: in order, so that
@@ -219,15 +227,8 @@ class PostgresStatements(SQLStatements):
         """Send what is held back and the commit in one round trip. With records, the
         order lock is taken first, and held until the commit is visible: revisions are
         given, and become visible, in one order across every process. The notification
-        goes at commit, and only if it commits.
-
-        With ``flush_after_order`` (durability "normal"), that commit does not wait for
-        its WAL flush, which would hold the order lock, and every other process's
-        commit, through it: a small transaction of its own that does wait (``FLUSH``)
-        follows in the same round trip, and flushes the WAL up to past the commit. So the
-        write is acknowledged once on disk, as before, and the processes' flushes
-        overlap; another connection may see the commit a flush (about a millisecond)
-        before it is on disk.
+        goes at commit, and only if it commits. With ``flush_after_order``, the WAL
+        flush waits outside the order lock (see the class).
 
         Raises:
             OutcomeUnknownError: the connection went during the commit, which may have
