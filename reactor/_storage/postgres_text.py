@@ -145,12 +145,15 @@ COMMIT_UNFLUSHED: Final = "SET LOCAL synchronous_commit = off"
 FLUSH: Final = ("BEGIN", "SELECT pg_logical_emit_message(true, 'reactor', '')", "COMMIT")
 
 # The application_name of reactor's writer connections, and the statement that ends
-# those idle in a transaction for longer than some seconds (``end_frozen_writers``).
+# those that wait for their client inside a transaction for longer than some seconds
+# (``end_frozen_writers``): idle in it, or in the middle of a pipeline the client
+# stopped sending (active, waiting to read from the client).
 WRITER_NAME: Final = "reactor writer"
 END_FROZEN_WRITERS: Final = (
     "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity "
     "WHERE datname = current_database() AND application_name = %s "
-    "AND state = 'idle in transaction' AND pid <> pg_backend_pid() "
+    "AND (state = 'idle in transaction' OR (state = 'active' AND wait_event = 'ClientRead')) "
+    "AND xact_start IS NOT NULL AND pid <> pg_backend_pid() "
     "AND state_change < clock_timestamp() - make_interval(secs => %s)"
 )
 
