@@ -97,7 +97,9 @@ def assert_durable(result: dict[str, Any], backend: str) -> None:
         assert steps["step_us"] is not None
     reactor = section["figures"]["reactor"]
     assert 0.9 <= reactor["steps"]["commits_per_step"] <= 1.1, "one commit per recorded step"
-    assert reactor["1p"]["commits_per_workflow"] >= 4  # start, take, 3 steps, the end...
+    # Its start and its take alone; its claim, 3 steps and end, 5 records, may share
+    # commits with other runs' records (4 worker threads): from 7 down to 2 and a bit.
+    assert 2 <= reactor["1p"]["commits_per_workflow"] <= 7.5
     texts = [target["text"] for target in section["targets"]]
     assert texts[-1] == "a recorded step: one commit"
     assert len(texts) == (3 if backend == "sqlite" else 2)

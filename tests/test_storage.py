@@ -34,6 +34,7 @@ from reactor._storage.combine import Combiner
 from reactor._storage.schema import NAME_INDEXED
 from reactor._storage.sqlite import SQLiteStore
 from reactor._storage.txn import WriteTxn
+from reactor._work import jobs as _jobs
 from reactor.errors import BusyError, StorageError, TypeMismatchError
 from reactor.testing import run_upkeep
 
@@ -276,6 +277,57 @@ def test_a_piece_that_fails_is_undone_alone(counted: Counted) -> None:
     assert counted.store.get("bad", "k", 1.0) is None
     assert counted.store.get("a", "k", 1.0) == "1"
     assert counted.store.get("b", "k", 1.0) == "2"
+
+
+def test_a_piece_that_fails_after_its_statements_has_every_piece_tried_alone(
+    counted: Counted,
+) -> None:
+    """A savepoint's rollback takes back staged writes, not statements that ran (a
+    job's insert): a piece that fails after some aborts the batch, and each piece then
+    commits, or fails with its own error, alone; nothing of the failed piece remains."""
+    results: dict[str, Any] = {}
+
+    def failing(txn: WriteTxn) -> None:
+        _jobs.enqueue(txn, "q", [_jobs.Put("1")])
+        txn.write("bad", "k", None, "1", None)
+        raise TypeMismatchError("this piece does not apply")
+
+    release, leader = _held_leader(counted, results)
+    threads = [
+        in_thread(
+            lambda: counted.store.write(setting("a", "k", "1"), 1.0, shared=True), results, "a"
+        ),
+        in_thread(lambda: counted.store.write(failing, 1.0, shared=True), results, "bad"),
+        in_thread(
+            lambda: counted.store.write(setting("b", "k", "2"), 1.0, shared=True), results, "b"
+        ),
+    ]
+    wait_until(lambda: counted.queued() == 3)
+    release.set()
+    for thread in [leader, *threads]:
+        thread.join(10)
+    assert counted.transactions == 5  # the held one, the batch (aborted), each alone
+    assert isinstance(results["bad"], TypeMismatchError)
+    assert results["a"][0] == "a/k"
+    assert results["b"][0] == "b/k"
+    assert counted.store.get("bad", "k", 1.0) is None
+    assert counted.store.get("a", "k", 1.0) == "1"
+    found, _ = counted.store.write(lambda txn: txn.statements.jobs().job("q", 1), 1.0)
+    assert found is None
+
+
+def test_a_rollback_says_whether_statements_ran_since_its_mark(counted: Counted) -> None:
+    def work(txn: WriteTxn) -> tuple[bool, bool]:
+        staged = txn.savepoint()
+        txn.write("s", "k", None, "1", None)
+        clean = txn.rollback_to(staged)
+        ran = txn.savepoint()
+        _jobs.enqueue(txn, "q", [_jobs.Put("1")])
+        return clean, txn.rollback_to(ran)
+
+    (clean, after_statements), _ = counted.store.write(work, 1.0)
+    assert clean is True
+    assert after_statements is False
 
 
 def test_a_failed_commit_fails_every_piece_with_its_own_error(

@@ -187,16 +187,28 @@ class Engine:
         mailbox = self._mailboxes[shard_index(scope, len(self._mailboxes))]
         return None if mailbox is None else mailbox.moved(scope)
 
-    def commit(self, work: Callable[[WriteTxn], T], *, scopes: Collection[str] | None = None) -> T:
+    def commit(
+        self,
+        work: Callable[[WriteTxn], T],
+        *,
+        scopes: Collection[str] | None = None,
+        reads: Collection[tuple[str, str]] = (),
+        combine: bool = False,
+    ) -> T:
         """Run ``work`` in a transaction of its own, in this thread, outside the scopes'
         actors (locks, queues, durable positions, upkeep, the import); publish what it
-        changed. ``scopes``: the only scopes ``work`` reads or writes (None: any).
+        changed. ``scopes``: the only scopes ``work`` reads or writes (None: any);
+        ``reads``: the keys it reads, read ahead with the begin; ``combine``: it may
+        share its transaction with other threads' (it is undone alone if it fails,
+        see ``Combiner``).
 
         Raises:
             BusyError: the database (or this process's writer) stayed busy too long.
             StorageError: the database failed; nothing was committed.
         """
-        result, _ = self.store.write(work, self.now(), self.publish, scopes=scopes)
+        result, _ = self.store.write(
+            work, self.now(), self.publish, shared=combine, scopes=scopes, reads=reads
+        )
         return result
 
     def upkeep_progress(self) -> UpkeepProgress | None:

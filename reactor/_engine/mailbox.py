@@ -40,7 +40,7 @@ from typing import Any, Final, Protocol, TypeVar
 import pykka
 
 from reactor._base.turn import Turn
-from reactor._storage.records import ChangeRecord, RefusedError, copy_error
+from reactor._storage.records import ChangeRecord, Entangled, RefusedError, copy_error
 from reactor._storage.store import Store
 from reactor._storage.txn import Work, WriteTxn
 from reactor.errors import ClosedError, StorageError
@@ -324,9 +324,13 @@ class Mailbox:
                     outcomes.append((True, request.work.run(txn)))
                 except (StorageError, ClosedError):
                     raise  # the transaction itself failed: the whole batch fails
-                except Exception as exc:  # noqa: BLE001 - it goes back to its caller
-                    txn.rollback_to(mark)
-                    outcomes.append((False, exc))
+                except Exception as exc:  # it goes back to its caller
+                    if txn.rollback_to(mark):
+                        outcomes.append((False, exc))
+                    elif len(batch) > 1:  # only the abort takes its statements back
+                        raise Entangled(f"a request failed after its statements: {exc}") from exc
+                    else:
+                        raise
             return outcomes
 
         try:

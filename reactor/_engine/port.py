@@ -90,7 +90,12 @@ class EnginePort(Protocol):
     def moved(self, scope: str) -> float | None: ...
 
     def commit(
-        self, work: Callable[[WriteTxn], T], *, scopes: Collection[str] | None = None
+        self,
+        work: Callable[[WriteTxn], T],
+        *,
+        scopes: Collection[str] | None = None,
+        reads: Collection[tuple[str, str]] = (),
+        combine: bool = False,
     ) -> T: ...
 
     def wait(self, scope: str, future: ThreadReply[T]) -> T: ...

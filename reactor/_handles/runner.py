@@ -54,6 +54,13 @@ class Runner:
         item = job.item if isinstance(job.item, dict) else {"id": job.item, "parent": None}
         self.run_id = str(item["id"])
         self.locks = _runs.locks(workflow, item.get("parent"))
+        # A record that only writes the run's document and its job (claim, step, end),
+        # of a run without a parent, holds its workflow's scopes in shared mode: the
+        # job's row lock keeps its records in turn, and other runs' go on beside them.
+        self.shared_locks: tuple[str, ...] = (
+            self.locks if item.get("parent") is not None else _runs.shared_locks(workflow)
+        )
+        self.reads = ((_runs.scope_of(workflow), self.run_id),)
         self.max_attempts = max_attempts
         self.stopping = stopping
         self.lost = False  # the lease ran out (the keeper found it so)
@@ -85,16 +92,20 @@ class Runner:
             self.ended = True
         return done
 
-    def commit(self, change: Change[T], extra: tuple[str, ...] = ()) -> T:
-        """``change(store, doc)`` in a transaction of its own (``apply``), holding the
-        scopes of ``extra`` too.
+    def commit(self, change: Change[T], extra: tuple[str, ...] = (), *, own: bool = False) -> T:
+        """``change(store, doc)`` in a transaction (``apply``), holding the scopes of
+        ``extra`` too; ``own``: the change writes the run's document and job only (not
+        a put: ``shared_locks``). Other worker threads' records may share the
+        transaction: a change raises before it acknowledges the job, if ever.
 
         Raises:
             Unwind: the lease ran out (nothing written), or the run ended (cancelled).
         """
-        scopes = sorted({*self.locks, *extra})
+        scopes = sorted({*(self.shared_locks if own else self.locks), *extra})
         try:
-            done = self.engine.commit(lambda txn: self.apply(txn, change), scopes=scopes)
+            done = self.engine.commit(
+                lambda txn: self.apply(txn, change), scopes=scopes, reads=self.reads, combine=True
+            )
         except LockNotOwnedError:
             raise self.unwind_lost() from None
         if self.ended:
@@ -129,8 +140,8 @@ class Runner:
                     f"run {self.run_id} was taken {self.max_attempts} times, and each time "
                     "its worker's lease ran out"
                 )
-                self.job_done(store)
                 store.finish(doc, "failed", error=_runs.error_of(error))
+                self.job_done(store)
                 return None
             if doc["held"]:  # its last holder's lease ran out
                 doc["attempts"] += 1
@@ -141,7 +152,7 @@ class Runner:
             return doc
 
         try:
-            return self.commit(change)
+            return self.commit(change, own=True)
         except Unwind:
             return None
 
@@ -152,19 +163,19 @@ class Runner:
             store.put_step(doc, position, step)
             store.save(doc)
 
-        self.commit(change)
+        self.commit(change, own=True)
 
     def finish(self, status: str, result: Any = None, error: dict[str, str] | None = None) -> None:
         """Record the run's end, and acknowledge its job."""
 
         def change(store: _runs.Store, doc: _runs.Document) -> None:
-            self.job_done(store)
             if doc["cancel"]:  # asked while it ran: cancel said True, so it is cancelled
                 store.finish(doc, "cancelled")
             else:
                 store.finish(doc, status, result, error)
+            self.job_done(store)  # last: what may raise (the result's size) came first
 
-        self.commit(change)
+        self.commit(change, own=True)
 
     def suspend(self, position: int, step: dict[str, Any], delay: float | None) -> Unwind:
         """Record ``step`` as waiting, the run as suspended: its job acknowledged, and

@@ -14,9 +14,12 @@ Waking is cheap: each queued thread sleeps on a lock of its own, released once, 
 whoever served it or handed it the lead; nobody else wakes, and nothing is polled. A
 thread alone pays two acquisitions of an uncontended lock.
 
-Only work that stages its changes (``WriteTxn.write``) is combined: a piece that fails
-is undone alone (``WriteTxn.rollback_to``), and the others commit. Work that runs
-statements of its own (compaction, lock leases, subscriber positions) runs alone.
+Only work that says it may be combined is: a piece that fails is undone alone
+(``WriteTxn.rollback_to``), and the others commit; one that fails after running
+statements of its own (a job's acknowledgement, say), which only the transaction's
+abort takes back, has every piece of the batch tried again alone. Work that runs
+statements of its own throughout (compaction, lock leases, subscriber positions) is
+never combined.
 
 A Ctrl-C may land at any bytecode of the thread that leads (the main thread): whatever
 it took (the lead, others' work) is given back in a ``finally`` whose every step is a
@@ -34,7 +37,7 @@ from typing import Any, Final, Generic, TypeVar
 
 from reactor.errors import BusyError, ClosedError, OutcomeUnknownError, StorageError
 
-from .records import ChangeRecord, RefusedError, copy_error
+from .records import ChangeRecord, Entangled, RefusedError, copy_error
 from .txn import WriteTxn
 
 __all__ = ["Combiner"]
@@ -273,8 +276,9 @@ class Combiner:
                     outcomes.append((True, slot.work(txn)))
                 except (StorageError, ClosedError):
                     raise  # the transaction itself failed: every piece fails
-                except Exception as exc:  # noqa: BLE001 - it goes back to its caller
-                    txn.rollback_to(mark)
+                except Exception as exc:  # it goes back to its caller
+                    if not txn.rollback_to(mark):
+                        raise Entangled(f"a piece failed after running statements: {exc}") from exc
                     outcomes.append((False, exc))
             return outcomes
 
@@ -295,7 +299,8 @@ class Combiner:
             )
         except RefusedError:
             # The database refused a statement of one piece, and with it the whole
-            # transaction (nothing was applied): each piece commits, or fails, alone.
+            # transaction (nothing was applied), or a piece failed past what a
+            # savepoint undoes (``Entangled``): each piece commits, or fails, alone.
             for slot in batch:
                 self._commit_alone(slot)
             return

@@ -10,6 +10,7 @@ from reactor.errors import ReactorError, StorageError
 
 __all__ = [
     "ChangeRecord",
+    "Entangled",
     "JobRow",
     "Key",
     "LockRow",
@@ -45,6 +46,12 @@ class RefusedError(StorageError):
     connection is sound, and the same write would be refused again. Writes that shared
     that transaction are tried again on their own (``Combiner``, ``Mailbox``), so that
     one refused write fails alone; the sweeper finds a refused timer by halving."""
+
+
+class Entangled(RefusedError):
+    """A piece of work sharing a transaction with others failed after statements of its
+    own ran (``WriteTxn.rollback_to``): only the whole transaction's abort takes them
+    back. Nothing was applied, and each piece is tried again alone, as for a refusal."""
 
 
 @dataclass(slots=True)

@@ -18,9 +18,12 @@ from reactor._base.keys import Pattern
 from .records import ChangeRecord, Key, Row, Upsert
 from .statements import ReadStatements, WriteStatements
 
-__all__ = ["Work", "WriteTxn"]
+__all__ = ["Mark", "Work", "WriteTxn"]
 
 T = TypeVar("T")
+# A savepoint: how many undo entries, changes, provisional revisions and deferred works
+# there were, and how many times ``writes`` had been asked for.
+Mark = tuple[int, int, int, int, int]
 
 
 class _Absent(enum.Enum):
@@ -55,6 +58,7 @@ class WriteTxn:
         "_staged",
         "_undo",
         "_writes",
+        "_written",
         "now",
         "statements",
         "timer",
@@ -77,6 +81,9 @@ class WriteTxn:
         # Work for the commit's transaction, of a transaction body (``defer``), with how
         # many changes the body had recorded before it: its place among them.
         self._deferred: list[tuple[int, Callable[[WriteTxn], None]]] = []
+        # How many times ``writes`` was asked for: statements that a savepoint's
+        # rollback cannot take back may have run since a mark that counted fewer.
+        self._written = 0
 
     @property
     def writes(self) -> WriteStatements:
@@ -88,6 +95,7 @@ class WriteTxn:
         """
         if self._writes is None:
             raise AssertionError("a transaction body defers its writes to the commit")
+        self._written += 1
         return self._writes
 
     # -- reading -------------------------------------------------------------------
@@ -232,13 +240,16 @@ class WriteTxn:
         return -self._count
 
     # -- undo and flush ------------------------------------------------------------
-    def savepoint(self) -> tuple[int, int, int, int]:
+    def savepoint(self) -> Mark:
         if self._undo is None:
             self._undo = []  # from now on, what each write replaces is kept
-        return len(self._undo), len(self._changes), self._count, len(self._deferred)
+        return len(self._undo), len(self._changes), self._count, len(self._deferred), self._written
 
-    def rollback_to(self, mark: tuple[int, int, int, int]) -> None:
-        undo_len, changes_len, count, deferred_len = mark
+    def rollback_to(self, mark: Mark) -> bool:
+        """Undo what was staged since ``mark``; whether that undid everything: False
+        if statements of ``writes`` may have run since (jobs, timers, locks), which
+        only the whole transaction's abort takes back."""
+        undo_len, changes_len, count, deferred_len, written = mark
         undo = self._undo
         assert undo is not None, "a mark comes from savepoint()"
         del self._deferred[deferred_len:]
@@ -250,6 +261,7 @@ class WriteTxn:
                 self._staged[key] = previous
         del self._changes[changes_len:]
         self._count = count
+        return self._written == written
 
     def flush(self) -> list[ChangeRecord]:
         """Write what is staged; return the change records (with their revisions once

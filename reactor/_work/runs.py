@@ -19,6 +19,7 @@ from typing import Any, Final
 from reactor._base.keys import RUN_PREFIX, check_key
 from reactor._base.values import decode, encode
 from reactor._engine.options import Options
+from reactor._storage.records import SharedScope
 from reactor._storage.txn import WriteTxn
 from reactor.errors import InvalidArgumentError
 
@@ -39,6 +40,7 @@ __all__ = [
     "locks",
     "queue_of",
     "scope_of",
+    "shared_locks",
     "step",
     "waiting_on_key",
     "wake",
@@ -75,6 +77,16 @@ def locks(*workflows: str | None) -> tuple[str, ...]:
         if workflow is not None:
             found.update((scope_of(workflow), _jobs.lock_name(queue_of(workflow))))
     return tuple(sorted(found))
+
+
+def shared_locks(workflow: str) -> tuple[str, ...]:
+    """The scopes a record that writes only a run's document and its job holds: the
+    workflow's, in shared mode (``SharedScope``), so that records of different runs
+    commit side by side across processes. Writes of another kind (a start, a send, a
+    cancel, a put of the run's job) hold them plainly, and wait for those."""
+    return tuple(
+        SharedScope(scope) for scope in (scope_of(workflow), _jobs.lock_name(queue_of(workflow)))
+    )
 
 
 def job_item(doc: Document) -> dict[str, Any]:

@@ -32,7 +32,7 @@ from reactor._base.keys import QUEUE_PREFIX, check_key
 from reactor._base.results import Timer, UpdateResult
 from reactor._base.update_ops import op_style
 from reactor._base.values import MISSING, decode
-from reactor._storage.records import TimerRow
+from reactor._storage.records import Entangled, TimerRow
 from reactor._storage.txn import Work, WriteTxn
 from reactor.errors import InvalidArgumentError, ReactorError, StorageError
 
@@ -432,7 +432,9 @@ def _apply(options: Options, txn: WriteTxn, row: TimerRow) -> str | None:
             return str(result.errors[0]["message"])
         return None
     except Exception as exc:  # one timer's failure is its own
-        txn.rollback_to(mark)
+        if not txn.rollback_to(mark) and not isinstance(exc, StorageError):
+            # Its statements ran (a periodic put's): only the abort takes them back.
+            raise Entangled(f"timer {row.id} failed after its statements: {exc}") from exc
         if isinstance(exc, StorageError):
             raise
         return f"{type(exc).__name__}: {exc}"
