@@ -126,3 +126,48 @@ def test_a_subscriber_joining_an_idle_process_gets_only_what_commits_after(
         wait_for(lambda: len(seen) >= 4)
         time.sleep(0.3)  # anything offered late would be here by now
         assert seen == ["after"] * 4
+
+
+PAIRS = """
+    import sys, reactor
+    path, count = sys.argv[1], int(sys.argv[2])
+    with reactor.open(path) as state:
+        a, b = state.scope("a"), state.scope("b")
+        for i in range(count):
+            a.set("k", i)
+            b.set("k", i)
+"""
+
+
+def test_a_process_listening_to_some_scopes_reads_only_their_changes_and_misses_none(
+    db_path: Path,
+) -> None:
+    """The follower reads other processes' changes of the scopes listened to only (a
+    worker waiting for one queue's jobs does not read every change); a listener of
+    another scope joining while they commit gets every change of it from some point
+    on, none missed after it, in order."""
+    count = 300
+    with reactor.open(db_path) as state:
+        heard_a: list[object] = []
+        heard_b: list[object] = []
+        state.subscribe(lambda event: heard_a.append(event.new_value), scope="a")
+        writer = subprocess.Popen(
+            [sys.executable, "-c", textwrap.dedent(PAIRS), str(db_path), str(count)],
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            wait_for(lambda: len(heard_a) >= count // 3, timeout=60)
+            state.subscribe(lambda event: heard_b.append(event.new_value), scope="b")
+            _, err = writer.communicate(timeout=60)
+        finally:
+            writer.kill()
+        assert writer.returncode == 0, err
+        wait_for(lambda: len(heard_a) == count and heard_b[-1:] == [count - 1])
+        assert heard_a == list(range(count))
+        first = heard_b[0]
+        assert isinstance(first, int)
+        assert first > 0
+        assert heard_b == list(range(first, count))
+        published = state.stats()["events"]["published"]
+        assert published == count + len(heard_b)  # none of b's before its listener

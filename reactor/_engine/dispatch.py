@@ -55,6 +55,7 @@ class Dispatcher:
         # The engine's own listeners (``Hub``), while any listen: a function of each
         # change, called before the receivers of ``reactor.signals.changed``.
         self._listener: Listener | None = None
+        self._listened: Callable[[], frozenset[str] | None] = lambda: None
         self._name = name
         self._store = store
         self._stats = stats
@@ -80,16 +81,27 @@ class Dispatcher:
         """The last revision handed on."""
         return self._published
 
-    def connect(self, listener: Listener, start: Callable[[int], None]) -> None:
+    def connect(
+        self,
+        listener: Listener,
+        start: Callable[[int], None],
+        listened: Callable[[], frozenset[str] | None] = lambda: None,
+    ) -> None:
         """Hand every change to ``listener`` (the engine's hub: one at a time; the same
         again changes nothing). ``start`` is told first the last revision handed on
         before the connection: the listener is offered the events after it, and may
-        also be offered some before it, still queued, to ignore."""
+        also be offered some before it, still queued, to ignore. ``listened``: the
+        only scopes whose changes by other processes ``listener`` hears (None: all).
+
+        Called again when a listener of a scope not listened to before joins: under
+        this lock, so that no read of the log is under way that passes over that
+        scope's changes after ``start`` is told where they begin."""
         with self._lock:
             if not self._wanted():
                 self._skip_unheard()
             start(self._published)
             self._listener = listener
+            self._listened = listened
         self._wake.set()
 
     def _skip_unheard(self) -> None:
@@ -103,6 +115,13 @@ class Dispatcher:
 
     def disconnect(self) -> None:
         self._listener = None
+
+    def _scopes(self) -> frozenset[str] | None:
+        """The scopes whose changes by other processes are read (None: every one):
+        those the listener hears, unless a receiver of ``signals.changed`` hears all."""
+        if signals.changed.receivers or self._listener is None:
+            return None
+        return self._listened()
 
     def delivering(self) -> bool:
         """Whether this is the thread that delivers the changes (where a wait for a
@@ -159,7 +178,13 @@ class Dispatcher:
 
     def _read_log(self, upto: int | None) -> None:
         """Queue every logged change after the last one handed on (up to ``upto``),
-        page by page (called with the lock held)."""
+        page by page (called with the lock held); only those of the scopes listened
+        to, when the listeners hear some scopes only (``_scopes``): a worker that waits
+        for a queue's jobs does not read the whole database's changes."""
+        scopes = self._scopes()
+        if scopes is not None:
+            self._read_scopes(scopes, self._store.revision() if upto is None else upto)
+            return
         while upto is None or self._published < upto:
             records = self._store.log_after(self._published, _PAGE, upto=upto)
             if not records:
@@ -167,6 +192,17 @@ class Dispatcher:
             if records[0].revision != self._published + 1:
                 self._gap(records[0].revision)
             self._published = records[-1].revision
+            self._queue.put(records)
+
+    def _read_scopes(self, scopes: frozenset[str], upto: int) -> None:
+        """``_read_log`` of ``scopes`` only, up to ``upto``: the revisions between are
+        handed on as they pass (nobody here hears of them)."""
+        while self._published < upto:
+            records = self._store.log_after(self._published, _PAGE, upto=upto, scopes=scopes)
+            if not records:
+                self._published = upto
+                return
+            self._published = records[-1].revision if len(records) == _PAGE else upto
             self._queue.put(records)
 
     def _gap(self, found: int) -> None:

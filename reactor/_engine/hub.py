@@ -21,7 +21,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, Protocol, TypeVar
+from typing import Any, Final, Protocol, TypeVar
 
 from reactor._storage.records import ChangeRecord
 from reactor.errors import ClosedError, InvalidArgumentError
@@ -34,6 +34,9 @@ __all__ = ["Hub", "Listener"]
 logger = logging.getLogger("reactor")
 
 A = TypeVar("A")
+# At most this many scopes listened to are named in the dispatcher's reads of the log;
+# with more, it reads every change.
+LISTED_SCOPES: Final = 64
 
 
 class Listener(Protocol):
@@ -115,7 +118,7 @@ class Hub:
             # Connecting a connected receiver again changes nothing in the signal, but
             # tells ``start``, under the dispatcher's lock, the last revision published:
             # every later change is sent after this, and finds the listener indexed.
-            self._dispatcher.connect(self._receiver, listener.start)
+            self._dispatcher.connect(self._receiver, listener.start, self.listened)
 
     def remove(self, listener: Listener) -> None:
         """Stop offering ``listener`` anything; idempotent. The last one out
@@ -139,6 +142,15 @@ class Hub:
                 empty = not self._where
             if empty:
                 self._dispatcher.disconnect()
+
+    def listened(self) -> frozenset[str] | None:
+        """The scopes whose changes the listeners hear (None: every scope's, or more
+        scopes than a read of the log names one by one)."""
+        with self._lock:
+            scopes = {scope for scope, _ in self._index}
+        if None in scopes or len(scopes) > LISTED_SCOPES:
+            return None
+        return frozenset(scope for scope in scopes if scope is not None)
 
     def listeners(self) -> list[Listener]:
         """Every listener joined now (quiet ones too)."""

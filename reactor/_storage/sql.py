@@ -53,6 +53,7 @@ from .sql_text import (
     LIVE_ROW,
     LOCKS_HELD,
     LOG_AFTER,
+    LOG_AFTER_IN,
     NEXT_TIMER,
     POSITION,
     REVISION,
@@ -408,10 +409,21 @@ class SQLStore:
     def reader(self) -> SQLReader:
         return SQLReader(self._query)
 
-    def log_after(self, revision: int, limit: int, upto: int | None = None) -> list[ChangeRecord]:
-        """The change records after ``revision`` (up to ``upto``), oldest first."""
+    def log_after(
+        self,
+        revision: int,
+        limit: int,
+        upto: int | None = None,
+        scopes: Collection[str] | None = None,
+    ) -> list[ChangeRecord]:
+        """The change records after ``revision`` (up to ``upto``), oldest first; only
+        those of ``scopes`` if given."""
         last = upto if upto is not None else 2**63 - 1
-        return [ChangeRecord(*row) for row in self._query(LOG_AFTER, (revision, last, limit))]
+        if scopes is None:
+            return [ChangeRecord(*row) for row in self._query(LOG_AFTER, (revision, last, limit))]
+        names = sorted(scopes)
+        sql = LOG_AFTER_IN.format(", ".join("?" * len(names)))
+        return [ChangeRecord(*row) for row in self._query(sql, (revision, last, *names, limit))]
 
     def compacted(self) -> int:
         """Every change-log record up to this revision may have been compacted away."""

@@ -75,6 +75,11 @@ LOG_AFTER: Final = (
     f"SELECT {RECORD_COLUMNS} "
     "FROM reactor_changes WHERE revision > ? AND revision <= ? ORDER BY revision LIMIT ?"
 )
+# The same, of some scopes only ({}: their placeholders).
+LOG_AFTER_IN: Final = (
+    f"SELECT {RECORD_COLUMNS} FROM reactor_changes "
+    "WHERE revision > ? AND revision <= ? AND [scope] IN ({}) ORDER BY revision LIMIT ?"
+)
 POSITION: Final = "SELECT position FROM reactor_subscribers WHERE [name] = ?"
 SUBSCRIBERS: Final = "SELECT name, position, delivered, failed FROM reactor_subscribers"
 SAVE_POSITION: Final = (

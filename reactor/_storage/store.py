@@ -69,7 +69,11 @@ class LogReads(Protocol):
     def revision(self) -> int: ...
 
     def log_after(
-        self, revision: int, limit: int, upto: int | None = None
+        self,
+        revision: int,
+        limit: int,
+        upto: int | None = None,
+        scopes: Collection[str] | None = None,
     ) -> list[ChangeRecord]: ...
 
     def compacted(self) -> int: ...
