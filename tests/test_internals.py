@@ -53,9 +53,10 @@ from reactor._ui.guard import allowed_hosts, host_refusal, is_loopback
 from reactor._ui.queue_routes import JOB_TEXT_MAX, QUEUES_MAX
 from reactor._work import jobs as _jobs
 from reactor._work import leases as _leases
+from reactor._work import runs as _runs
 from reactor._work import timers as _timers
 from reactor._work import writes as _writes
-from reactor.errors import InvalidArgumentError, InvalidValueError
+from reactor.errors import BusyError, InvalidArgumentError, InvalidValueError
 from reactor.testing import ManualClock, run_upkeep
 from tests.conftest import (
     CLI_ENV,
@@ -1993,3 +1994,43 @@ def test_a_database_of_schema_8_keeps_its_jobs_and_takes_flow_control(tmp_path: 
     assert raw_query(older, "SELECT value FROM reactor_meta WHERE name = 'schema_version'") == [
         (_schema.SCHEMA_VERSION,)
     ]
+
+
+# -- run.wait_for: a wake-up the database fails is tried again ---------------------------
+
+
+def test_a_wake_up_of_a_run_that_the_database_fails_is_tried_again(
+    open_state: Opener, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The key a suspended run waits for changes; making the run ready fails twice
+    (the database stayed busy): it is tried again, and the run ends long before its
+    timeout (60 s), rather than waiting for the key's next change."""
+    real = _runs.wake
+    failed: list[str] = []
+
+    def busy_twice(options: Any, workflow: str, run_id: str, position: int) -> Any:
+        work = real(options, workflow, run_id, position)
+
+        def attempt(txn: WriteTxn) -> bool:
+            if len(failed) < 2:
+                failed.append(run_id)
+                raise BusyError("injected: the database stayed busy")
+            return work(txn)
+
+        return attempt
+
+    monkeypatch.setattr(_runs, "wake", busy_twice)
+    state = open_state()
+
+    @state.workflow("gated")
+    def gated(run: reactor.Run, _input: Any) -> Any:
+        return run.wait_for("gates", "open", timeout=60)
+
+    with state.serve(workflows=["gated"], concurrency=1):
+        handle = state.start("gated", None)
+        poll(lambda: state.run_info(handle.id).status == "suspended", timeout=10)
+        state.scope("gates").set("open", "yes")
+        assert handle.result(timeout=10) == "yes"
+    assert failed == [handle.id, handle.id]
+    assert "trying again in 0.05 s" in caplog.text
+    assert "trying again in 0.2 s" in caplog.text

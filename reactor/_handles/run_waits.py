@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from reactor._work import runs as _runs
 from reactor.errors import ClosedError, ReactorError
@@ -30,6 +30,9 @@ __all__ = ["Waits"]
 
 logger = logging.getLogger("reactor")
 Waiter = tuple[str, str, int]  # workflow, run id, the step's position
+# Seconds before each new try of a wake-up that failed (about 4 s in all; meanwhile the
+# next keys' wake-ups wait: the database is failing for them too).
+WAKE_PAUSES: Final = (0.05, 0.2, 0.5, 1.0, 2.0)
 
 
 class Waits:
@@ -39,6 +42,7 @@ class Waits:
         self._binding = binding
         self._workflows = set(workflows)
         self._lock = threading.Lock()
+        self._closing = threading.Event()
         self._waiting: dict[tuple[str, str], set[Waiter]] = {}  # (scope, key) -> runs
         self._of_run: dict[tuple[str, str], tuple[str, str]] = {}  # run -> its key
         engine = binding.engine
@@ -51,6 +55,7 @@ class Waits:
                 self._follow(workflow, doc)
 
     def close(self) -> None:
+        self._closing.set()  # a wake-up waiting to be tried again gives up
         for subscription in self._subscriptions:
             subscription.close()
 
@@ -101,15 +106,37 @@ class Waits:
         self._wake(waiters)
 
     def _wake(self, waiters: list[Waiter]) -> None:
+        for waiter in waiters:
+            if not self._wake_one(*waiter):
+                return
+
+    def _wake_one(self, workflow: str, run_id: str, position: int) -> bool:
+        """Make one run ready, tried again after each of ``WAKE_PAUSES`` while the
+        database fails (busy, refusing, away a moment): a lost wake-up would leave the
+        run waiting for the key's next change, or its timeout. False once closing."""
         engine = self._binding.engine
-        for workflow, run_id, position in waiters:
-            work = _runs.wake(engine.options, workflow, run_id, position)
+        work = _runs.wake(engine.options, workflow, run_id, position)
+        for pause in (*WAKE_PAUSES, None):
             try:
                 engine.commit(work, scopes=_runs.locks(workflow))
             except ClosedError:
-                return
-            except ReactorError:
-                logger.exception("waking run %s of workflow %r failed", run_id, workflow)
+                return False
+            except ReactorError as exc:
+                if pause is None:
+                    logger.exception("waking run %s of workflow %r failed", run_id, workflow)
+                    return True
+                logger.warning(
+                    "waking run %s of workflow %r failed (%s); trying again in %s s",
+                    run_id,
+                    workflow,
+                    exc,
+                    pause,
+                )
+                if self._closing.wait(pause):
+                    return False
+            else:
+                return True
+        return True  # pragma: no cover - the last pause is None
 
 
 def _subscribe(engine: Any, callback: Any, scope: str | None, where: Any) -> Subscription:
