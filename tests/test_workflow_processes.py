@@ -193,3 +193,64 @@ def test_run_transactions_of_two_processes_on_one_scope_all_commit_exactly_once(
                 assert process.stdout is not None
                 process.stdout.close()
     assert counters == {f"k{n}": 3 for n in range(30)}
+
+
+STARTER = textwrap.dedent(
+    """
+    import sys, time, reactor
+
+    db, name, go = sys.argv[1], sys.argv[2], float(sys.argv[3])
+    state = reactor.open(db)
+    # The 60 shared ids in one order in every process (they race for each one), and
+    # one of the process's own after every third.
+    ids = []
+    for n in range(60):
+        ids.append(f"shared-{n}")
+        if n % 3 == 0:
+            ids.append(f"{name}-{n // 3}")
+    time.sleep(max(0.0, go - time.time()))  # the three begin together
+    for run_id in ids:
+        state.start("idem", None, id=run_id)
+    state.close()
+    """
+)
+
+
+def test_starts_of_the_same_ids_in_three_processes_make_one_run_and_one_job_each(
+    db_path: Any,
+) -> None:
+    """Starts go on side by side (on PostgreSQL the workflow is held in shared mode,
+    each id by its own lock, the queue's row while a job is numbered): three processes
+    starting the same 60 ids and 20 of their own, at once, make 120 runs, each with
+    exactly one job, numbered 1 to 120."""
+    with reactor.open(db_path) as state:
+        state.start("idem", None, id="first")  # the queue exists: starts go shared
+        go = time.time() + 2.0
+        starters = [
+            subprocess.Popen(
+                [sys.executable, "-c", STARTER, str(db_path), f"p{n}", str(go)],
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for n in range(3)
+        ]
+        for starter in starters:
+            _, err = starter.communicate(timeout=120)
+            assert starter.returncode == 0, err
+        queue = state.queue("run:idem")
+        assert queue.stats()["ready"] == 121
+        jobs = [queue.job(job_id) for job_id in range(1, 122)]
+        runs = [job.item["id"] for job in jobs if job is not None]
+        assert len(runs) == 121
+        assert len(set(runs)) == 121
+        expected = {"first", *(f"shared-{n}" for n in range(60))}
+        expected |= {f"p{p}-{n}" for p in range(3) for n in range(20)}
+        assert set(runs) == expected
+        assert queue.job(122) is None
+        assert all(state.run_info(run_id).status == "pending" for run_id in expected)
+        # Each run was written once: a second start of an id changed nothing (it would
+        # have put a taken run back to pending).
+        runs_scope = state.scope("run:idem")
+        assert {run_id: len(runs_scope.history(run_id)) for run_id in expected} == dict.fromkeys(
+            expected, 1
+        )

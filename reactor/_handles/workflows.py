@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from reactor._base.keys import compile_pattern
 from reactor._base.results import RunInfo, StepInfo
 from reactor._work import runs as _runs
+from reactor._work.jobs import QueueLockNeeded
 from reactor.errors import InvalidArgumentError
 
 from .run_handle import RunHandle
@@ -92,8 +93,16 @@ class Workflows:
         engine = self._binding.engine
         identity = uuid.uuid4().hex if run_id is None else _runs.check_run_id(run_id)
         text = _runs.encode_value(engine.options, input)
-        work = _runs.start(engine.options, workflow, identity, text)
-        known, _created = engine.commit(work, scopes=(*_runs.locks(workflow),))
+        reads = _runs.start_reads(workflow, identity)
+        try:
+            # Beside other runs' records and starts; a new queue, or a job that holds
+            # the id already, needs the workflow's locks (QueueLockNeeded).
+            work = _runs.start(engine.options, workflow, identity, text, shared=True)
+            scopes = _runs.start_locks(workflow, identity)
+            known, _created = engine.commit(work, scopes=scopes, reads=reads)
+        except QueueLockNeeded:
+            work = _runs.start(engine.options, workflow, identity, text)
+            known, _created = engine.commit(work, scopes=_runs.locks(workflow), reads=reads)
         return RunHandle(self._binding, identity, known)
 
     def workflow_of(self, run_id: str) -> str:

@@ -22,7 +22,7 @@ from .postgres_text import (
 from .records import ChangeRecord, Key, RefusedError, Row, Upsert
 from .sql_jobs import SQLJobs
 from .sql_statements import SQLSnapshot, SQLStatements
-from .sql_text import DUE_JOBS, FIRST_PRIORITY, FIRST_READY, JOB, STREAMED_ROWS
+from .sql_text import DUE_JOBS, FIRST_PRIORITY, FIRST_READY, JOB, QUEUE_TO_PUT, STREAMED_ROWS
 
 try:
     import psycopg
@@ -334,6 +334,7 @@ class PostgresStatements(SQLStatements):
 # take that holds its job, then reads it as that take left it.
 _LOCKED: Final = {
     JOB: JOB + " FOR UPDATE",
+    QUEUE_TO_PUT: QUEUE_TO_PUT + " FOR UPDATE",
     DUE_JOBS: DUE_JOBS + " FOR UPDATE SKIP LOCKED",
     FIRST_READY: FIRST_READY + " FOR UPDATE SKIP LOCKED",
     FIRST_PRIORITY: FIRST_PRIORITY + " FOR UPDATE SKIP LOCKED",

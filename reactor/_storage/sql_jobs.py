@@ -36,6 +36,7 @@ from .sql_text import (
     PRUNE_TAKES,
     QUEUE,
     QUEUE_NAMES,
+    QUEUE_TO_PUT,
     QUEUES_DUE,
     REPLACE_JOB,
     REVIVE_JOBS,
@@ -79,6 +80,27 @@ class SQLJobReads:
     def queue(self, name: str) -> QueueRow | None:
         """A queue's settings and the id its next job takes; None: no queue."""
         found = self._all(QUEUE, (name,))
+        return queue_row(found[0]) if found else None
+
+    def put_view(
+        self, queue: str, keys: list[str]
+    ) -> tuple[QueueRow | None, dict[str, list[tuple[int, str]]]]:
+        """What a put reads, read together: the queue (as ``queue``, its row locked on
+        PostgreSQL until the commit) and the jobs that hold ``keys`` (as ``holders``)."""
+        if not keys or len(set(keys)) > IN_CHUNK:
+            return self._queue_to_put(queue), self.holders(queue, keys) if keys else {}
+        unique = list(dict.fromkeys(keys))
+        sql = JOBS_BY_KEY.format(", ".join("?" * len(unique)))
+        found, held = self._all_several([(QUEUE_TO_PUT, (queue,)), (sql, (queue, *unique))])
+        holders: dict[str, list[tuple[int, str]]] = {}
+        for key, job_id, state in held:
+            holders.setdefault(key, []).append((int(job_id), state))
+        for jobs in holders.values():
+            jobs.sort()
+        return (queue_row(found[0]) if found else None), holders
+
+    def _queue_to_put(self, name: str) -> QueueRow | None:
+        found = self._all(QUEUE_TO_PUT, (name,))
         return queue_row(found[0]) if found else None
 
     def queue_names(self) -> list[str]:

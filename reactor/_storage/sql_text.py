@@ -175,6 +175,9 @@ _QUEUE_COLUMNS: Final = (
     "backoff_base, backoff_max"
 )
 QUEUE: Final = f"SELECT {_QUEUE_COLUMNS} FROM reactor_queues WHERE [name] = ?"
+# The same, read to add jobs: on PostgreSQL it locks the row (``PostgresJobs``), so that
+# puts holding the queue in shared mode (a run's start) number their jobs in turn.
+QUEUE_TO_PUT: Final = f"SELECT {_QUEUE_COLUMNS} FROM reactor_queues AS q WHERE q.[name] = ?"
 ADD_QUEUE: Final = (
     f"INSERT INTO reactor_queues (name, {_QUEUE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )

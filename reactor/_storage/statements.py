@@ -63,6 +63,13 @@ class JobReads(Protocol):
 
     def holders(self, queue: str, keys: list[str]) -> dict[str, list[tuple[int, str]]]: ...
 
+    def put_view(
+        self, queue: str, keys: list[str]
+    ) -> tuple[QueueRow | None, dict[str, list[tuple[int, str]]]]:
+        """The queue (its row locked for the commit on PostgreSQL) and the jobs that
+        hold ``keys``, in one round trip."""
+        ...
+
     def counts(self, queue: str, now: float, max_attempts: int) -> dict[str, int]: ...
 
 

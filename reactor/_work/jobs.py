@@ -45,6 +45,7 @@ __all__ = [
     "Outbox",
     "Put",
     "PutOptions",
+    "QueueLockNeeded",
     "Restored",
     "ack",
     "check_delay",
@@ -69,6 +70,12 @@ MAX_NAME: Final = 1024 - len(PREFIX)
 READY: Final = '{"state":"ready"'  # how the document of a ready job begins
 TAKEN: Final = '{"state":"taken"'  # and of a taken one
 _PRIORITY: Final = 2**31  # priorities are 32-bit integers
+
+
+class QueueLockNeeded(Exception):
+    """A write holding a queue in shared mode needs it held plainly: a take found flow
+    control (every take must count the same jobs and window), or a put found the queue
+    new or a key held. It is made again, holding the queue's lock."""
 
 
 class Put(NamedTuple):
@@ -223,7 +230,12 @@ def save_settings(txn: WriteTxn, queue: str, settings: _settings.Settings | None
 
 
 def enqueue(
-    txn: WriteTxn, queue: str, entries: list[Put], settings: _settings.Settings | None = None
+    txn: WriteTxn,
+    queue: str,
+    entries: list[Put],
+    settings: _settings.Settings | None = None,
+    *,
+    shared: bool = False,
 ) -> list[int]:
     """Add a job for each entry, in order (creating the queue if need be, storing
     ``settings``); their ids.
@@ -232,8 +244,18 @@ def enqueue(
     too: a job holds its key until it is acknowledged) adds nothing and gets that job's
     id (the newest's, if several hold it). A debounced entry replaces the item, time,
     priority and group of the waiting job that holds its key (ready or delayed), which
-    keeps its id; if none waits, it adds a job."""
-    return _add(txn, queue, [(entry, 0, "ready", None) for entry in entries], settings)[0]
+    keeps its id; if none waits, it adds a job.
+
+    ``shared``: the transaction holds the queue in shared mode (and each key's own
+    lock): the queue's row is locked as it is read, so that such puts number their
+    jobs in turn.
+
+    Raises:
+        QueueLockNeeded: in shared mode, the queue is new, or a job holds a key (its
+            take may be under way): put again holding the queue's lock.
+    """
+    entered: list[Restored] = [(entry, 0, "ready", None) for entry in entries]
+    return _add(txn, queue, entered, settings, shared)[0]
 
 
 def restore(txn: WriteTxn, queue: str, entries: list[Restored]) -> int:
@@ -248,13 +270,18 @@ class _Batch:
     """The jobs one ``enqueue`` adds, and the key holders it sees: those stored, and
     the jobs it adds."""
 
-    def __init__(self, txn: WriteTxn, queue: str, entries: list[Restored], next_id: int) -> None:
+    def __init__(
+        self,
+        txn: WriteTxn,
+        queue: str,
+        holders: dict[str, list[tuple[int, str]]],
+        next_id: int,
+    ) -> None:
         self.txn = txn
         self.queue = queue
         self.next_id = next_id
         self.rows: dict[int, tuple[JobRow, str | None]] = {}  # new jobs: row and key
-        keys = [entry[0].key for entry in entries if entry[0].key is not None]
-        self.holders = txn.writes.jobs().holders(queue, keys) if keys else {}
+        self.holders = holders
 
     def add(self, put: Put, attempts: int, state: str, errors: str | None) -> int:
         """The id of the job ``put`` adds, or of the one it leaves or replaces."""
@@ -294,14 +321,21 @@ class _Batch:
 
 
 def _add(
-    txn: WriteTxn, queue: str, entries: list[Restored], settings: _settings.Settings | None
+    txn: WriteTxn,
+    queue: str,
+    entries: list[Restored],
+    settings: _settings.Settings | None,
+    shared: bool = False,
 ) -> tuple[list[int], int]:
     """``enqueue`` of entries that carry their takes, state and errors: the ids, and
     how many jobs were added."""
     jobs = txn.writes.jobs()
-    found = jobs.queue(queue)
+    keys = [entry[0].key for entry in entries if entry[0].key is not None]
+    found, holders = jobs.put_view(queue, keys)  # one round trip
+    if shared and (found is None or holders):
+        raise QueueLockNeeded(queue)
     row = _settings.settled(found, settings)
-    batch = _Batch(txn, queue, entries, row.next_id)
+    batch = _Batch(txn, queue, holders, row.next_id)
     ids = [batch.add(*entry) for entry in entries]
     _settings.save(jobs, queue, _settings.replace_next_id(row, batch.next_id), found)
     if batch.rows:

@@ -36,11 +36,14 @@ __all__ = [
     "children",
     "encode_value",
     "error_of",
+    "id_lock",
     "job_item",
     "locks",
     "queue_of",
     "scope_of",
     "shared_locks",
+    "start_locks",
+    "start_reads",
     "step",
     "waiting_on_key",
     "wake",
@@ -87,6 +90,24 @@ def shared_locks(workflow: str) -> tuple[str, ...]:
     return tuple(
         SharedScope(scope) for scope in (scope_of(workflow), _jobs.lock_name(queue_of(workflow)))
     )
+
+
+def start_locks(workflow: str, run_id: str) -> tuple[str, ...]:
+    """The scopes a start of run ``run_id`` holds: the index and the workflow's in
+    shared mode, and the run id's own lock (two starts of one id come in turn), so that
+    starts go on beside other runs' records, and beside each other but for the
+    numbering of their jobs (the queue's row, locked as the put reads it)."""
+    return (SharedScope(INDEX), *shared_locks(workflow), id_lock(run_id))
+
+
+def id_lock(run_id: str) -> str:
+    """The name locked for one run id (not a scope: no scope name ends so)."""
+    return f"{INDEX}{run_id}\x00id"
+
+
+def start_reads(workflow: str, run_id: str) -> tuple[tuple[str, str], ...]:
+    """The rows a start reads, read ahead with its begin."""
+    return ((INDEX, run_id), (scope_of(workflow), run_id))
 
 
 def job_item(doc: Document) -> dict[str, Any]:
@@ -147,8 +168,15 @@ class Store:
         old = self.txn.row(scope, doc["id"])
         self.txn.write(scope, doc["id"], old, self.encode(doc), None)
 
-    def create(self, workflow: str, run_id: str, input_text: str, parent: Any) -> Document:
-        """A new run, pending, and its job."""
+    def create(
+        self, workflow: str, run_id: str, input_text: str, parent: Any, *, shared: bool = False
+    ) -> Document:
+        """A new run, pending, and its job (``shared``: see ``start_locks``).
+
+        Raises:
+            QueueLockNeeded: in shared mode, the run's queue is new, or a job holds the
+                run's id already.
+        """
         now = self.txn.now
         doc: Document = {
             "id": run_id,
@@ -168,7 +196,13 @@ class Store:
         }
         self.txn.write(INDEX, run_id, None, self.encode(workflow), None)
         self.save(doc)
-        self.ready(doc, None)
+        if shared:  # no job holds the id (else QueueLockNeeded): a plain put
+            _name, entry = _jobs.check_put(
+                self.options, queue_of(workflow), job_item(doc), None, run_id
+            )
+            _jobs.enqueue(self.txn, queue_of(workflow), [entry], shared=True)
+        else:
+            self.ready(doc, None)
         return doc
 
     def ready(self, doc: Document, delay: float | None) -> None:
@@ -240,17 +274,27 @@ def step(
 
 
 def start(
-    options: Options, workflow: str, run_id: str, input_text: str, parent: Any = None
+    options: Options,
+    workflow: str,
+    run_id: str,
+    input_text: str,
+    parent: Any = None,
+    *,
+    shared: bool = False,
 ) -> Callable[[WriteTxn], tuple[str, bool]]:
     """The work of ``state.start``: the run's workflow, and whether it was created (an
-    existing id changes nothing)."""
+    existing id changes nothing). ``shared``: it holds ``start_locks``.
+
+    Raises:
+        QueueLockNeeded: in shared mode, start again holding ``locks(workflow)``.
+    """
 
     def work(txn: WriteTxn) -> tuple[str, bool]:
         store = Store(options, txn)
         known = store.workflow_of(run_id)
         if known is not None:
             return known, False
-        store.create(workflow, run_id, input_text, parent)
+        store.create(workflow, run_id, input_text, parent, shared=shared)
         return workflow, True
 
     return work

@@ -27,7 +27,7 @@ from reactor._storage.records import JobRow, QueueRow
 from reactor._storage.txn import WriteTxn
 
 from . import queue_settings as _settings
-from .jobs import document, lock_name
+from .jobs import QueueLockNeeded, document, lock_name
 from .leases import EXPIRE_BATCH, turn_back
 
 if TYPE_CHECKING:
@@ -39,11 +39,6 @@ Taken = tuple[JobRow | None, JobRow | None, float | None]
 # How far ahead of a take's clock another take may be recorded without the clock having
 # moved back: more than any wait for the queue's lock (a busy timeout is 30 s).
 CLOCK_SLACK: Final = 60.0
-
-
-class QueueLockNeeded(Exception):
-    """A take in shared mode found that the queue has flow control: it takes again
-    holding the queue's lock, so that every take counts the same jobs and window."""
 
 
 def _order(job: JobRow) -> tuple[int, float, int]:
