@@ -691,8 +691,9 @@ def test_a_timer_whose_write_the_database_refuses_is_dropped_alone(
         )
         engine.sweeper.fire_timers()  # (or its thread did it: queued all the same)
     assert plain.result(timeout=10) == reactor.Change(None, "written")  # not failed with it
-    wait_for(lambda: state.stats()["timers"]["failed"] == 2, timeout=10)
-    assert state.stats()["timers"] == {"pending": 1, "fired": 9, "failed": 2}
+    # Scope t's timer fires in a batch of its own, maybe after s's failures are counted.
+    expected = {"pending": 1, "fired": 9, "failed": 2}
+    wait_for(lambda: state.stats()["timers"] == expected, timeout=10)
     assert [scope.get(timer.key) for timer in fine] == list(range(6))
     assert state.scope("t").get("k") == "elsewhere"
     assert scope.get("refused") is None
