@@ -18,13 +18,24 @@ from typing import Any as _Any
 
 from . import errors, ops, signals
 from ._base.clock import Clock
-from ._base.results import Change, Entry, RunInfo, Snapshot, StepInfo, Timer, UpdateResult
+from ._base.results import (
+    Change,
+    Derived,
+    Entry,
+    RunInfo,
+    Snapshot,
+    StepInfo,
+    Timer,
+    UpdateResult,
+)
 from ._base.values import MISSING, Missing
 from ._engine.events import ChangeEvent, EventType
 from ._engine.options import Durability
+from ._handles.derived import DerivedValue
 from ._handles.locks import Lock
 from ._handles.open import open  # noqa: A004 - reactor.open, as the spec names it
 from ._handles.queues import Job, JobInfo, Queue
+from ._handles.reader import Reader, ScopeReader
 from ._handles.run import Run
 from ._handles.run_handle import RunHandle
 from ._handles.run_workers import Workers
@@ -72,6 +83,8 @@ for _public in (
     Change,
     ChangeEvent,
     Clock,
+    Derived,
+    DerivedValue,
     Entry,
     Job,
     JobInfo,
@@ -79,10 +92,12 @@ for _public in (
     Missing,
     MultiTransaction,
     Queue,
+    Reader,
     Run,
     RunHandle,
     RunInfo,
     Scope,
+    ScopeReader,
     ScopeVerbs,
     Snapshot,
     State,
@@ -140,6 +155,8 @@ __all__ = [
     "Clock",
     "ClosedError",
     "ConflictError",
+    "Derived",
+    "DerivedValue",
     "Durability",
     "Entry",
     "EventType",
@@ -160,6 +177,7 @@ __all__ = [
     "Queue",
     "ReactorError",
     "ReadOnlyError",
+    "Reader",
     "ReentrancyError",
     "RevisionCompactedError",
     "Run",
@@ -169,6 +187,7 @@ __all__ = [
     "RunInfo",
     "SchemaError",
     "Scope",
+    "ScopeReader",
     "ScopeVerbs",
     "Snapshot",
     "State",

@@ -25,6 +25,13 @@ EXPECTED: dict[str, list[str]] = {
         "carol -> alice 1000: refused (carol holds 200)",
         "totals seen by the auditor's snapshots: [1000]",
     ],
+    "order_board": [
+        "board: new 1, paid 2, shipped 0, revenue 75",
+        "board: new 1, paid 0, shipped 2, revenue 75",
+        "gate b-1: True",
+        "inv-b-1: invoice for b-1",
+        "times each count was built from the orders: [1, 1, 1]",
+    ],
     "order_saga": [
         "o-1: {'status': 'shipped', 'charge': 'ch-o-1-30'}",
         "o-2: {'status': 'rejected', 'refund': 'refunded ch-o-2-45'}",

@@ -8,7 +8,17 @@ No ``from __future__ import annotations``: the fields' annotations stay objects,
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-__all__ = ["Change", "Entry", "RunInfo", "Snapshot", "StepInfo", "Timer", "UpdateResult", "Upkeep"]
+__all__ = [
+    "Change",
+    "Derived",
+    "Entry",
+    "RunInfo",
+    "Snapshot",
+    "StepInfo",
+    "Timer",
+    "UpdateResult",
+    "Upkeep",
+]
 
 
 class Change(NamedTuple):
@@ -55,6 +65,17 @@ class Entry(NamedTuple):
     """1 at creation, +1 at each change since."""
     expires_at: float | None
     """When the key expires (epoch seconds), or None."""
+
+
+class Derived(NamedTuple):
+    """A derived value as published (``DerivedValue.subscribe``, ``watch``)."""
+
+    value: Any
+    """The new result."""
+    old_value: Any
+    """The result published before it (None for the first)."""
+    revision: int
+    """The revision it is consistent with: every read it made was as of this one."""
 
 
 class Timer(NamedTuple):

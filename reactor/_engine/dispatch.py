@@ -56,6 +56,8 @@ class Dispatcher:
         # change, called before the receivers of ``reactor.signals.changed``.
         self._listener: Listener | None = None
         self._listened: Callable[[], frozenset[str] | None] = lambda: None
+        # Told when every change queued so far was handed on (``_settled``).
+        self.on_settled: Callable[[], None] | None = None
         self._name = name
         self._store = store
         self._stats = stats
@@ -186,7 +188,7 @@ class Dispatcher:
             self._read_scopes(scopes, self._store.revision() if upto is None else upto)
             return
         while upto is None or self._published < upto:
-            records = self._store.log_after(self._published, _PAGE, upto=upto)
+            records = _whole(self._store.log_after(self._published, _PAGE, upto=upto))
             if not records:
                 return
             if records[0].revision != self._published + 1:
@@ -198,11 +200,12 @@ class Dispatcher:
         """``_read_log`` of ``scopes`` only, up to ``upto``: the revisions between are
         handed on as they pass (nobody here hears of them)."""
         while self._published < upto:
-            records = self._store.log_after(self._published, _PAGE, upto=upto, scopes=scopes)
-            if not records:
+            page = self._store.log_after(self._published, _PAGE, upto=upto, scopes=scopes)
+            if not page:
                 self._published = upto
                 return
-            self._published = records[-1].revision if len(records) == _PAGE else upto
+            records = _whole(page)
+            self._published = records[-1].revision if len(page) == _PAGE else upto
             self._queue.put(records)
 
     def _gap(self, found: int) -> None:
@@ -258,6 +261,18 @@ class Dispatcher:
                 return
             for record in batch:
                 self._send(record)
+            self._settled()
+
+    def _settled(self) -> None:
+        """A batch was handed on: the commits it held are whole (a commit's changes
+        come in one batch, this process's as it commits them, others' in pages of the
+        log: see ``_whole``)."""
+        hook = self.on_settled
+        if hook is not None:
+            try:
+                hook()
+            except Exception:  # a listener's bug must not stop the others' changes
+                logger.exception("reactor's own listeners failed after a batch of changes")
 
     def _send(self, record: ChangeRecord) -> None:
         event = ChangeEvent(record)
@@ -292,3 +307,17 @@ class Dispatcher:
                 logger.warning(
                     "the dispatcher of %s did not finish within %s s", self._name, timeout
                 )
+
+
+def _whole(page: list[ChangeRecord]) -> list[ChangeRecord]:
+    """A page of the log without its last commit when the page is full and may have cut
+    that commit short (its changes share its time; read again with the next page), so
+    that what is handed on at once holds whole commits. A page of one commit's changes
+    (more than a page: it cannot be whole anyway) goes as it is."""
+    if len(page) < _PAGE:
+        return page
+    last = page[-1].timestamp
+    cut = len(page)
+    while cut > 0 and page[cut - 1].timestamp == last:
+        cut -= 1
+    return page[:cut] if cut > 0 else page

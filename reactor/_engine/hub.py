@@ -77,6 +77,8 @@ class Hub:
         self._shared: dict[object, Any] = {}
         self._closed = False
         self._receiver = self._receive  # one object, to connect and disconnect
+        self._settled: list[Callable[[], None]] = []  # told after each batch of changes
+        dispatcher.on_settled = self._on_settled
 
     # -- joining and leaving -------------------------------------------------------
     def add(
@@ -151,6 +153,18 @@ class Hub:
         if None in scopes or len(scopes) > LISTED_SCOPES:
             return None
         return frozenset(scope for scope in scopes if scope is not None)
+
+    def when_settled(self, hook: Callable[[], None]) -> None:
+        """Call ``hook`` (on the dispatcher's thread) after each batch of changes
+        offered: the commits offered so far are whole then."""
+        with self._lock:
+            self._settled.append(hook)
+
+    def _on_settled(self) -> None:
+        with self._lock:
+            hooks = list(self._settled)
+        for hook in hooks:
+            hook()
 
     def listeners(self) -> list[Listener]:
         """Every listener joined now (quiet ones too)."""

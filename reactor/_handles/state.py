@@ -15,9 +15,13 @@ from reactor._work.timers import check_timer_id, drop_timer, timer_of
 from reactor._work.writes import Work
 from reactor.errors import InvalidArgumentError, ReentrancyError, RevisionCompactedError
 
+from .aggregates import Aggregate
 from .binding import bind
+from .derivations import derivations_of
+from .derived import DerivedValue, check_into
 from .locks import Lock
 from .queues import Queue
+from .reader import Reader
 from .registry import release_engine
 from .run_handle import RunHandle
 from .run_workers import Workers
@@ -392,6 +396,72 @@ class State:
             KeyError: no such run.
         """
         return self._workflows.run_info(run_id)
+
+    # -- derived values (SPEC §15) -------------------------------------------------------
+    def derive(
+        self,
+        fn: Callable[[Reader], Any],
+        name: str | None = None,
+        into: tuple[str, str] | None = None,
+    ) -> DerivedValue:
+        """A value computed by ``fn`` from what it reads through its ``Reader`` (one
+        snapshot), now, and again after each commit (of any process) that changes what
+        it read; ``into=(scope, key)``: each new result is also written there.
+
+        Raises:
+            InvalidArgumentError: ``fn`` is not callable, or a bad ``into``.
+            ClosedError: the engine is closed.
+        """
+        if not callable(fn):
+            raise InvalidArgumentError(f"a derived value needs a function, not {fn!r}")
+        label = name if name is not None else getattr(fn, "__name__", "derived")
+        self._binding.check()
+        return DerivedValue(self._binding, fn, str(label), check_into(into)).open()
+
+    def count(
+        self,
+        scope: str,
+        pattern: str = "*",
+        where: Callable[[Any], bool] | None = None,
+        name: str | None = None,
+    ) -> DerivedValue:
+        """How many live keys of ``scope`` match ``pattern`` (and ``where``), kept up
+        from each change's old and new value (``name``: by default "count
+        SCOPE/PATTERN").
+
+        Raises:
+            InvalidKeyError: a bad scope name or pattern.
+            InvalidArgumentError: ``where`` is not callable.
+        """
+        self._binding.check()
+        label = f"count {scope}/{pattern}" if name is None else str(name)
+        return Aggregate(self._binding, label, scope, pattern, where, None).open()
+
+    def sum(
+        self,
+        scope: str,
+        pattern: str = "*",
+        path: str = "",
+        where: Callable[[Any], bool] | None = None,
+        name: str | None = None,
+    ) -> DerivedValue:
+        """The sum of the numbers at JSON Pointer ``path`` (the whole value: "") of the
+        live keys of ``scope`` matching ``pattern`` (and ``where``), kept up from each
+        change's old and new value; a value with no number there adds nothing
+        (``name``: by default "sum SCOPE/PATTERN/PATH").
+
+        Raises:
+            InvalidKeyError: a bad scope name or pattern.
+            InvalidArgumentError: ``where`` is not callable, or ``path`` is no pointer.
+        """
+        self._binding.check()
+        label = f"sum {scope}/{pattern}{path}" if name is None else str(name)
+        return Aggregate(self._binding, label, scope, pattern, where, path).open()
+
+    def derived(self) -> list[DerivedValue]:
+        """The derived values live in this process's engine, by name."""
+        values = derivations_of(self._binding.engine).values()
+        return [value for value in values if isinstance(value, DerivedValue)]
 
     def stats(self) -> dict[str, Any]:
         """Keys per scope, operations and latency by verb, events, expiry, size."""

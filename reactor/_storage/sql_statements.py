@@ -367,3 +367,15 @@ class SQLSnapshot:
     def queue_jobs(self, queue: str) -> Iterator[tuple[JobRow, str | None]]:
         for *columns, key in self.each(QUEUE_JOBS, (queue,)):
             yield job_row(columns), key
+
+    def revision(self) -> int:
+        return int(self.all(REVISION, ())[0][0])
+
+    def row(self, scope: str, key: str) -> Row | None:
+        found = self.all(ROW, (scope, key))
+        return Row(*found[0]) if found else None
+
+    def rows(self, scope: str, pattern: Pattern) -> list[tuple[str, Row]]:
+        sql, params = ranged(ROWS, scope, pattern.bounds())
+        found = self.all(sql + " ORDER BY key", params)
+        return [(key, Row(*row)) for key, *row in found if pattern.matches(key)]

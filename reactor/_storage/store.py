@@ -143,6 +143,18 @@ class SnapshotReads(Protocol):
         ``ready_at``: fetched a few at a time."""
         ...
 
+    def revision(self) -> int:
+        """The last revision the snapshot holds."""
+        ...
+
+    def row(self, scope: str, key: str) -> Row | None:
+        """The stored row of ``key`` (live or past its deadline, not swept yet)."""
+        ...
+
+    def rows(self, scope: str, pattern: Pattern) -> list[tuple[str, Row]]:
+        """The stored rows of the keys matching ``pattern``, sorted by key."""
+        ...
+
 
 class Snapshots(Protocol):
     def snapshot(self, scope: str, now: float) -> tuple[list[tuple[str, str]], int]:

@@ -81,7 +81,7 @@ from reactor.aio import open as open_async
 from reactor.aio.state import link_of
 from reactor.errors import InvalidArgumentError, ReactorError
 
-from . import queue_routes, run_routes
+from . import derived_routes, queue_routes, run_routes
 from .changes import change_view
 from .feed import DEFAULT_PING, events
 from .guard import LOOPBACK_NAMES, HostGuard, write_refusal
@@ -184,7 +184,11 @@ def _routes(write: bool) -> list[Route | Mount]:
         ("/api/delete", _delete),
         ("/api/cancel_timer", _cancel_timer),
     ]
-    for path, endpoint, writing in (*queue_routes.ROUTES, *run_routes.ROUTES):
+    for path, endpoint, writing in (
+        *queue_routes.ROUTES,
+        *run_routes.ROUTES,
+        *derived_routes.ROUTES,
+    ):
         (writes if writing else reads).append((path, endpoint))
     return [
         *(Route(path, endpoint) for path, endpoint in reads),

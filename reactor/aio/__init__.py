@@ -34,6 +34,7 @@ from __future__ import annotations
 
 from reactor._handles.async_run import AsyncRun
 
+from .derived import AsyncDerived
 from .exclusive import AsyncLock, AsyncMultiTransaction, AsyncTransaction
 from .queue import AsyncJob, AsyncQueue
 from .runs import AsyncRunHandle, AsyncWorkers
@@ -42,6 +43,7 @@ from .state import AsyncState, open  # noqa: A004 - reactor.aio.open, as reactor
 from .watch import AsyncWatch
 
 __all__ = [
+    "AsyncDerived",
     "AsyncJob",
     "AsyncLock",
     "AsyncMultiTransaction",
@@ -58,6 +60,7 @@ __all__ = [
 
 # Where users find them (repr, help, pickle), as in reactor/__init__.py.
 for _public in (
+    AsyncDerived,
     AsyncJob,
     AsyncLock,
     AsyncMultiTransaction,

@@ -17,12 +17,14 @@ from reactor._base.results import RunInfo, Timer
 from reactor._engine.events import ChangeEvent
 from reactor._engine.options import Durability
 from reactor._handles.binding import engine_of
+from reactor._handles.reader import Reader
 from reactor._handles.state import Events, State, Where, cancelling
 from reactor._handles.subscriptions import DEFAULT_BUFFER, Subscription
 from reactor._work.queue_settings import QueueOptions
 from reactor.errors import ClosedError
 
 from .bridge import bridge
+from .derived import AsyncDerived
 from .exclusive import AsyncLock, AsyncMultiTransaction, check_not_held
 from .link import Link
 from .queue import AsyncQueue
@@ -303,6 +305,46 @@ class AsyncState:
     async def run_info(self, run_id: str) -> RunInfo:
         """``State.run_info``: a run as recorded (``KeyError`` if none)."""
         return await self._runs.run_info(run_id)
+
+    # -- derived values (SPEC §15) -------------------------------------------------------
+    async def derive(
+        self,
+        fn: Callable[[Reader], Any],
+        name: str | None = None,
+        into: tuple[str, str] | None = None,
+    ) -> AsyncDerived:
+        """``State.derive``: a value kept current (``fn`` may be a coroutine function:
+        it runs on an event loop of reactor's thread, reading through its ``Reader``)."""
+        state = await self._sync()
+        return AsyncDerived(await self._link.run(state.derive, fn, name, into))
+
+    async def count(
+        self,
+        scope: str,
+        pattern: str = "*",
+        where: Callable[[Any], bool] | None = None,
+        name: str | None = None,
+    ) -> AsyncDerived:
+        """``State.count``: kept up from each change."""
+        state = await self._sync()
+        return AsyncDerived(await self._link.run(state.count, scope, pattern, where, name))
+
+    async def sum(
+        self,
+        scope: str,
+        pattern: str = "*",
+        path: str = "",
+        where: Callable[[Any], bool] | None = None,
+        name: str | None = None,
+    ) -> AsyncDerived:
+        """``State.sum``: kept up from each change."""
+        state = await self._sync()
+        return AsyncDerived(await self._link.run(state.sum, scope, pattern, path, where, name))
+
+    async def derived(self) -> list[AsyncDerived]:
+        """``State.derived``: the derived values live in this process's engine."""
+        state = await self._sync()
+        return [AsyncDerived(value) for value in state.derived()]
 
     async def close(self) -> None:
         """Close this handle; idempotent. Lock waiters get ``ClosedError``; watches end

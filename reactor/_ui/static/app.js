@@ -929,6 +929,7 @@ function changed(event) {
     loadStats();
     loadLocks();
     loadTimers(); // a timer that fired is gone (or, recurring, moved on)
+    loadDerived();
     if (pending.queues) loadQueues();
     if (pending.runs) loadRuns();
     if (pending.keys) loadKeys();
@@ -1095,6 +1096,7 @@ function start() {
   loadTimers();
   loadQueues();
   startRuns(); // runs.js
+  loadDerived(); // derived.js
   follow(true);
   setInterval(() => {
     showTTL();
@@ -1108,6 +1110,7 @@ function start() {
     loadLocks();
     loadTimers();
     loadQueues();
+    loadDerived();
   }, REFRESH_MS);
 }
 
