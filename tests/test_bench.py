@@ -132,6 +132,62 @@ def test_bench_durable_alone(tmp_path: Path) -> None:
     assert_durable(result, "sqlite")
 
 
+def assert_derived(result: dict[str, Any]) -> None:
+    """The derived-values section: both latencies and both rates measured, no value
+    computed by the writes none reads, the four targets there (met or not: a shared
+    machine's p99 is its own)."""
+    section = result["derived"]
+    assert section.get("error") is None, section["error"]
+    for key in ("in_process", "across"):
+        found = section[key]
+        assert found.get("error") is None, found["error"]
+        assert 0 < found["p50_ms"] <= found["p99_ms"]
+    assert section["in_process"]["count"] == section["settings"]["count"]
+    assert section["across"]["count"] >= 1
+    many = section["many"]
+    assert many.get("error") is None, many["error"]
+    assert many["writes_per_s_none"] > 0
+    assert many["writes_per_s_live"] > 0
+    assert many["recomputations"] == 0
+    assert [target["ok"] is not None for target in section["targets"]] == [True] * 4
+
+
+def test_bench_derived_alone(tmp_path: Path) -> None:
+    done = bench(
+        "bench",
+        "--quick",
+        "--only",
+        "derived",
+        "--table",
+        "-o",
+        "out.json",
+        cwd=tmp_path,
+        timeout=160,
+    )
+    assert done.returncode == 0, done.stderr
+    assert too_wide(done.stdout.splitlines()) == []
+    assert "derived values on SQLite" in " ".join(done.stdout.split())
+    result = json.loads((tmp_path / "out.json").read_text())
+    assert "durable" not in result
+    assert_derived(result)
+
+
+@pytest.mark.postgresql_only
+def test_bench_derived_on_postgresql(tmp_path: Path) -> None:
+    url = os.environ.get("REACTOR_TEST_POSTGRES_URL")
+    if not url:
+        pytest.skip("reactor bench --backend postgresql needs $REACTOR_TEST_POSTGRES_URL")
+    pytest.importorskip("psycopg")
+    done = bench(
+        "bench", "--quick", "--only", "derived", "--backend", "postgresql", "--postgres-url", url,
+        cwd=tmp_path, timeout=160,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert_derived(result)
+    assert not any("could not drop" in note for note in result["notes"])
+
+
 @pytest.mark.timeout(300)
 @pytest.mark.postgresql_only
 def test_bench_durable_on_postgresql(tmp_path: Path) -> None:

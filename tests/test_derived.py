@@ -444,3 +444,21 @@ def test_asyncio_derive_awaits_and_iterates(db_path: Any) -> None:
                 await derived.wait_for(lambda v: v == 100, timeout=PATIENCE)
 
     asyncio.run(main())
+
+
+def test_a_key_read_alone_and_a_sum_over_its_scope_both_follow_its_changes(
+    state: reactor.State,
+) -> None:
+    """A value reading one key (the registry listens to that key) and a sum over the
+    scope (it listens to the whole scope): both follow the key's changes, each change
+    counted once in the sum."""
+    scope = state.scope("s")
+    scope.set("k", 1)
+    one = state.derive(lambda r: r.scope("s").get("k"))
+    total = state.sum("s")
+    for n in range(2, 12):
+        scope.set("k", n)
+    settled(one, 11)
+    settled(total, 11)
+    scope.set("other", 5)
+    settled(total, 16)

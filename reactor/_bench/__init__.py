@@ -21,6 +21,7 @@ from typing import Any
 
 from . import report
 from .backends import Backend, BackendUnavailable, connect_backend
+from .derived import DerivedPlan, run_derived
 from .durable import Plan, run_durable
 from .peer import reactor_target
 from .peers import PEERS, available, redis_server_version
@@ -61,7 +62,7 @@ class Options:
     quick: bool = False
     rounds: int | None = None  # None: 3, or 1 with quick
     scale: bool = False
-    only: str | None = None  # "peers", "writers", "workflow", "durable": only that; None: all
+    only: str | None = None  # "peers", "writers", "workflow", "durable", "derived"; None: all
     db_dir: str | None = None  # None: a temporary directory, removed afterwards
     threads: int = 4
     processes: int = 4
@@ -159,7 +160,7 @@ def _run(options: Options, backend: Backend) -> dict[str, Any]:
             "one shared counter; phases run set, get, update, increment, delete in that order"
         ),
     ]
-    if options.only in ("writers", "workflow", "durable"):
+    if options.only in ("writers", "workflow", "durable", "derived"):
         notes.clear()
         if backend.name != "sqlite":
             notes.append(f"reactor runs on {backend.describe()}")
@@ -195,6 +196,8 @@ def _run(options: Options, backend: Backend) -> dict[str, Any]:
             result["workflow"] = _workflow(options, backend, root)
         if options.only in (None, "durable"):
             result["durable"] = _durable(options, backend, root)
+        if options.only in (None, "derived"):
+            result["derived"] = _derived(options, backend, root)
     return result
 
 
@@ -222,6 +225,19 @@ def _durable(options: Options, backend: Backend, root: str) -> dict[str, Any]:
         processes=options.processes,
     )
     return run_durable(backend, root, plan, lambda message: _say(options, message))
+
+
+def _derived(options: Options, backend: Backend, root: str) -> dict[str, Any]:
+    """Derived values (issue 27): a commit's way to a subscriber, and what 10,000 live
+    values cost the writes that touch none."""
+    rounds = options.rounds if options.rounds is not None else (1 if options.quick else 3)
+    plan = DerivedPlan(
+        rounds=rounds,
+        count=50 if options.quick else 300,
+        writes=500 if options.quick else 3000,
+        values=1000 if options.quick else 10_000,
+    )
+    return run_derived(backend, root, plan, lambda message: _say(options, message))
 
 
 def _workflow(options: Options, backend: Backend, root: str) -> dict[str, Any]:

@@ -38,6 +38,7 @@ from .cells import (
 from .cells import (
     verdict as _verdict,
 )
+from .report_derived import derived_tables
 from .report_durable import durable_tables as _durable_tables
 from .report_workflow import workflow_tables as _workflow_tables
 from .workloads import VERBS
@@ -460,6 +461,8 @@ def render(result: dict[str, Any], console: Console) -> None:
         console.print(_workflow_tables(result))
     if "durable" in result:
         console.print(_durable_tables(result))
+    if "derived" in result:
+        console.print(derived_tables(result))
     notes = Text()
     for peer, reason in result["skipped"].items():
         notes.append(f"skipped {peer}: {reason}\n", style="yellow")

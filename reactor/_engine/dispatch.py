@@ -21,6 +21,7 @@ import logging
 import queue
 import sys
 import threading
+import time
 from collections.abc import Callable
 from typing import Any, Final
 
@@ -41,6 +42,7 @@ FOLLOW_INTERVAL: Final = 0.01  # seconds between looks at other processes' commi
 # seldom (woken at once when a listener joins): not woken by every commit (PostgreSQL
 # notifies every process of each), it leaves the processes' CPU to their own writes.
 IDLE_INTERVAL: Final = 0.1
+COMPACTED_RECHECK: Final = 1.0  # seconds a read of the log's compaction is kept
 FOLLOW_RETRY: Final = 0.05  # seconds before reading the log again after a failure
 _PAGE: Final = 1000
 
@@ -58,6 +60,11 @@ class Dispatcher:
         self._listened: Callable[[], frozenset[str] | None] = lambda: None
         # Told when every change queued so far was handed on (``_settled``).
         self.on_settled: Callable[[], None] | None = None
+        # Told when changes were compacted away before they could be handed on.
+        self.on_gap: Callable[[], None] | None = None
+        self._compacted_at = (0, -COMPACTED_RECHECK)  # compacted up to, read when
+        # Whether the listener hears changes of (scope, key): the hub's index.
+        self._hears: Callable[[str, str], bool] = lambda _scope, _key: True
         self._name = name
         self._store = store
         self._stats = stats
@@ -88,12 +95,15 @@ class Dispatcher:
         listener: Listener,
         start: Callable[[int], None],
         listened: Callable[[], frozenset[str] | None] = lambda: None,
+        hears: Callable[[str, str], bool] = lambda _scope, _key: True,
     ) -> None:
         """Hand every change to ``listener`` (the engine's hub: one at a time; the same
         again changes nothing). ``start`` is told first the last revision handed on
         before the connection: the listener is offered the events after it, and may
         also be offered some before it, still queued, to ignore. ``listened``: the
-        only scopes whose changes by other processes ``listener`` hears (None: all).
+        only scopes whose changes by other processes ``listener`` hears (None: all);
+        ``hears(scope, key)``: whether it hears a change of that key (this process's
+        commits that none of it hears are not queued).
 
         Called again when a listener of a scope not listened to before joins: under
         this lock, so that no read of the log is under way that passes over that
@@ -104,6 +114,7 @@ class Dispatcher:
             start(self._published)
             self._listener = listener
             self._listened = listened
+            self._hears = hears
         self._wake.set()
 
     def _skip_unheard(self) -> None:
@@ -146,6 +157,16 @@ class Dispatcher:
                 return  # the follower got there first
             # _wanted() inline: every commit comes here.
             if self._listener is None and not signals.changed.receivers:
+                self._published = records[-1].revision
+                return
+            # Nobody hears any of them, and nothing before them waits to be read: they
+            # are handed on as they pass (no thread wakes for them).
+            hears = self._hears
+            if (
+                records[0].revision == self._published + 1
+                and not signals.changed.receivers
+                and not any(hears(record.scope, record.key) for record in records)
+            ):
                 self._published = records[-1].revision
                 return
             if records[0].revision > self._published + 1:
@@ -201,12 +222,26 @@ class Dispatcher:
         handed on as they pass (nobody here hears of them)."""
         while self._published < upto:
             page = self._store.log_after(self._published, _PAGE, upto=upto, scopes=scopes)
+            first = page[0].revision if page else upto + 1
+            if first > self._published + 1:
+                compacted = self._compacted()
+                if compacted > self._published:
+                    # Changes of these scopes may have been compacted away unread.
+                    self._gap(min(first, compacted + 1))
             if not page:
                 self._published = upto
                 return
             records = _whole(page)
             self._published = records[-1].revision if len(page) == _PAGE else upto
             self._queue.put(records)
+
+    def _compacted(self) -> int:
+        """Up to where the log was compacted, read at most once a second (compaction
+        is a chore of seconds; a gap is told a second late at worst)."""
+        now = time.monotonic()
+        if now - self._compacted_at[1] >= COMPACTED_RECHECK:
+            self._compacted_at = (self._store.compacted(), now)
+        return self._compacted_at[0]
 
     def _gap(self, found: int) -> None:
         # Revisions follow one another with no gap: missing ones were compacted away
@@ -219,6 +254,12 @@ class Dispatcher:
             missing,
             self._published,
         )
+        hook = self.on_gap
+        if hook is not None:
+            try:
+                hook()
+            except Exception:  # a listener's bug must not stop the others' changes
+                logger.exception("reactor's own listeners failed after a gap in the changes")
 
     def _follow(self) -> None:
         failures = 0

@@ -78,7 +78,9 @@ class Hub:
         self._closed = False
         self._receiver = self._receive  # one object, to connect and disconnect
         self._settled: list[Callable[[], None]] = []  # told after each batch of changes
+        self._gaps: list[Callable[[], None]] = []  # told when changes were lost
         dispatcher.on_settled = self._on_settled
+        dispatcher.on_gap = self._on_gap
 
     # -- joining and leaving -------------------------------------------------------
     def add(
@@ -120,7 +122,7 @@ class Hub:
             # Connecting a connected receiver again changes nothing in the signal, but
             # tells ``start``, under the dispatcher's lock, the last revision published:
             # every later change is sent after this, and finds the listener indexed.
-            self._dispatcher.connect(self._receiver, listener.start, self.listened)
+            self._dispatcher.connect(self._receiver, listener.start, self.listened, self.hears)
 
     def remove(self, listener: Listener) -> None:
         """Stop offering ``listener`` anything; idempotent. The last one out
@@ -154,11 +156,29 @@ class Hub:
             return None
         return frozenset(scope for scope in scopes if scope is not None)
 
+    def hears(self, scope: str, key: str) -> bool:
+        """Whether a listener hears a change of ``key`` of ``scope`` (an unlocked look
+        at the index: a listener joining meanwhile is told where it begins)."""
+        index = self._index
+        return (scope, key) in index or (scope, None) in index or (None, None) in index
+
     def when_settled(self, hook: Callable[[], None]) -> None:
         """Call ``hook`` (on the dispatcher's thread) after each batch of changes
         offered: the commits offered so far are whole then."""
         with self._lock:
             self._settled.append(hook)
+
+    def after_gap(self, hook: Callable[[], None]) -> None:
+        """Call ``hook`` when changes were compacted away before they were offered
+        (what was kept from them is out of date)."""
+        with self._lock:
+            self._gaps.append(hook)
+
+    def _on_gap(self) -> None:
+        with self._lock:
+            hooks = list(self._gaps)
+        for hook in hooks:
+            hook()
 
     def _on_settled(self) -> None:
         with self._lock:

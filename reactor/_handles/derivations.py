@@ -68,16 +68,20 @@ RECENT: Final = 10_000  # changes offered that a new read set is checked against
 _KEY: Final = "derivations"  # the registry's key among the hub's shared objects
 
 
-class _Tap:
-    """The registry's listener of one scope."""
+Where = tuple[str, str | None]  # (scope, key), or (scope, None): every key of it
 
-    def __init__(self, registry: Derivations, scope: str) -> None:
+
+class _Tap:
+    """The registry's listener of one key of a scope, or of the whole scope (where a
+    value listed a pattern)."""
+
+    def __init__(self, registry: Derivations, where: Where) -> None:
         self.registry = registry
-        self.scope = scope
+        self.where = where
         self.begins = 0  # the revision after which it hears every change
 
     def __repr__(self) -> str:
-        return f"<reactor derived values' listener of {self.scope!r}>"
+        return f"<reactor derived values' listener of {self.where!r}>"
 
     def start(self, published: int) -> None:
         self.begins = published
@@ -102,12 +106,13 @@ class Derivations:
         self._wake = threading.Condition(self._lock)
         self._exact: dict[tuple[str, str], set[Derivation]] = {}
         self._patterned: dict[str, set[Derivation]] = {}  # scope -> values with patterns
-        self._taps: dict[str, _Tap] = {}
-        self._users: dict[str, int] = {}  # scope -> how many values read it
+        self._taps: dict[Where, _Tap] = {}
+        self._users: dict[Where, int] = {}  # how many values read each
         self._recent: deque[tuple[int, str, str]] = deque(maxlen=RECENT)
         self._dirty: dict[Derivation, None] = {}  # in the order marked
         self._settling: dict[Derivation, None] = {}  # touched in the batch under way
         self.batch = 0  # batches of changes handed on whole so far
+        self._offered = 0  # the revision of the last change offered
         self._values: set[Derivation] = set()
         self._over = False
         self._thread = threading.Thread(target=self._loop, name="reactor-derive", daemon=True)
@@ -129,6 +134,7 @@ class Derivations:
             if not self._started:
                 self.engine.hub.add(self, quiet=True)  # finished when the engine closes
                 self.engine.hub.when_settled(self.settled)
+                self.engine.hub.after_gap(self.lost)
                 self._thread.start()
                 self._started = True
             return True
@@ -147,7 +153,7 @@ class Derivations:
             self._values.discard(value)
             self._dirty.pop(value, None)
             self._unlist(value, value.read)
-            gone = self._release(value.read.scopes())
+            gone = self._release(value.read.wheres())
         for tap in gone:
             self.engine.hub.remove(tap)
 
@@ -171,14 +177,14 @@ class Derivations:
                 self._exact.setdefault(key, set()).add(value)
             for scope in read.patterns:
                 self._patterned.setdefault(scope, set()).add(value)
-            new_taps = self._hold(read.scopes())
-            gone = self._release(before.scopes())
+            new_taps = self._hold(read.wheres())
+            gone = self._release(before.wheres())
             missed = revision is not None and self._missed(read, before, revision)
         for tap in gone:
             self.engine.hub.remove(tap)
         for tap in new_taps:
             try:
-                self.engine.hub.add(tap, tap.scope)
+                self.engine.hub.add(tap, *tap.where)
             except ClosedError:
                 return
             missed = missed or (revision is not None and tap.begins > revision)
@@ -200,28 +206,28 @@ class Derivations:
                 if not holders:
                     del self._patterned[scope]
 
-    def _hold(self, scopes: set[str]) -> list[_Tap]:
-        """One more value reads each of ``scopes`` (with the lock held); the listeners
+    def _hold(self, wheres: set[Where]) -> list[_Tap]:
+        """One more value reads each of ``wheres`` (with the lock held); the listeners
         of those nobody read before (to add to the hub)."""
         new: list[_Tap] = []
-        for scope in scopes:
-            self._users[scope] = self._users.get(scope, 0) + 1
-            if scope not in self._taps:
-                tap = self._taps[scope] = _Tap(self, scope)
+        for where in wheres:
+            self._users[where] = self._users.get(where, 0) + 1
+            if where not in self._taps:
+                tap = self._taps[where] = _Tap(self, where)
                 new.append(tap)
         return new
 
-    def _release(self, scopes: set[str]) -> list[_Tap]:
-        """One value less reads each of ``scopes`` (with the lock held); the listeners
+    def _release(self, wheres: set[Where]) -> list[_Tap]:
+        """One value less reads each of ``wheres`` (with the lock held); the listeners
         of those nobody reads now (to remove from the hub)."""
         gone: list[_Tap] = []
-        for scope in scopes:
-            count = self._users.get(scope, 0) - 1
+        for where in wheres:
+            count = self._users.get(where, 0) - 1
             if count > 0:
-                self._users[scope] = count
+                self._users[where] = count
                 continue
-            self._users.pop(scope, None)
-            tap = self._taps.pop(scope, None)
+            self._users.pop(where, None)
+            tap = self._taps.pop(where, None)
             if tap is not None:
                 gone.append(tap)
         return gone
@@ -249,6 +255,9 @@ class Derivations:
         ``sum``)."""
         scope, key = record.scope, record.key
         with self._lock:
+            if record.revision == self._offered:
+                return  # offered again by another of the registry's listeners
+            self._offered = record.revision
             self._recent.append((record.revision, scope, key))
             found = set(self._exact.get((scope, key), ()))
             for value in self._patterned.get(scope, ()):
@@ -272,6 +281,12 @@ class Derivations:
             if not self._over and settling:
                 self._dirty.update(settling)
                 self._wake.notify()
+
+    def lost(self) -> None:
+        """Changes were compacted away unread: every value may be out of date, and is
+        computed (or built) again."""
+        for value in self.values():
+            value.missed()
 
     def mark(self, value: Derivation) -> None:
         with self._lock:

@@ -30,6 +30,12 @@ class ReadSet:
     def scopes(self) -> set[str]:
         return {scope for scope, _ in self.keys} | set(self.patterns)
 
+    def wheres(self) -> set[tuple[str, str | None]]:
+        """What to listen to: each scope a pattern was listed in, whole; each key read
+        one by one of the other scopes."""
+        whole: set[tuple[str, str | None]] = {(scope, None) for scope in self.patterns}
+        return whole | {(scope, key) for scope, key in self.keys if scope not in self.patterns}
+
     def same_as(self, other: ReadSet) -> bool:
         return self.keys == other.keys and {
             scope: set(patterns) for scope, patterns in self.patterns.items()

@@ -197,11 +197,12 @@ def demo(db: str | None) -> None:
 )
 @click.option(
     "--only",
-    type=click.Choice(["peers", "writers", "workflow", "durable"]),
+    type=click.Choice(["peers", "writers", "workflow", "durable", "derived"]),
     default=None,
     help="One section: reactor against its peers, how its writes scale with writers, "
     "its timers and work queue (against a Redis list and a SQLite table), "
-    "or its durable workflows (against DBOS) [default: all].",
+    "its durable workflows (against DBOS), or its derived values' latency and cost "
+    "[default: all].",
 )
 @click.option(
     "--peers",
