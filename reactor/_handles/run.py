@@ -170,21 +170,10 @@ class Run:
         """
         check_key(topic, "topic")
         seconds = None if timeout is None else _runs.check_seconds(timeout, "timeout")
-        name = f"receive:{topic}"
-        position, recorded = self.next_step(name)
-        if recorded is not None and recorded["status"] != "waiting":
-            if recorded["status"] == "failed":
-                raise OperationTimeout(recorded["error"]["message"])
-            return recorded["result"]
-        runner = self.runner
-        if recorded is None:
-            self.going_on()
-            now = runner.engine.now()
-            step = _runs.step(name, "waiting", None, None, now, None)
-            step["deadline"] = None if seconds is None else now + seconds
-        else:
-            step = recorded
-        received, message = runner.receive(position, step, topic, step["deadline"])
+        position, step, done = self._waiting_step(f"receive:{topic}", seconds)
+        if done:
+            return _waited(step)
+        received, message = self.runner.receive(position, step, topic, step["deadline"])
         if not received:
             raise OperationTimeout(f"no message {topic!r} came within {timeout} s")
         return message
@@ -209,20 +198,13 @@ class Run:
         watched = Scope(self._binding, scope)
         check_key(key)
         seconds = None if timeout is None else _runs.check_seconds(timeout, "timeout")
-        position, recorded = self.next_step("wait_for")
-        if recorded is not None and recorded["status"] != "waiting":
-            if recorded["status"] == "failed":
-                raise OperationTimeout(recorded["error"]["message"])
-            return recorded["result"]
+        position, step, done = self._waiting_step("wait_for", seconds)
+        if done:
+            return _waited(step)
+        step.setdefault("scope", watched.name)
+        step.setdefault("key", key)
+        step.setdefault("seen", 0)
         runner = self.runner
-        if recorded is None:
-            self.going_on()
-            now = runner.engine.now()
-            step = _runs.step("wait_for", "waiting", None, None, now, None)
-            deadline = None if seconds is None else now + seconds
-            step.update(scope=watched.name, key=key, deadline=deadline, seen=0)
-        else:
-            step = recorded
         while True:
             entry = watched.entry(key)
             seen = 0 if entry is None else entry.revision
@@ -237,6 +219,20 @@ class Run:
                 raise OperationTimeout(error["message"])
             if runner.suspend_on_key(position, {**step, "seen": seen}):
                 raise Unwind
+
+    def _waiting_step(self, name: str, seconds: float | None) -> tuple[int, dict[str, Any], bool]:
+        """The step of a wait called now (``receive``, ``wait_for``): its position,
+        its record, and whether it ended already (replayed: ``_waited`` gives its
+        outcome); a new one is recorded waiting until ``seconds`` from now (None: no
+        deadline)."""
+        position, recorded = self.next_step(name)
+        if recorded is not None:
+            return position, recorded, recorded["status"] != "waiting"
+        self.going_on()
+        now = self.runner.engine.now()
+        step = _runs.step(name, "waiting", None, None, now, None)
+        step["deadline"] = None if seconds is None else now + seconds
+        return position, step, False
 
     def call(self, workflow: str, input: Any = None, id: str | None = None) -> Any:  # noqa: A002 - the spec's names
         """Start a child run of ``workflow`` (id ``id``, by default this run's id and
@@ -330,6 +326,13 @@ class Run:
             raise runner.release() from exc
         if runner.ended:
             raise Unwind
+
+
+def _waited(recorded: dict[str, Any]) -> Any:
+    """What an ended wait step returns (its value), or raises (its timeout)."""
+    if recorded["status"] == "failed":
+        raise OperationTimeout(recorded["error"]["message"])
+    return recorded["result"]
 
 
 def _child_ended(step: dict[str, Any], child: _runs.Document, now: float) -> dict[str, Any]:
