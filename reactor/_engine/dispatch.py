@@ -17,6 +17,7 @@ that raises does not keep the others from the event (``Signal.send`` would stop)
 
 from __future__ import annotations
 
+import itertools
 import logging
 import queue
 import sys
@@ -209,7 +210,10 @@ class Dispatcher:
             self._read_scopes(scopes, self._store.revision() if upto is None else upto)
             return
         while upto is None or self._published < upto:
-            records = _whole(self._store.log_after(self._published, _PAGE, upto=upto))
+            records = self._whole(
+                self._store.log_after(self._published, _PAGE, upto=upto),
+                lambda after: self._store.log_after(after, _PAGE, upto=upto),
+            )
             if not records:
                 return
             if records[0].revision != self._published + 1:
@@ -231,8 +235,11 @@ class Dispatcher:
             if not page:
                 self._published = upto
                 return
-            records = _whole(page)
-            self._published = records[-1].revision if len(page) == _PAGE else upto
+            records = self._whole(
+                page,
+                lambda after: self._store.log_after(after, _PAGE, upto=upto, scopes=scopes),
+            )
+            self._published = upto if len(page) < _PAGE else records[-1].revision
             self._queue.put(records)
 
     def _compacted(self) -> int:
@@ -242,6 +249,31 @@ class Dispatcher:
         if now - self._compacted_at[1] >= COMPACTED_RECHECK:
             self._compacted_at = (self._store.compacted(), now)
         return self._compacted_at[0]
+
+    @staticmethod
+    def _whole(
+        page: list[ChangeRecord], more: Callable[[int], list[ChangeRecord]]
+    ) -> list[ChangeRecord]:
+        """``page`` cut so that it holds whole commits (a commit's changes share its
+        time): a full page ends before its last time's changes (read again with the
+        next page); a full page of one time goes on with the next pages (``more``:
+        the page after a revision) to that time's end. So what is handed on at once
+        holds whole commits, however big (an aggregate applies them whole)."""
+        if len(page) < _PAGE:
+            return page
+        last = page[-1].timestamp
+        cut = len(page)
+        while cut > 0 and page[cut - 1].timestamp == last:
+            cut -= 1
+        if cut > 0:
+            return page[:cut]
+        records = list(page)
+        while True:
+            following = more(records[-1].revision)
+            same = list(itertools.takewhile(lambda record: record.timestamp == last, following))
+            records.extend(same)
+            if len(same) < len(following) or len(following) < _PAGE:
+                return records
 
     def _gap(self, found: int) -> None:
         # Revisions follow one another with no gap: missing ones were compacted away
@@ -348,17 +380,3 @@ class Dispatcher:
                 logger.warning(
                     "the dispatcher of %s did not finish within %s s", self._name, timeout
                 )
-
-
-def _whole(page: list[ChangeRecord]) -> list[ChangeRecord]:
-    """A page of the log without its last commit when the page is full and may have cut
-    that commit short (its changes share its time; read again with the next page), so
-    that what is handed on at once holds whole commits. A page of one commit's changes
-    (more than a page: it cannot be whole anyway) goes as it is."""
-    if len(page) < _PAGE:
-        return page
-    last = page[-1].timestamp
-    cut = len(page)
-    while cut > 0 and page[cut - 1].timestamp == last:
-        cut -= 1
-    return page[:cut] if cut > 0 else page

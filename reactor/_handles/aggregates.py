@@ -13,11 +13,13 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from fractions import Fraction
+from typing import TYPE_CHECKING, Any, Final
 
 import jsonpointer
 
 from reactor._base.keys import Pattern, check_key, compile_pattern
+from reactor._base.values import decode
 from reactor._engine.events import ChangeEvent
 from reactor._storage.records import ChangeRecord
 from reactor.errors import ClosedError, InvalidArgumentError
@@ -31,6 +33,8 @@ if TYPE_CHECKING:
 __all__ = ["Aggregate"]
 
 Number = int | float
+Part = tuple[int | Fraction, bool]  # what a key adds, and whether it is a float
+_NOTHING: Final[Part] = (0, False)
 
 
 class Aggregate(DerivedValue):
@@ -57,33 +61,64 @@ class Aggregate(DerivedValue):
             raise InvalidArgumentError(f"path {path!r} is not a JSON Pointer: {exc}") from None
         super().__init__(binding, self._from_snapshot, name, None)
         self._state = threading.Lock()
-        self._total: Number = 0
+        self._total: int | Fraction = 0
         self._applied = 0  # the revision the total is as of
         self._rebuild = True  # build it from a snapshot at the next refresh
         self._building = False  # a build is under way: changes wait
-        self._waiting: list[tuple[int, int, ChangeEvent]] = []  # batch, revision, change
+        self._waiting: list[tuple[int, ChangeRecord]] = []  # batch, change
+        self._floats = 0  # how many keys add a float: the total is published as one
+        self._uncounted: set[str] = set()  # keys past their deadline at the build
 
     # -- what one value counts ------------------------------------------------------------
-    def _part(self, value: Any) -> Number:
-        if value is None or (self._where is not None and not self._where(value)):
-            return 0
+    def _part(self, text: str | None) -> Part:
+        """What a key holding JSON ``text`` adds (None: absent, adds nothing; "null"
+        is a value, and counts): 1 or its number (exact: a float as the fraction it
+        is, so that adding and taking off leaves no rounding behind), and whether that
+        number is a float."""
+        if text is None:
+            return _NOTHING
+        value = decode(text)
+        if self._where is not None and not self._where(value):
+            return _NOTHING
         if self._pointer is None:
-            return 1
+            return 1, False
         found = self._pointer.resolve(value, None)
         if isinstance(found, bool) or not isinstance(found, int | float):
-            return 0  # no number there: it adds nothing
-        return found
+            return _NOTHING  # no number there: it adds nothing
+        if isinstance(found, float):
+            return Fraction(found), True
+        return found, False
 
-    def _from_snapshot(self, reader: Reader) -> Number:
-        values = reader.scope(self._scope).values(self._pattern.text)
-        return sum(self._part(value) for value in values)
+    def _add(self, text: str | None, sign: int) -> None:
+        """Add (``sign`` 1) or take off (-1) what ``text`` adds (the state's lock held)."""
+        amount, is_float = self._part(text)
+        self._total += sign * amount
+        self._floats += sign * int(is_float)
+
+    def _from_snapshot(self, reader: Reader) -> None:
+        """The total of the live keys; a key past its deadline that no sweep took off
+        yet is left out, and its expiry (the change still to come) takes nothing off."""
+        self._total, self._floats = 0, 0
+        self._uncounted = set()
+        for key, row in reader.stored_rows(self._scope, self._pattern):
+            if row.live(reader.now):
+                self._add(row.value, 1)
+            else:
+                self._uncounted.add(key)
+
+    def _published_total(self) -> Number:
+        """The total as published: a float if a float is in it, else an int."""
+        total = self._total
+        if self._floats:
+            return float(total)
+        return int(total)
 
     # -- keeping it up --------------------------------------------------------------------
-    def follows(self, record: ChangeRecord, event: ChangeEvent) -> bool:
+    def follows(self, record: ChangeRecord, event: ChangeEvent) -> bool:  # noqa: ARG002 - DerivedValue's call
         """Keep the change (on the dispatcher's thread) until its batch is over: then
         whole commits are applied (``settle``)."""
         with self._state:
-            self._waiting.append((self._registry.batch, record.revision, event))
+            self._waiting.append((self._registry.batch, record))
         return True
 
     def settle(self) -> None:
@@ -96,18 +131,22 @@ class Aggregate(DerivedValue):
     def _apply(self, ended: int) -> None:
         """Apply the changes kept of batches before ``ended`` that came after the total
         (with the state's lock held); one that ``where`` fails on has it built again."""
-        kept: list[tuple[int, int, ChangeEvent]] = []
-        for batch, revision, event in self._waiting:
+        kept: list[tuple[int, ChangeRecord]] = []
+        for batch, record in self._waiting:
             if batch >= ended:
-                kept.append((batch, revision, event))
-            elif revision > self._applied and not self._rebuild:
+                kept.append((batch, record))
+            elif record.revision > self._applied and not self._rebuild:
                 try:
-                    self._total += self._part(event.new_value) - self._part(event.old_value)
+                    self._add(record.new_value, 1)
+                    if record.key in self._uncounted:  # its old value was never counted
+                        self._uncounted.discard(record.key)
+                    else:
+                        self._add(record.old_value, -1)
                 except Exception as exc:  # noqa: BLE001 - ``where``'s: kept, built again
                     self._rebuild = True
                     self.error = exc
                     continue
-                self._applied = revision
+                self._applied = record.revision
         self._waiting = kept
 
     def missed(self) -> None:
@@ -122,10 +161,8 @@ class Aggregate(DerivedValue):
                 self._building = rebuild
             if rebuild and not self._build():
                 return
-            with self._state:
-                if self._rebuild:  # a change ``where`` failed on: built at the next one
-                    return
-                total, revision = self._total, self._applied
+            with self._state:  # as of its revision, whatever is due next (a build)
+                total, revision = self._published_total(), self._applied
             self._offer(total, revision)
 
     def _build(self) -> bool:
@@ -136,7 +173,9 @@ class Aggregate(DerivedValue):
         try:
             with engine.store.consistent_reads() as snapshot:
                 reader = Reader(snapshot, engine.now())
-                total = self._from_snapshot(reader)
+                with self._state:
+                    self._from_snapshot(reader)
+                    self._applied = reader.revision
         except ClosedError:
             return False
         except Exception as exc:  # noqa: BLE001 - ``where``'s, or the database's: kept
@@ -146,7 +185,6 @@ class Aggregate(DerivedValue):
             self._failed(exc)
             return False
         with self._state:
-            self._total, self._applied = total, reader.revision
             self._building = False
             self._apply(self._registry.batch)
         self.recomputations += 1

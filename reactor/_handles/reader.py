@@ -77,6 +77,13 @@ class Reader:
         row = self._snapshot.row(scope, key)
         return row if row is not None and row.live(self.now) else None
 
+    def stored_rows(self, scope: str, pattern: Pattern) -> list[tuple[str, Row]]:
+        """The rows of the keys matching ``pattern`` as stored, past their deadline
+        too until their expiry is swept (as the change log has them), recorded as
+        read: what ``count`` and ``sum``, kept up from the log's changes, start from."""
+        self.read.patterns.setdefault(scope, {})[pattern.text] = pattern
+        return self._snapshot.rows(scope, pattern)
+
     def read_rows(self, scope: str, pattern: Pattern) -> list[tuple[str, Row]]:
         """The live rows of the keys matching ``pattern``, recorded as read."""
         self.read.patterns.setdefault(scope, {})[pattern.text] = pattern

@@ -77,6 +77,9 @@ class AsyncDerived:
         """
         if not callable(predicate):
             raise InvalidArgumentError(f"predicate must be callable, not {predicate!r}")
+        current = self._derived.current()
+        if current is not None and predicate(current.value):
+            return current.value  # the current value first, whatever the timeout
         try:
             return await asyncio.wait_for(self._first(predicate), timeout)
         except TimeoutError:
