@@ -129,7 +129,9 @@ def test_a_worker_frozen_past_its_lease_records_nothing_more(db_path: Any) -> No
         with worker(db_path, pause=0.3) as first:
             wait_for(lambda: _recorded(state, "frozen") >= 1, timeout=30)
             os.kill(first.pid, signal.SIGSTOP)
-            with worker(db_path, pause=0.05):
+            # The second's lease is long: a stall of its own on a loaded machine (CI
+            # saw one) must not make it lose the run too (a third attempt).
+            with worker(db_path, pause=0.05, lease=10.0):
                 result = handle.result(timeout=60)
             finished = state.run_info("frozen")
             os.kill(first.pid, signal.SIGCONT)
