@@ -34,6 +34,8 @@ __all__ = ["Hub", "Listener"]
 logger = logging.getLogger("reactor")
 
 A = TypeVar("A")
+_UNKNOWN: Final = object()  # listened() must look again
+
 # At most this many scopes listened to are named in the dispatcher's reads of the log;
 # with more, it reads every change.
 LISTED_SCOPES: Final = 64
@@ -77,6 +79,8 @@ class Hub:
         self._shared: dict[object, Any] = {}
         self._closed = False
         self._receiver = self._receive  # one object, to connect and disconnect
+        self._scopes: dict[str | None, int] = {}  # scope -> places of it listened to
+        self._listened: frozenset[str] | object | None = _UNKNOWN  # listened(), kept
         self._settled: list[Callable[[], None]] = []  # told after each batch of changes
         self._gaps: list[Callable[[], None]] = []  # told when changes were lost
         dispatcher.on_settled = self._on_settled
@@ -117,6 +121,9 @@ class Hub:
                             f"durable subscriber {durable!r} is already subscribed in this process"
                         )
                     self._durable[durable] = listener
+                if where not in self._index:
+                    self._scopes[where[0]] = self._scopes.get(where[0], 0) + 1
+                    self._listened = _UNKNOWN
                 self._index.setdefault(where, set()).add(listener)
                 self._where[listener] = where
             # Connecting a connected receiver again changes nothing in the signal, but
@@ -140,6 +147,12 @@ class Hub:
                 listeners.discard(listener)
                 if not listeners:
                     del self._index[where]
+                    left = self._scopes[where[0]] - 1
+                    if left:
+                        self._scopes[where[0]] = left
+                    else:
+                        del self._scopes[where[0]]
+                    self._listened = _UNKNOWN
                 for name, held in list(self._durable.items()):
                     if held is listener:
                         del self._durable[name]
@@ -149,12 +162,18 @@ class Hub:
 
     def listened(self) -> frozenset[str] | None:
         """The scopes whose changes the listeners hear (None: every scope's, or more
-        scopes than a read of the log names one by one)."""
+        scopes than a read of the log names one by one); kept until a listener of a
+        new place joins or the last of one leaves (the follower asks at each look)."""
         with self._lock:
-            scopes = {scope for scope, _ in self._index}
-        if None in scopes or len(scopes) > LISTED_SCOPES:
-            return None
-        return frozenset(scope for scope in scopes if scope is not None)
+            found = self._listened
+            if found is _UNKNOWN:
+                scopes = self._scopes
+                if None in scopes or len(scopes) > LISTED_SCOPES:
+                    found = None
+                else:
+                    found = frozenset(scope for scope in scopes if scope is not None)
+                self._listened = found
+        return found  # type: ignore[return-value]
 
     def hears(self, scope: str, key: str) -> bool:
         """Whether a listener hears a change of ``key`` of ``scope`` (an unlocked look
