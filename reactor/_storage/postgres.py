@@ -41,9 +41,10 @@ import hashlib
 import logging
 import sys
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Collection, Iterator
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.pool import NullPool
@@ -108,6 +109,10 @@ def normalize_url(target: str) -> sa.URL:
             "PostgreSQL needs psycopg 3: pip install 'reactor-state[postgresql]'"
         )
     return url
+
+
+# Seconds the follower waits after waking for this process's own commits only.
+OWN_NOTES_PAUSE: Final = 0.01
 
 
 class PostgresStore(SQLStore):
@@ -357,6 +362,13 @@ class PostgresStore(SQLStore):
             if woken:
                 # Take every notification already here in one go: busy writers send
                 # one per commit.
+                for note in conn.notifies(timeout=0):
+                    announced = self._announced(note, announced)
+            if woken and announced is None:
+                # Only this process's own commits (published as they commit): while it
+                # writes fast, look again a little later, all at once, rather than wake
+                # at each of its commits (another process's commit waits that long).
+                time.sleep(min(timeout, OWN_NOTES_PAUSE))
                 for note in conn.notifies(timeout=0):
                     announced = self._announced(note, announced)
             return announced
