@@ -13,7 +13,7 @@ import pytest
 import reactor
 from tests.conftest import engine_of
 
-from .conftest import raw_query
+from .conftest import postgres_url, raw_query
 
 Opener = Callable[..., reactor.State]
 
@@ -200,3 +200,26 @@ def test_a_newer_database_raises_schema_error_and_stays_untouched(db_path: Any) 
         reactor.open(db_path)
     assert _contents(db_path) == before
     assert _raw_version(db_path) == 99
+
+
+def test_a_file_that_is_no_database_is_named_in_the_error(tmp_path: Path) -> None:
+    path = tmp_path / "notes.db"
+    path.write_bytes(b"these are my notes, not a database; " * 10)
+    with pytest.raises(reactor.StorageError) as raised:
+        reactor.open(path)
+    message = str(raised.value)
+    assert str(path) in message
+    assert "not a SQLite database, or it is damaged" in message
+    assert path.read_bytes() == b"these are my notes, not a database; " * 10  # untouched
+
+
+@pytest.mark.postgresql_only
+def test_a_missing_postgresql_schema_says_how_to_create_it() -> None:
+    url = postgres_url()
+    missing = url + ("&" if "?" in url else "?") + "options=-csearch_path%3Dreactor_no_such_schema"
+    with pytest.raises(reactor.StorageError) as raised:
+        reactor.open(missing)
+    message = str(raised.value)
+    assert "reactor_no_such_schema" in message or missing in message
+    assert "CREATE SCHEMA" in message
+    assert "CREATE TABLE" not in message

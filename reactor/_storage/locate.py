@@ -8,7 +8,13 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
-from reactor.errors import InvalidArgumentError, StorageError
+from reactor.errors import (
+    BusyError,
+    InvalidArgumentError,
+    ReadOnlyError,
+    SchemaError,
+    StorageError,
+)
 
 if TYPE_CHECKING:  # SQLAlchemy is imported when used: only for PostgreSQL
     import sqlalchemy as sa
@@ -76,7 +82,16 @@ def open_store(
     from .sqlite import SQLiteStore
 
     if location is None or isinstance(location, Path):
-        return SQLiteStore(location, durability=durability, timeout=timeout, readonly=readonly)
+        try:
+            return SQLiteStore(location, durability=durability, timeout=timeout, readonly=readonly)
+        except (ReadOnlyError, SchemaError, BusyError):
+            raise
+        except StorageError as exc:
+            if location is None or str(location) in str(exc):
+                raise
+            damaged = " (it is not a SQLite database, or it is damaged)"
+            why = damaged if "file is not a database" in str(exc) else ""
+            raise StorageError(f"cannot open {location}{why}: {exc}") from exc
     from .postgres import PostgresStore  # SQLAlchemy and psycopg: only for PostgreSQL
 
     return PostgresStore(location, durability=durability, timeout=timeout, readonly=readonly)

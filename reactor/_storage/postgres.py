@@ -158,7 +158,7 @@ class PostgresStore(SQLStore):
             raise translate(exc) from exc
         except sa.exc.DBAPIError as exc:
             self.close()
-            raise StorageError(f"cannot open {self.location}: {exc.orig}") from exc
+            raise _open_error(self.location, exc.orig) from exc
         except BaseException:
             self.close()
             raise
@@ -584,3 +584,14 @@ def _lock_migrations(conn: sa.Connection) -> None:
 def _begin_snapshot(conn: psycopg.Connection[Any]) -> psycopg.Connection[Any]:
     conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
     return conn
+
+
+def _open_error(location: str, cause: BaseException | None) -> StorageError:
+    """The error of an open that failed with ``cause``: one that names the database,
+    and says what to do when the schema it names does not exist."""
+    if isinstance(cause, psycopg.errors.InvalidSchemaName):
+        return StorageError(
+            f"cannot open {location}: the schema it names (its search_path) does not "
+            "exist; create it first (CREATE SCHEMA name), or name one that exists"
+        )
+    return StorageError(f"cannot open {location}: {cause}")
