@@ -8,7 +8,8 @@
                                   $REACTOR_TEST_POSTGRES_URL names a server
     python3 dev.py pytest ARGS    the test suite alone
 
-The virtual environment lives in .venv; it is (re)installed when pyproject.toml changes.
+The virtual environment lives in .venv; it is (re)installed when pyproject.toml changes:
+with reactor's runtime dependencies only for the demo, with every extra for the rest.
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent
 VENV = ROOT / ".venv"
 BIN = VENV / ("Scripts" if os.name == "nt" else "bin")
-STAMP = VENV / ".reactor-installed"
+STAMP = VENV / ".reactor-installed"  # the full install (the tests', the bench's extras)
+RUNTIME_STAMP = VENV / ".reactor-installed-runtime"  # reactor and its dependencies only
 POSTGRES_ENV = "REACTOR_TEST_POSTGRES_URL"
 
 
@@ -36,17 +38,34 @@ def run(*command: str | Path) -> None:
         sys.exit(done.returncode)
 
 
-def ensure_environment() -> None:
-    """Create .venv and install reactor with its dev extras, if not done for this pyproject."""
-    wanted = hashlib.sha256((ROOT / "pyproject.toml").read_bytes()).hexdigest()
-    if STAMP.exists() and STAMP.read_text() == wanted:
+def ensure_environment(*, full: bool = True) -> None:
+    """Create .venv and install reactor into it, if not done for this pyproject: with
+    its runtime dependencies only for the demo (seconds), with the extras the tests and
+    the bench need (``full``) for the rest. A full install serves the demo too."""
+    digest = hashlib.sha256((ROOT / "pyproject.toml").read_bytes()).hexdigest()
+    if STAMP.exists() and STAMP.read_text() == digest:
+        return  # the full install: it has everything
+    if not full and RUNTIME_STAMP.exists() and RUNTIME_STAMP.read_text() == digest:
         return
     if not (BIN / "python").exists():
         print(f"creating {VENV}", flush=True)
         venv.create(VENV, with_pip=True)
-    run(BIN / "python", "-m", "pip", "install", "--quiet", "--upgrade", "pip")
-    run(BIN / "python", "-m", "pip", "install", "--quiet", "-e", ".[dev,bench,postgresql,ui]")
-    STAMP.write_text(wanted)
+    if full:
+        run(BIN / "python", "-m", "pip", "install", "--quiet", "--upgrade", "pip")
+        run(BIN / "python", "-m", "pip", "install", "--quiet", "-e", ".[dev,bench,postgresql,ui]")
+        STAMP.write_text(digest)
+    else:
+        run(
+            BIN / "python",
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            "-e",
+            ".",
+        )
+        RUNTIME_STAMP.write_text(digest)
 
 
 def both_passes(rest: list[str]) -> None:
@@ -97,7 +116,7 @@ def main(argv: list[str]) -> None:
     command, rest = (argv[0], argv[1:]) if argv else ("test", [])
     if rest[:1] == ["--"]:
         rest = rest[1:]
-    ensure_environment()
+    ensure_environment(full=command != "demo")
     if command == "demo":
         run(BIN / "reactor", "demo", *rest)
     elif command == "test":
