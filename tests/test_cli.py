@@ -125,6 +125,35 @@ def test_get_a_missing_key(db_path: Any, tmp_path: Path) -> None:
     assert _ok(db_path, "get", "s", "other", "--default", "-1", cwd=tmp_path) == -1
 
 
+def test_exists_mget_expire_and_persist_as_redis_cli(db_path: Any, tmp_path: Path) -> None:
+    reactor.open(db_path).close()
+
+    def ok(*args: str) -> Any:  # one after the other: each sees the one before
+        done = run_reactor("--db", str(db_path), *args, cwd=tmp_path)
+        assert done.returncode == 0, (args, done.stderr)
+        return json.loads(done.stdout)
+
+    ok("set", "s", "a", "1")
+    present, values = ok("exists", "s", "a", "b", "a"), ok("mget", "s", "a", "b")
+    expiring, left = ok("expire", "s", "a", "100"), ok("ttl", "s", "a")
+    persisted, kept = ok("persist", "s", "a"), ok("ttl", "s", "a")
+    missing = ok("expire", "s", "b", "5")
+    assert present == 2  # a named twice counts twice, as Redis EXISTS
+    assert values == [1, None]
+    assert expiring is True
+    assert 0 < left <= 100
+    assert persisted is True
+    assert kept == -1
+    assert missing is False
+    with reactor.open(db_path) as state:
+        assert state.scope("s").ttl("b") == -2  # expire creates nothing
+    refused = run_reactor("--db", str(db_path), "expire", "s", "a", "0", cwd=tmp_path)
+    assert refused.returncode == 2
+    assert "x>0" in refused.stderr
+    reserved = run_reactor("--db", str(db_path), "persist", "queue:jobs", "1", cwd=tmp_path)
+    assert reserved.returncode != 0
+
+
 def test_ttl_incr_and_delete(db_path: Any, tmp_path: Path) -> None:
     reactor.open(db_path).close()  # reads run alongside the first writes: the database exists
     set_, one, absent, nothing = _ok_all(

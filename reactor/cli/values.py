@@ -1,5 +1,5 @@
-"""The commands on keys and values: get, set, update, delete, incr, ttl, and the
-listings (keys, list, scopes, stats)."""
+"""The commands on keys and values: get, set, update, delete, incr, ttl, exists, mget,
+expire, persist, and the listings (keys, list, scopes, stats)."""
 
 from __future__ import annotations
 
@@ -153,6 +153,49 @@ def ttl(scope: str, key: str) -> None:
 
 @click.command(cls=Command)
 @click.argument("scope")
+@click.argument("names", metavar="KEY...", nargs=-1, required=True)
+@data_options(raw=True)
+def exists(scope: str, names: tuple[str, ...]) -> None:
+    """Print how many of the KEYs exist in SCOPE (a key named twice counts twice, as
+    Redis EXISTS)."""
+    handle = command_state().scope(scope)
+    command_output().value(sum(1 for key in names if handle.exists(key)), value_view)
+
+
+@click.command(cls=Command)
+@click.argument("scope")
+@click.argument("names", metavar="KEY...", nargs=-1, required=True)
+@data_options()
+def mget(scope: str, names: tuple[str, ...]) -> None:
+    """Print the values of the KEYs in SCOPE, in order: a JSON list, null for a key
+    that does not exist (as Redis MGET)."""
+    found = command_state().scope(scope).get_many(names)
+    command_output().value([found.get(key) for key in names], value_view)
+
+
+@click.command(cls=Command)
+@click.argument("scope", callback=writable_scope)
+@click.argument("key")
+@click.argument("seconds", type=click.FloatRange(min=0, min_open=True))
+@data_options(raw=True)
+def expire(scope: str, key: str, seconds: float) -> None:
+    """Expire KEY in SECONDS from now; print whether it exists (and so got it)."""
+    done = command_state(create=True).scope(scope).expire(key, seconds)
+    command_output().value(done, value_view)
+
+
+@click.command(cls=Command)
+@click.argument("scope", callback=writable_scope)
+@click.argument("key")
+@data_options(raw=True)
+def persist(scope: str, key: str) -> None:
+    """Take KEY's expiry off; print whether it exists."""
+    done = command_state(create=True).scope(scope).expire(key, None)
+    command_output().value(done, value_view)
+
+
+@click.command(cls=Command)
+@click.argument("scope")
 @click.argument("pattern", default="*")
 @limit_option("At most N keys: the first N, in sorted order.")
 @data_options(raw=True)
@@ -200,4 +243,19 @@ def stats() -> None:
     command_output().show(command_state().stats(), stats_view)
 
 
-COMMANDS: Final = (get, set_value, update, delete, incr, ttl, keys, list_items, scopes, stats)
+COMMANDS: Final = (
+    get,
+    set_value,
+    update,
+    delete,
+    incr,
+    ttl,
+    exists,
+    mget,
+    expire,
+    persist,
+    keys,
+    list_items,
+    scopes,
+    stats,
+)
