@@ -591,7 +591,11 @@ def test_waiters_on_one_key_are_all_woken(scope: reactor.Scope, engine: Any) -> 
     eventually(lambda: waiters(engine) == 20)
     for n in range(20):
         scope.set("k", n)
-    assert [waiter.result() for waiter in found] == list(range(20))
+    results = [waiter.result() for waiter in found]
+    # Each gets a value that satisfies it: the first it saw. A waiter joins the hub
+    # before it reads the key, so its read may come after some of the sets (CI saw a
+    # waiter for 5 read 8 on a busy PostgreSQL): then that value is the first it sees.
+    assert all(n <= value < 20 for n, value in enumerate(results)), results
     assert_clean(engine, before)
 
 
