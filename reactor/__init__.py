@@ -16,7 +16,7 @@ import types as _types
 from typing import TYPE_CHECKING as _TYPE_CHECKING
 from typing import Any as _Any
 
-from . import errors, ops, signals
+from . import codecs, errors, ops, signals
 from ._base.clock import Clock
 from ._base.results import (
     Change,
@@ -44,6 +44,7 @@ from ._handles.state import State
 from ._handles.subscriptions import Subscription, Watch
 from ._handles.transaction import MultiTransaction, Transaction
 from ._handles.verbs import ScopeVerbs
+from .codecs import Codec, TypedCodec
 from .errors import (
     BusyError,
     ClosedError,
@@ -154,6 +155,7 @@ __all__ = [
     "ChangeEvent",
     "Clock",
     "ClosedError",
+    "Codec",
     "ConflictError",
     "Derived",
     "DerivedValue",
@@ -198,6 +200,7 @@ __all__ = [
     "Timer",
     "Transaction",
     "TypeMismatchError",
+    "TypedCodec",
     "UpdateResult",
     "Watch",
     "Workers",
@@ -205,6 +208,7 @@ __all__ = [
     "WorkflowFailedError",
     "__version__",
     "aio",
+    "codecs",
     "errors",
     "open",
     "ops",

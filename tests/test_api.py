@@ -64,8 +64,9 @@ def test_aio_open_takes_the_options_of_open() -> None:
 
 def test_public_classes_say_where_users_find_them() -> None:
     import reactor.aio
+    import reactor.codecs
 
-    for module in (reactor, reactor.aio, errors):
+    for module in (reactor, reactor.aio, reactor.codecs, errors):
         for name in module.__all__:
             value = getattr(module, name)
             if isinstance(value, type | types.FunctionType):

@@ -285,14 +285,16 @@ def _exec(block: Block, namespace: dict[str, Any]) -> None:
     tree = ast.parse(block.code, filename)
     comments = _comments(block.code)
     ast.increment_lineno(tree, block.line - 1)
-    whole = compile(tree, filename, "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
+    # dont_inherit: the page's code runs as a reader's would, without this module's
+    # ``from __future__ import annotations`` (a dataclass's annotations stay types).
+    whole = compile(tree, filename, "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT, dont_inherit=True)
     if whole.co_flags & inspect.CO_COROUTINE:  # top-level await: as python -m asyncio
         asyncio.run(eval(whole, namespace))  # noqa: S307 - the docs' own code
         return
     for statement in tree.body:
         end = statement.end_lineno or statement.lineno
         expected = _RAISES.match(comments.get(end - block.line + 1, ""))
-        code = compile(ast.Module([statement], []), filename, "exec")
+        code = compile(ast.Module([statement], []), filename, "exec", dont_inherit=True)
         if expected is None:
             exec(code, namespace)  # noqa: S102 - the docs' own code
             continue

@@ -25,6 +25,15 @@ EXPECTED: dict[str, list[str]] = {
         "carol -> alice 1000: refused (carol holds 200)",
         "totals seen by the auditor's snapshots: [1000]",
     ],
+    "typed_invoices": [
+        "stored as: {'item': 'travel', 'quantity': 1, 'unit_price': '45.10'}",
+        "due as stored: 2026-12-02T17:00:00Z",
+        "read back equal: True",
+        "total: 405.10 Decimal",
+        "paid seen by the subscriber: True 405.10",
+        "refused: TypeMismatchError",
+        "strict handle refused a dataclass; keys: ['broken', 'inv-1']",
+    ],
     "order_board": [
         "board: new 1, paid 2, shipped 0, revenue 75",
         "board: new 1, paid 0, shipped 2, revenue 75",

@@ -411,3 +411,25 @@ async def rejected_async(state: reactor.aio.AsyncState) -> None:
     state.on(events="craeted")  # type: ignore[arg-type]
     await state.scope("s").set("k", 1, ttl="30")  # type: ignore[arg-type]
     await state.scope("s").wait_for("k", timeout="30")  # type: ignore[arg-type]
+
+
+def typed_values() -> None:
+    import dataclasses
+    import datetime as dt
+
+    @dataclasses.dataclass
+    class Order:
+        id: str
+        placed: dt.datetime
+
+    codec = reactor.TypedCodec(encoders={Order: dataclasses.asdict})
+    with reactor.open("state.db", codec=codec) as state:
+        assert_type(state.codec, reactor.Codec | None)
+        orders = state.scope("orders", codec=reactor.codecs.TypedCodec())
+        assert_type(orders.get("o-1"), Any)
+        assert_type(orders.get("o-1", type=Order), Order | None)
+        assert_type(orders.get("o-1", "none", type=Order), Order | str)
+        assert_type(orders.get_many(["o-1"], type=Order), dict[str, Any])
+        assert_type(codec.decode({"id": "o-1"}, Order), Any)
+        orders.get("o-1", type="Order")  # type: ignore[call-overload]
+        reactor.open("state.db", codec=42)  # type: ignore[arg-type]

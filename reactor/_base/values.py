@@ -225,7 +225,8 @@ def _scalar(value: Any, kind: type, budget: int) -> int:
             raise InvalidValueError(f"{value!r} is not a JSON number")
         return budget - 1
     raise InvalidValueError(
-        f"{kind.__name__} is not a JSON type (use dict, list, str, int, float, bool or None)"
+        f"{kind.__name__} is not a JSON type (use dict, list, str, int, float, bool or None, "
+        "or open with codec=reactor.codecs.TypedCodec() to store it as JSON)"
     )
 
 

@@ -3,15 +3,24 @@ engine."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from typing import Final, Literal, get_args
 
 from reactor._base.clock import Clock, SystemClock
+from reactor._base.codecs import Codec
 from reactor._base.values import DEFAULT_MAX_DEPTH, DEFAULT_MAX_VALUE_BYTES, MAX_DEPTH_LIMIT
 from reactor.errors import InvalidArgumentError
 
-__all__ = ["DURABILITIES", "MAX_TIMEOUT", "SWEEP_INTERVALS", "Durability", "Options"]
+__all__ = [
+    "DURABILITIES",
+    "MAX_TIMEOUT",
+    "SWEEP_INTERVALS",
+    "Durability",
+    "Options",
+    "with_codec",
+]
 
 Durability = Literal["normal", "full", "memory"]
 """What an acknowledged commit survives: ``"normal"`` (the default) the process being
@@ -42,6 +51,9 @@ class Options:
     readonly: bool = False
     sweep_interval: float = 0.25  # seconds between sweeps: expiry events within a second
     clock: Clock = field(default_factory=SystemClock, compare=False)
+    # What turns a handle's typed values into plain JSON before they are checked: a
+    # handle's, never the engine's (``with_codec``), so not an option to compare.
+    codec: Codec | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         # The Literal type stops typed callers only: check for the others.
@@ -86,3 +98,21 @@ def _positive_number(name: str, value: object) -> None:
         or value <= 0  # type: ignore[operator]
     ):
         raise InvalidArgumentError(f"{name} must be a number > 0, not {value!r}")
+
+
+_coded: dict[tuple[int, int], tuple[Options, Codec, Options]] = {}
+
+
+def with_codec(options: Options, codec: Codec) -> Options:
+    """``options`` with ``codec``: what a handle opened with a codec encodes with (made
+    once per engine and codec, then shared). Keyed by identity: options that compare
+    equal may hold other clocks."""
+    key = (id(options), id(codec))
+    known = _coded.get(key)
+    if known is not None and known[0] is options and known[1] is codec:
+        return known[2]
+    if len(_coded) >= 256:  # engines come and go in long-lived test runs
+        _coded.clear()
+    made = dataclasses.replace(options, codec=codec)
+    _coded[key] = (options, codec, made)
+    return made

@@ -13,9 +13,11 @@ import threading
 import weakref
 from typing import TYPE_CHECKING
 
+from reactor._engine.options import Options, with_codec
 from reactor.errors import ClosedError
 
 if TYPE_CHECKING:
+    from reactor._base.codecs import Codec
     from reactor._engine.engine import Engine
     from reactor._engine.port import EnginePort
 
@@ -25,13 +27,20 @@ __all__ = ["Binding", "bind", "binding_of", "engine_of"]
 class Binding:
     """A handle's engine while the handle is open."""
 
-    __slots__ = ("__weakref__", "_lock", "current")
+    __slots__ = ("__weakref__", "_lock", "codec", "current")
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, codec: Codec | None = None) -> None:
         # The engine until the handle lets go of it (closed or not: see ``engine``);
         # read as it is on the hottest paths, where a property's call would cost.
         self.current: Engine | None = engine
+        self.codec = codec  # the handle's, for every handle taken from it
         self._lock = threading.Lock()
+
+    def options(self, engine: EnginePort, codec: Codec | None = None) -> Options:
+        """What the handle's writes check and encode with: the engine's options, with
+        ``codec`` (else the handle's codec) if there is one."""
+        chosen = self.codec if codec is None else codec
+        return engine.options if chosen is None else with_codec(engine.options, chosen)
 
     @property
     def engine(self) -> EnginePort:
@@ -72,9 +81,9 @@ class Binding:
 _bindings: weakref.WeakKeyDictionary[object, Binding] = weakref.WeakKeyDictionary()
 
 
-def bind(handle: object, engine: Engine) -> Binding:
+def bind(handle: object, engine: Engine, codec: Codec | None = None) -> Binding:
     """Bind ``handle`` (a ``State``) to ``engine``; its binding."""
-    binding = _bindings[handle] = Binding(engine)
+    binding = _bindings[handle] = Binding(engine, codec)
     return binding
 
 

@@ -157,7 +157,7 @@ class Queue:
         """
         engine = self._binding.engine
         name, entry = _jobs.check_put(
-            engine.options, self.name, item, delay, key, priority, group, debounce
+            self._binding.options(engine), self.name, item, delay, key, priority, group, debounce
         )
         settings = self._settings
         ids = self._write("queue.put", lambda txn: _jobs.enqueue(txn, name, [entry], settings))
@@ -188,7 +188,7 @@ class Queue:
             ReadOnlyError: the engine is read-only.
         """
         engine = writable_engine(self._binding)
-        work = put_every(engine.options, self.name, item, key, every, cron, tz)
+        work = put_every(self._binding.options(engine), self.name, item, key, every, cron, tz)
         timer: Timer = self._write("queue.put_every", work)
         return timer
 

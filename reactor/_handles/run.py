@@ -30,7 +30,8 @@ from reactor.errors import (
 
 from .runner import Runner, Unwind, suspend_in
 from .scope import Scope
-from .transaction import Hold, MultiTransaction, scope_names
+from .transaction import Hold, MultiTransaction
+from .transaction_scopes import scope_names
 
 if TYPE_CHECKING:
     from .binding import Binding

@@ -21,6 +21,7 @@ from .transaction import Transaction, held, in_transaction
 from .verbs import ScopeVerbs, verb
 
 if TYPE_CHECKING:
+    from reactor._base.codecs import Codec
     from reactor._engine.port import EnginePort
 
     from .binding import Binding
@@ -40,13 +41,14 @@ class Scope(ScopeVerbs):
     its reads work, and its write verbs (and ``transaction``) raise ``InvalidKeyError``.
     """
 
-    __slots__ = ("_binding", "_reserved", "name")
+    __slots__ = ("_binding", "_codec", "_reserved", "name")
 
-    def __init__(self, binding: Binding, name: str) -> None:
+    def __init__(self, binding: Binding, name: str, codec: Codec | None = None) -> None:
         self._binding = binding
         self.name: str = check_key(name, "scope name")
         """The scope's name."""
         self._reserved = name.startswith(RESERVED_PREFIXES)  # its writes raise
+        self._codec = binding.codec if codec is None else codec
 
     def __repr__(self) -> str:
         return f"<reactor.Scope {self.name!r}>"
@@ -163,7 +165,7 @@ class Scope(ScopeVerbs):
                 no transaction writes.
         """
         self._writable()
-        return Transaction(self._binding, self.name)
+        return Transaction(self._binding, self.name, codec=self._codec)
 
 
 def _reentered(scope: str) -> ReentrancyError:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection
 from typing import Any, Literal, TypeVar
 
+from reactor._base.codecs import Codec, check_codec
 from reactor._base.keys import compile_pattern
 from reactor._base.results import RunInfo, Timer
 from reactor._engine.engine import Engine
@@ -48,8 +49,8 @@ class State:
     location: str
     """Where the database is: a file path, or ``":memory:"``."""
 
-    def __init__(self, engine: Engine) -> None:
-        self._binding = bind(self, engine)
+    def __init__(self, engine: Engine, codec: Codec | None = None) -> None:
+        self._binding = bind(self, engine, codec)
         self.location: str = engine.store.location
         self._workflows = Workflows(self._binding)  # durable workflows (SPEC §14)
 
@@ -62,16 +63,25 @@ class State:
         """Whether this handle is closed."""
         return self._binding.closed
 
-    def scope(self, name: str) -> Scope:
+    @property
+    def codec(self) -> Codec | None:
+        """The codec this handle's values go through (``open(codec=...)``), or None:
+        strict JSON."""
+        return self._binding.codec
+
+    def scope(self, name: str, *, codec: Codec | None = None) -> Scope:
         """The handle to scope ``name`` (created when first written). A name beginning
         with ``queue:`` or ``run:`` is the scope of a queue's (or a workflow's) events:
         its handle reads them, and its writes raise ``InvalidKeyError``.
 
+        ``codec``: this scope's codec, in place of the state's (``open(codec=...)``).
+
         Raises:
             InvalidKeyError: ``name`` is not a valid scope name.
+            InvalidArgumentError: ``codec`` has no ``encode`` and ``decode`` methods.
         """
         self._binding.check()
-        return Scope(self._binding, name)
+        return Scope(self._binding, name, check_codec(codec))
 
     def scopes(self) -> list[str]:
         """The names of the scopes that hold at least one live key, sorted."""

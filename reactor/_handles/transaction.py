@@ -26,19 +26,22 @@ from collections.abc import Callable, Iterable
 from time import perf_counter
 from typing import TYPE_CHECKING, Any, TypeVar, Unpack
 
-from reactor._base.keys import Pattern, check_key, check_writable
+from reactor._base.keys import Pattern
 from reactor._base.results import Snapshot
 from reactor._storage.records import Row
 from reactor._storage.txn import WriteTxn
 from reactor._work import jobs as _jobs
 from reactor._work.commit_check import checked_commit
 from reactor._work.timers import DropTimer, check_timer_id, pending_timer
-from reactor.errors import ClosedError, InvalidArgumentError, ReentrancyError
+from reactor.errors import ClosedError, ReentrancyError
 
 from .run_handle import RunHandle, start_in
+from .transaction_scopes import part_of, scope_names
 from .verbs import ScopeVerbs, verb
 
 if TYPE_CHECKING:
+    from reactor._base.codecs import Codec
+    from reactor._engine.options import Options
     from reactor._engine.port import EnginePort
     from reactor._engine.reply import ThreadReply
     from reactor._work.jobs import PutOptions
@@ -52,8 +55,6 @@ __all__ = [
     "held",
     "held_scopes",
     "in_transaction",
-    "part_of",
-    "scope_names",
 ]
 
 T = TypeVar("T")
@@ -101,38 +102,6 @@ def held_scopes(engine: EnginePort) -> list[str]:
     )
 
 
-def scope_names(scopes: Iterable[object]) -> tuple[str, ...]:
-    """The scopes of a transaction, without repeats, in the order they are taken in.
-
-    Raises:
-        InvalidArgumentError: no scope.
-        InvalidKeyError: a name that is not a valid scope name, or a scope of events
-            (``queue:NAME``, ``run:NAME``), which no transaction writes.
-    """
-    names = {check_writable(check_key(name, "scope name")) for name in scopes}
-    if not names:
-        raise InvalidArgumentError("a transaction needs at least one scope name")
-    return tuple(sorted(names))
-
-
-def part_of(names: tuple[str, ...], name: object) -> str:
-    """``name``, if it is one of the transaction's scopes (``tx[name]``).
-
-    Raises:
-        InvalidKeyError: ``name`` is not a valid scope name, or is a scope of events
-            (``queue:NAME``, ``run:NAME``), which no transaction holds.
-        InvalidArgumentError: the transaction does not hold that scope.
-    """
-    checked = check_writable(check_key(name, "scope name"))
-    if checked not in names:
-        held = ", ".join(repr(held) for held in names)
-        raise InvalidArgumentError(
-            f"scope {checked!r} is not part of this transaction, which holds {held}: "
-            "name every scope it writes in state.transaction(...)"
-        )
-    return checked
-
-
 class Hold:
     """What a transaction holds: its scopes, taken from their actors in order, and the
     pending write transaction its body stages its writes in (one for all the scopes).
@@ -170,6 +139,10 @@ class Hold:
         # to): the names of PostgreSQL's scope locks, with the scopes'.
         self.locks: set[str] = set()
 
+    def options(self, engine: EnginePort, codec: Codec | None = None) -> Options:
+        """What the body's writes check and encode with (``Binding.options``)."""
+        return self._binding.options(engine, codec)
+
     def enqueue(
         self, queue: str, item: Any, delay: float | None, key: str | None, options: PutOptions
     ) -> None:
@@ -177,7 +150,8 @@ class Hold:
         engine = self.usable()
         start = perf_counter()
         try:
-            name, entry = _jobs.check_put(engine.options, queue, item, delay, key, **options)
+            checks = self.options(engine)  # with the state's codec
+            name, entry = _jobs.check_put(checks, queue, item, delay, key, **options)
             txn = self.txn
             assert txn is not None
             outbox = txn.last_deferred()  # enqueues in a row share one, run in the commit
@@ -395,12 +369,15 @@ class Transaction(ScopeVerbs):
     ``Scope``; in a transaction over several scopes, ``tx[name]`` of a
     ``MultiTransaction``: the same verbs, on that scope."""
 
-    __slots__ = ("_hold", "_own", "name")
+    __slots__ = ("_codec", "_hold", "_own", "name")
 
-    def __init__(self, binding: Binding, name: str, hold: Hold | None = None) -> None:
+    def __init__(
+        self, binding: Binding, name: str, hold: Hold | None = None, *, codec: Codec | None = None
+    ) -> None:
         self.name = name
         self._own = hold is None  # False: a part of a MultiTransaction
         self._hold = Hold(binding, (name,)) if hold is None else hold
+        self._codec = binding.codec if codec is None else codec
 
     def __repr__(self) -> str:
         return f"<reactor.Transaction on {self.name!r} ({self._hold.status})>"

@@ -17,12 +17,14 @@ import builtins
 import functools
 from collections.abc import Callable, Iterable, Mapping
 from time import perf_counter
-from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar, overload
 
+from reactor._base.codecs import Codec, default_codec
 from reactor._base.keys import Pattern, check_key, compile_pattern
 from reactor._base.results import Change, Entry, Timer, UpdateResult
 from reactor._base.values import MISSING, Number, decode
 from reactor._engine.events import ChangeEvent
+from reactor._engine.options import Options, with_codec
 from reactor._storage.records import Row
 from reactor._work import timers as _timers
 from reactor._work import writes as _writes
@@ -37,6 +39,7 @@ __all__ = ["ScopeVerbs", "check_ttl", "verb"]
 P = ParamSpec("P")
 R = TypeVar("R")
 T = TypeVar("T")
+D = TypeVar("D")
 V = TypeVar("V", bound="ScopeVerbs")
 
 
@@ -88,6 +91,16 @@ class ScopeVerbs:
     def _engine(self) -> EnginePort:
         return self._usable()
 
+    _codec: Codec | None
+    """The handle's codec (its scope's, else its state's), or None: strict JSON."""
+
+    @property
+    def _options(self) -> Options:
+        """What writes check and encode with: the engine's options, with the codec."""
+        options = self._engine.options
+        codec = self._codec
+        return options if codec is None else with_codec(options, codec)
+
     def _run(self, work: Work[T]) -> T:
         raise NotImplementedError
 
@@ -120,17 +133,44 @@ class ScopeVerbs:
         raise NotImplementedError
 
     # -- reads ---------------------------------------------------------------------
-    @verb("get")
-    def get(self, key: str, default: Any = None, *, at_revision: int | None = None) -> Any:
+    @overload
+    def get(self, key: str, default: Any = None, *, at_revision: int | None = None) -> Any: ...
+
+    @overload
+    def get(
+        self, key: str, *, at_revision: int | None = None, type: builtins.type[T]
+    ) -> T | None: ...
+
+    @overload
+    def get(
+        self, key: str, default: D, *, at_revision: int | None = None, type: builtins.type[T]
+    ) -> T | D: ...
+
+    # mypy does not see an implementation's signature through a ParamSpec decorator
+    # (``verb`` keeps it whole): the overloads above are the checked ones.
+    @verb("get")  # type: ignore[misc]
+    def get(
+        self,
+        key: str,
+        default: Any = None,
+        *,
+        at_revision: int | None = None,
+        type: Any = None,  # noqa: A002 - the name redis-om and msgspec users know
+    ) -> Any:
         """The value of ``key`` (a fresh copy), or ``default`` if it is absent.
 
         ``at_revision=R``: the value it had at revision ``R`` (``default`` if absent
         then), from the change log (in a transaction: as committed, not as the body
         changed it).
 
+        ``type=Order``: the value decoded as an ``Order`` (a dataclass, a pydantic model,
+        ``datetime``, ``list[Order]``...) by the handle's codec (else a
+        ``reactor.codecs.TypedCodec``); ``default`` is returned as it is.
+
         Raises:
             InvalidArgumentError: ``at_revision`` is not a revision, or is after the last.
             RevisionCompactedError: the change log no longer covers ``at_revision``.
+            TypeMismatchError: the value does not fit ``type``.
         """
         checked = check_key(key)
         if at_revision is None:
@@ -138,7 +178,21 @@ class ScopeVerbs:
         else:
             revision = check_revision(at_revision, "at_revision")
             text = self._engine.store.value_at(self.name, checked, revision)
-        return default if text is None else decode(text)
+        if text is None:
+            return default
+        return decode(text) if type is None else self._typed(decode(text), type, checked)
+
+    def _typed(self, value: Any, kind: Any, key: str) -> Any:
+        """``value`` (of ``key``) decoded as ``kind`` by the handle's codec.
+
+        Raises:
+            TypeMismatchError: it does not fit.
+        """
+        codec = self._codec or default_codec()
+        try:
+            return codec.decode(value, kind)
+        except TypeMismatchError as exc:
+            raise TypeMismatchError(f"{key!r} in scope {self.name!r}: {exc}") from None
 
     @verb("entry")
     def entry(self, key: str) -> Entry | None:
@@ -196,14 +250,22 @@ class ScopeVerbs:
             # retained event is what was asked for: read them again.
 
     @verb("get_many")
-    def get_many(self, keys: Iterable[str]) -> dict[str, Any]:
-        """The values of those of ``keys`` that exist, in the order asked."""
+    def get_many(
+        self,
+        keys: Iterable[str],
+        *,
+        type: Any = None,  # noqa: A002 - as get's
+    ) -> dict[str, Any]:
+        """The values of those of ``keys`` that exist, in the order asked; each decoded
+        as ``type`` if given (as ``get``)."""
         if isinstance(keys, str) or not isinstance(keys, Iterable):
             raise InvalidArgumentError(
-                f"get_many takes an iterable of keys, not {type(keys).__name__}"
+                f"get_many takes an iterable of keys, not {builtins.type(keys).__name__}"
             )
         found = self._texts([check_key(key) for key in keys])
-        return {key: decode(text) for key, text in found.items()}
+        if type is None:
+            return {key: decode(text) for key, text in found.items()}
+        return {key: self._typed(decode(text), type, key) for key, text in found.items()}
 
     @verb("exists")
     def exists(self, key: str) -> bool:
@@ -211,9 +273,13 @@ class ScopeVerbs:
         return self._text(check_key(key)) is not None
 
     @verb("list")
-    def list(self) -> dict[str, Any]:
-        """Every live key and its value, sorted by key."""
-        return {key: decode(text) for key, text in self._items(compile_pattern("*"))}
+    def list(self, *, type: Any = None) -> dict[str, Any]:  # noqa: A002 - as get's
+        """Every live key and its value, sorted by key; each value decoded as ``type``
+        if given (as ``get``)."""
+        items = self._items(compile_pattern("*"))
+        if type is None:
+            return {key: decode(text) for key, text in items}
+        return {key: self._typed(decode(text), type, key) for key, text in items}
 
     @verb("keys")
     def keys(self, pattern: str = "*") -> builtins.list[str]:
@@ -278,7 +344,7 @@ class ScopeVerbs:
             InvalidValueError: ``value`` is not storable.
             InvalidOpError: ``ops`` are not update ops nor a JSON Patch.
         """
-        options = self._engine.options
+        options = self._options
         return self._run(
             _timers.schedule(
                 options, self.name, key, value, ops, after, at, every, cron=cron, tz=tz
@@ -307,7 +373,7 @@ class ScopeVerbs:
             InvalidArgumentError: ``ttl`` is not a number > 0, or ``keep_ttl`` not a bool.
             ConflictError: ``if_revision`` does not match; nothing is written.
         """
-        options = self._engine.options
+        options = self._options
         return self._run(
             _writes.set_value(options, self.name, key, value, ttl, keep_ttl, if_revision)
         )
@@ -325,7 +391,7 @@ class ScopeVerbs:
         ``if_revision=R``: only if none of the keys changed after revision ``R`` (a
         snapshot's, say; 0: only if none of them exists), else ``ConflictError``.
         """
-        work = _writes.set_many(self._engine.options, self.name, mapping, ttl, if_revision)
+        work = _writes.set_many(self._options, self.name, mapping, ttl, if_revision)
         return {} if work is None else self._run(work)
 
     @verb("delete", write=True)
@@ -358,7 +424,7 @@ class ScopeVerbs:
         Raises:
             TypeMismatchError: the value, ``by`` or ``default`` is not a number.
         """
-        options = self._engine.options
+        options = self._options
         return self._run(_writes.increment(options, self.name, key, by, default, if_revision))
 
     @verb("decrement", write=True)
@@ -366,7 +432,7 @@ class ScopeVerbs:
         self, key: str, by: Number = 1, default: Number = 0, *, if_revision: int | None = None
     ) -> Number:
         """Subtract ``by`` from the number at ``key``; return the result."""
-        options = self._engine.options
+        options = self._options
         return self._run(
             _writes.increment(options, self.name, key, by, default, if_revision, down=True)
         )
@@ -378,7 +444,7 @@ class ScopeVerbs:
         Raises:
             TypeMismatchError: the value or ``text`` is not a string.
         """
-        options = self._engine.options
+        options = self._options
         return self._run(_writes.append_text(options, self.name, key, text, if_revision))
 
     @verb("compare_and_swap", write=True)
@@ -390,7 +456,7 @@ class ScopeVerbs:
         Equality is JSON's (``1 == 1.0``, ``True != 1``). ``expected=MISSING`` means the
         key must not exist; ``new=MISSING`` deletes it. The expiry is kept.
         """
-        options = self._engine.options
+        options = self._options
         return self._run(
             _writes.compare_and_swap(options, self.name, key, expected, new, if_revision)
         )
@@ -402,7 +468,7 @@ class ScopeVerbs:
         Raises:
             TypeMismatchError: the value is not a list.
         """
-        options = self._engine.options
+        options = self._options
         return self._run(_writes.push(options, self.name, key, items, if_revision))
 
     @verb("pop", write=True)
@@ -436,5 +502,5 @@ class ScopeVerbs:
             InvalidArgumentError: ``atomic`` is not None or a bool, or is False with a
                 JSON Patch.
         """
-        options = self._engine.options
+        options = self._options
         return self._run(_writes.update(options, self.name, key, ops, atomic, if_revision))

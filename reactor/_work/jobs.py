@@ -199,6 +199,8 @@ def check_put(
             or with a delay).
     """
     name = check_queue(queue)
+    if options.codec is not None:
+        item = options.codec.encode(item)
     text = encode(item, max_depth=options.max_depth, max_bytes=options.max_value_bytes)
     checked = None if key is None else check_key(key, "idempotency key")
     seconds = None

@@ -46,6 +46,7 @@ __all__ = [
     "compare_and_swap",
     "delete",
     "encode_ops",
+    "encode_value",
     "encoder",
     "expire",
     "expire_keys",
@@ -67,16 +68,29 @@ def _touching(run: Callable[[WriteTxn], T], scope: str, *keys: str) -> Work[T]:
 
 
 def encoder(options: Options) -> Callable[[Any], str]:
-    """A value's JSON text, checked against the engine's limits."""
+    """A value's JSON text (through the handle's codec, if any), checked against the
+    engine's limits."""
+    codec = options.codec
 
     def encoded(value: Any) -> str:
+        if codec is not None and value is not MISSING:
+            value = codec.encode(value)
         return encode(value, max_depth=options.max_depth, max_bytes=options.max_value_bytes)
 
     return encoded
 
 
+def encode_value(options: Options, value: Any) -> str:
+    """``encoder(options)(value)``, for a single value."""
+    if options.codec is not None:
+        value = options.codec.encode(value)
+    return encode(value, max_depth=options.max_depth, max_bytes=options.max_value_bytes)
+
+
 def encode_ops(options: Options, ops: object) -> str:
     """Update ops' (or a JSON Patch's) JSON text: values in them two levels deeper."""
+    if options.codec is not None and isinstance(ops, list):  # the values in the ops
+        ops = options.codec.encode(ops)
     return encode(ops, max_depth=options.max_depth + 2, max_bytes=options.max_value_bytes)
 
 
@@ -204,6 +218,8 @@ def set_value(
     expected = None if if_revision is None else check_revision(if_revision, "if_revision")
     if keep_ttl is not False and keep_ttl is not True:
         raise InvalidArgumentError(f"keep_ttl is True or False, not {keep_ttl!r}")
+    if options.codec is not None:
+        value = options.codec.encode(value)
     text = encode(value, max_depth=options.max_depth, max_bytes=options.max_value_bytes)
     seconds = None if ttl is None else check_ttl(ttl)
 
@@ -377,7 +393,7 @@ def append_text(
     if type(text) is not str:
         raise TypeMismatchError(f"append takes a str, not {type(text).__name__}")
     suffix: str = text
-    encoded = encoder(options)
+    max_depth, max_bytes = options.max_depth, options.max_value_bytes
 
     def work(txn: WriteTxn) -> int:
         old = txn.live_row(scope, key)
@@ -388,7 +404,8 @@ def append_text(
                 f"append needs a string; {key!r} holds {type(current).__name__}"
             )
         result = current + suffix
-        txn.write(scope, key, old, encoded(result), old.expires_at if old else None)
+        text = encode(result, max_depth=max_depth, max_bytes=max_bytes)
+        txn.write(scope, key, old, text, old.expires_at if old else None)
         return len(result)
 
     return Work(work, ((scope, key),))
@@ -408,8 +425,8 @@ def push(
 ) -> Work[int]:
     check_key(key)
     expected = check_if_revision(if_revision)
-    encoded = encoder(options)
-    items_text = encoded(list(items))
+    items_text = encode_value(options, list(items))
+    max_depth, max_bytes = options.max_depth, options.max_value_bytes
 
     def work(txn: WriteTxn) -> int:
         old = txn.live_row(scope, key)
@@ -419,7 +436,8 @@ def push(
         if not added:
             return len(current)
         current.extend(added)
-        txn.write(scope, key, old, encoded(current), old.expires_at if old else None)
+        text = encode(current, max_depth=max_depth, max_bytes=max_bytes)
+        txn.write(scope, key, old, text, old.expires_at if old else None)
         return len(current)
 
     return Work(work, ((scope, key),))
@@ -450,10 +468,12 @@ def compare_and_swap(
 ) -> Work[bool]:
     check_key(key)
     revision = check_if_revision(if_revision)
-    encoded = encoder(options)
     if expected is not MISSING:
-        encoded(expected)  # a value that could never be stored is refused, not compared
-    new_text: str | Missing = MISSING if new is MISSING else encoded(new)
+        if options.codec is not None:  # compared as it would be stored
+            expected = options.codec.encode(expected)
+        # A value that could never be stored is refused, not compared.
+        encode(expected, max_depth=options.max_depth, max_bytes=options.max_value_bytes)
+    new_text: str | Missing = MISSING if new is MISSING else encode_value(options, new)
 
     def work(txn: WriteTxn) -> bool:
         old = txn.live_row(scope, key)
@@ -503,7 +523,6 @@ def update(
     all_or_nothing = patch or bool(atomic)
     max_depth, max_bytes = options.max_depth, options.max_value_bytes
     ops_text = encode_ops(options, ops)
-    encoded = encoder(options)
 
     def work(txn: WriteTxn) -> UpdateResult:
         old = txn.live_row(scope, key)
@@ -531,7 +550,7 @@ def update(
         # checked whole. No string of the result can be longer than the stored value
         # and the ops together.
         if patch:
-            text = encoded(outcome.doc)
+            text = encode(outcome.doc, max_depth=max_depth, max_bytes=max_bytes)
         else:
             text = encode_built(
                 outcome.doc, max_bytes=max_bytes, parts_size=len(ops_text) + old_size

@@ -27,7 +27,8 @@ from typing import TYPE_CHECKING, Any, TypeVar, Unpack
 from reactor._handles import lock_lines
 from reactor._handles.binding import binding_of, engine_of
 from reactor._handles.locks import Lock, check_lock
-from reactor._handles.transaction import Hold, MultiTransaction, Transaction, part_of, scope_names
+from reactor._handles.transaction import Hold, MultiTransaction, Transaction
+from reactor._handles.transaction_scopes import part_of, scope_names
 from reactor._handles.verbs import ScopeVerbs
 from reactor.errors import (
     ClosedError,
@@ -39,6 +40,7 @@ from reactor.errors import (
 from .verbs import AsyncVerbs
 
 if TYPE_CHECKING:
+    from reactor._base.codecs import Codec
     from reactor._base.results import Snapshot
     from reactor._engine.options import Options
     from reactor._engine.port import EnginePort
@@ -170,10 +172,16 @@ class AsyncTransaction(AsyncVerbs):
     scope."""
 
     def __init__(
-        self, link: Link, name: str, *, part: Callable[[], Pending | None] | None = None
+        self,
+        link: Link,
+        name: str,
+        *,
+        part: Callable[[], Pending | None] | None = None,
+        codec: Codec | None = None,
     ) -> None:
         self._link = link
         self.name = name
+        self._codec = codec  # the scope's own, if it has one (else the state's)
         # A part of an AsyncMultiTransaction: how to find that transaction's, once begun.
         self._part = part
         self._pending: Pending | None = None  # its own, once begun (not a part)
@@ -193,7 +201,7 @@ class AsyncTransaction(AsyncVerbs):
         state, _ = await _engine_for(self._link, (self.name,))
         binding = binding_of(state)
         hold = Hold(binding, (self.name,))
-        self._pending = (Transaction(binding, self.name, hold), hold)
+        self._pending = (Transaction(binding, self.name, hold, codec=self._codec), hold)
         self._token = await _take(self._link, hold)
         return self
 
@@ -224,7 +232,7 @@ class AsyncTransaction(AsyncVerbs):
         """
         _, hold = self._begun()
         engine = hold.usable()
-        work = make(engine.options)
+        work = make(hold.options(engine, self._codec))
         start = perf_counter()
         try:
             return await self._link.run(hold.run, work)

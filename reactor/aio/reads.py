@@ -28,10 +28,19 @@ class AsyncReads:
         """``read`` on the sync handle, off the event loop."""
         raise NotImplementedError
 
-    async def get(self, key: str, default: Any = None, *, at_revision: int | None = None) -> Any:
+    async def get(
+        self,
+        key: str,
+        default: Any = None,
+        *,
+        at_revision: int | None = None,
+        type: Any = None,  # noqa: A002 - as Scope.get's
+    ) -> Any:
         """``Scope.get``: the value of ``key`` (as committed at ``at_revision``), or
-        ``default``."""
-        return await self._read(lambda verbs: verbs.get(key, default, at_revision=at_revision))
+        ``default``; decoded as ``type`` if given."""
+        return await self._read(
+            lambda verbs: verbs.get(key, default, at_revision=at_revision, type=type)
+        )
 
     async def entry(self, key: str) -> Entry | None:
         """``Scope.entry``: the value of ``key`` with its revisions and version."""
@@ -43,19 +52,24 @@ class AsyncReads:
         """``Scope.history``: the retained events of ``key``, oldest first."""
         return await self._read(lambda verbs: verbs.history(key, since, limit))
 
-    async def get_many(self, keys: Iterable[str]) -> dict[str, Any]:
+    async def get_many(
+        self,
+        keys: Iterable[str],
+        *,
+        type: Any = None,  # noqa: A002 - as Scope.get's
+    ) -> dict[str, Any]:
         """``Scope.get_many``: the values of those of ``keys`` that exist, in order."""
         # A string stays one (the verb refuses it); any other iterable is read here.
         wanted = keys if isinstance(keys, str) or not isinstance(keys, Iterable) else [*keys]
-        return await self._read(lambda verbs: verbs.get_many(wanted))
+        return await self._read(lambda verbs: verbs.get_many(wanted, type=type))
 
     async def exists(self, key: str) -> bool:
         """``Scope.exists``: whether ``key`` holds a live value."""
         return await self._read(lambda verbs: verbs.exists(key))
 
-    async def list(self) -> dict[str, Any]:
+    async def list(self, *, type: Any = None) -> dict[str, Any]:  # noqa: A002 - as Scope's
         """``Scope.list``: every live key and its value, sorted by key."""
-        return await self._read(lambda verbs: verbs.list())
+        return await self._read(lambda verbs: verbs.list(type=type))
 
     async def keys(self, pattern: str = "*") -> builtins.list[str]:
         """``Scope.keys``: the live keys matching the glob ``pattern``, sorted."""

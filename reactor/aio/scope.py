@@ -22,6 +22,7 @@ from .exclusive import AsyncTransaction, check_not_held
 from .verbs import AsyncVerbs
 
 if TYPE_CHECKING:
+    from reactor._base.codecs import Codec
     from reactor._base.results import Snapshot
     from reactor._engine.options import Options
     from reactor._engine.port import EnginePort
@@ -38,11 +39,12 @@ T = TypeVar("T")
 class AsyncScope(AsyncVerbs):
     """A scope's verbs as coroutines; the same results and errors as ``Scope``'s."""
 
-    __slots__ = ("_link", "_reserved", "_scope", "name")
+    __slots__ = ("_codec", "_link", "_reserved", "_scope", "name")
 
-    def __init__(self, link: Link, name: str) -> None:
+    def __init__(self, link: Link, name: str, codec: Codec | None = None) -> None:
         self._link = link
         self.name = name
+        self._codec = codec  # its own, if given (else the state's)
         self._scope: Scope | None = None
         self._reserved = name.startswith(RESERVED_PREFIXES)  # its writes raise
 
@@ -51,7 +53,7 @@ class AsyncScope(AsyncVerbs):
 
     async def _reader(self) -> Scope:
         if self._scope is None:
-            self._scope = (await self._link.sync()).scope(self.name)
+            self._scope = (await self._link.sync()).scope(self.name, codec=self._codec)
         return self._scope
 
     async def _engine(self) -> EnginePort:
@@ -84,7 +86,9 @@ class AsyncScope(AsyncVerbs):
         else:  # what ``_engine`` checks, on every write's path
             engine = current
             check_not_held(id(engine), self.name)
-        work = make(engine.options)
+        binding = self._link.binding  # set once open (``_engine`` opens it)
+        assert binding is not None
+        work = make(binding.options(engine, self._codec))
         stats = engine.stats
         timed = stats.timing(verb)  # counted; timed one call in several (Stats.timing)
         start = perf_counter() if timed else 0.0
@@ -109,7 +113,7 @@ class AsyncScope(AsyncVerbs):
             ConflictError: (at the end of the block) another process changed the scope
                 meanwhile; nothing was applied.
         """
-        return AsyncTransaction(self._link, check_writable(self.name))
+        return AsyncTransaction(self._link, check_writable(self.name), codec=self._codec)
 
     async def _read(self, read: Callable[[ScopeVerbs], T]) -> T:
         scope = await self._reader()

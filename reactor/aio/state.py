@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar, Unpack
 
 from reactor._base.clock import Clock
+from reactor._base.codecs import Codec, check_codec
 from reactor._base.keys import check_key
 from reactor._base.results import RunInfo, Timer
 from reactor._engine.events import ChangeEvent
@@ -52,6 +53,7 @@ def open(  # noqa: A001 - reactor.aio.open, as reactor.open
     clock: Clock | None = None,
     timeout: float | None = None,
     readonly: bool | None = None,
+    codec: Codec | None = None,
 ) -> AsyncState:
     """An asyncio handle to the database ``target``; the targets and options are
     ``reactor.open``'s. It returns at once: the database opens, in a worker thread, on
@@ -67,6 +69,7 @@ def open(  # noqa: A001 - reactor.aio.open, as reactor.open
         "clock": clock,
         "timeout": timeout,
         "readonly": readonly,
+        "codec": check_codec(codec),
     }
     return AsyncState(target, options)
 
@@ -159,13 +162,14 @@ class AsyncState:
             )
         return state.on(scope, key, events, where, since, durable)
 
-    def scope(self, name: str) -> AsyncScope:
-        """The handle to scope ``name``.
+    def scope(self, name: str, *, codec: Codec | None = None) -> AsyncScope:
+        """The handle to scope ``name``; ``codec``: its own, in place of the state's.
 
         Raises:
             InvalidKeyError: ``name`` is not a valid scope name.
+            InvalidArgumentError: ``codec`` has no ``encode`` and ``decode`` methods.
         """
-        return AsyncScope(self._link, check_key(name, "scope name"))
+        return AsyncScope(self._link, check_key(name, "scope name"), check_codec(codec))
 
     async def scopes(self) -> list[str]:
         """The names of the scopes holding at least one live key, sorted."""
