@@ -77,6 +77,33 @@ def test_import_reactor_loads_nothing_heavy(tmp_path: Path) -> None:
     assert _loaded("import reactor", cwd=tmp_path) == []
 
 
+def test_import_reactor_loads_its_names_on_first_use(tmp_path: Path) -> None:
+    """``import reactor`` loads reactor.errors alone; the first public name asked for
+    loads the engine and the handles, with their libraries."""
+    program = textwrap.dedent(
+        """
+        import json, sys
+        import reactor
+        first = sorted(m for m in sys.modules if m.startswith(("reactor", "pykka", "blinker")))
+        state = reactor.open(":memory:")
+        state.close()
+        then = {"reactor._handles.state", "pykka", "blinker"} <= set(sys.modules)
+        print(json.dumps([first, then, reactor.Scope.__module__]))
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", program],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env=CLI_ENV,
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == [["reactor", "reactor.errors"], True, "reactor"]
+
+
 @pytest.mark.sqlite_only("what opening a SQLite file loads")
 @pytest.mark.parametrize(
     "args",

@@ -10,7 +10,6 @@ old and new value (``Aggregate``) rather than by reading again.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import inspect
 import logging
@@ -368,6 +367,8 @@ def _run_coroutine(awaitable: Any) -> Any:
     """The result of an async function's run, on an event loop of its own: it reads
     through its ``Reader`` (which does not await), on the thread that holds the
     snapshot, not on the application's loop."""
+    import asyncio  # only for async functions: most programs never load it
+
     loop = asyncio.new_event_loop()
     try:
         return loop.run_until_complete(awaitable)

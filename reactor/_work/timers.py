@@ -26,8 +26,6 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
-import uuid6
-
 from reactor._base.keys import QUEUE_PREFIX, check_key
 from reactor._base.results import Timer, UpdateResult
 from reactor._base.update_ops import op_style
@@ -116,7 +114,7 @@ def schedule(
     delay = None if after is None else _seconds(after, "after")
     due_at = None if at is None else _seconds(at, "at")
     if timer_id is None:
-        timer_id = uuid6.uuid7().hex  # in scheduling order: a burst fires in runs of rows
+        timer_id = new_timer_id()
 
     def work(txn: WriteTxn) -> Timer:
         if first_in is not None:
@@ -440,3 +438,10 @@ def _apply(options: Options, txn: WriteTxn, row: TimerRow) -> str | None:
         return f"{type(exc).__name__}: {exc}"
     finally:
         txn.timer = None
+
+
+def new_timer_id() -> str:
+    """A new timer's id: a UUIDv7, in scheduling order (a burst fires in runs of rows)."""
+    import uuid6  # on first use: it loads importlib.metadata, a start-up cost for the CLI
+
+    return uuid6.uuid7().hex
