@@ -112,6 +112,20 @@ def test_the_collector_reports_the_process_and_the_database(db_path: Any, tmp_pa
     registry.unregister(collector)
 
 
+def test_the_log_figures_follow_its_compaction(db_path: Any) -> None:
+    with reactor.open(db_path, log_retention=3, sweep_interval=0.05) as state:
+        state.scope("s").set_many({f"k{i}": i for i in range(10)})
+        for i in range(10):
+            state.scope("s").set(f"k{i}", -i)
+        log = wait_for(
+            lambda: (found := reactor.metrics.figures(state)["log"])["first"] > 1 and found,
+            timeout=20,
+        )
+        assert log["last"] == reactor.metrics.figures(state)["revision"]
+        assert log["records"] == log["last"] - log["first"] + 1
+        assert log["records"] < log["last"]
+
+
 def test_a_read_only_handle_reports_the_database_alone_if_asked(db_path: Any) -> None:
     with reactor.open(db_path) as state:
         state.scope("s").set("k", 1)
