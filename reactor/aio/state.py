@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar, Unpack
 
 from reactor._base.clock import Clock
-from reactor._base.keys import check_key
+from reactor._base.keys import Globs, check_key
 from reactor._base.results import RunInfo, Timer
 from reactor._engine.events import ChangeEvent
 from reactor._engine.options import Durability
@@ -139,8 +139,8 @@ class AsyncState:
 
     def on(
         self,
-        scope: str | None = None,
-        key: str | None = None,
+        scope: Globs | None = None,
+        key: Globs | None = None,
         events: Events | None = None,
         where: Where | None = None,
         since: int | None = None,
@@ -204,8 +204,8 @@ class AsyncState:
     async def changes(
         self,
         since: int | None = None,
-        scope: str | None = None,
-        key: str | None = None,
+        scope: Globs | None = None,
+        key: Globs | None = None,
         limit: int | None = None,
     ) -> list[ChangeEvent]:
         """The recorded changes after ``since`` (see ``State.changes``)."""
@@ -215,8 +215,8 @@ class AsyncState:
     async def subscribe(
         self,
         callback: Callable[[ChangeEvent], Any],
-        scope: str | None = None,
-        key: str | None = None,
+        scope: Globs | None = None,
+        key: Globs | None = None,
         events: Events | None = None,
         where: Where | None = None,
         since: int | None = None,
@@ -242,7 +242,7 @@ class AsyncState:
         )
 
     def watch(
-        self, since: int | None = None, scope: str | None = None, key: str | None = None
+        self, since: int | None = None, scope: Globs | None = None, key: Globs | None = None
     ) -> AsyncWatch:
         """An async iterator over changes: those after ``since``, then live ones.
 
