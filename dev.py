@@ -7,6 +7,8 @@
                                   SQLite and, at the same time, on PostgreSQL when
                                   $REACTOR_TEST_POSTGRES_URL names a server
     python3 dev.py pytest ARGS    the test suite alone
+    python3 dev.py docs [-- ARGS] mkdocs ARGS: by default `serve`, the documentation at
+                                  http://127.0.0.1:8000/; `-- build` writes it to site/
 
 The virtual environment lives in .venv; it is (re)installed when pyproject.toml changes:
 with reactor's runtime dependencies only for the demo, with every extra for the rest.
@@ -28,12 +30,21 @@ BIN = VENV / ("Scripts" if os.name == "nt" else "bin")
 STAMP = VENV / ".reactor-installed"  # the full install (the tests', the bench's extras)
 RUNTIME_STAMP = VENV / ".reactor-installed-runtime"  # reactor and its dependencies only
 POSTGRES_ENV = "REACTOR_TEST_POSTGRES_URL"
+# Not --quiet: it hides the warnings from --strict too, which then fails on none
+# (mkdocs/mkdocs#4126); nor --verbose, with which links to anchors go unchecked (#3991).
+DOCS_BUILD = ("build", "--strict")
+
+
+def environment() -> dict[str, str]:
+    """The environment of the commands run here. ``NO_MKDOCS_2_WARNING``: Material for
+    MkDocs (9.7 and later) prints an end-of-life banner when it is imported by a command
+    named mkdocs, on every build, unless this variable is set; the banner says so."""
+    return {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
 
 
 def run(*command: str | Path) -> None:
     print("+", " ".join(str(part) for part in command), flush=True)
-    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
-    done = subprocess.run([str(part) for part in command], cwd=ROOT, env=env, check=False)
+    done = subprocess.run([str(part) for part in command], cwd=ROOT, env=environment(), check=False)
     if done.returncode != 0:
         sys.exit(done.returncode)
 
@@ -88,7 +99,7 @@ def both_passes(rest: list[str]) -> None:
         run(*sqlite)
         run(*postgresql)
         return
-    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
+    env = environment()
     with tempfile.TemporaryDirectory() as scratch:
         log = Path(scratch) / "postgresql.log"
         command = [*postgresql, "--basetemp", str(Path(scratch) / "tmp")]
@@ -132,7 +143,7 @@ def main(argv: list[str]) -> None:
         run(BIN / "ruff", "format", "--check", ".")
         run(BIN / "mypy", "reactor", "tests/typing_examples.py")
         with tempfile.TemporaryDirectory() as site:
-            run(BIN / "mkdocs", "build", "--strict", "--quiet", "--site-dir", site)
+            run(BIN / "mkdocs", *DOCS_BUILD, "--site-dir", site)
         if os.environ.get(POSTGRES_ENV):
             both_passes(rest)
         else:
@@ -140,6 +151,8 @@ def main(argv: list[str]) -> None:
             print(f"the PostgreSQL pass did not run: ${POSTGRES_ENV} is not set", flush=True)
     elif command == "pytest":
         run(BIN / "python", "-m", "pytest", *rest)
+    elif command == "docs":
+        run(BIN / "mkdocs", *(rest or ["serve"]))
     else:
         sys.exit(__doc__)
 

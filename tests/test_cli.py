@@ -724,6 +724,24 @@ def test_watch_since_replays_the_log(db_path: Any, tmp_path: Path) -> None:
     ]
 
 
+def test_watch_takes_several_globs(db_path: Any, tmp_path: Path) -> None:
+    with reactor.open(db_path) as state:
+        state.scope("orders").set("o-1", 1)
+        state.scope("other").set("o-1", 2)
+        state.scope("orders|ledger").set("o-1", 3)  # a glob has no alternation
+        state.scope("ledger").set("l-1", 4)
+    several = ("--scope", "orders", "--scope", "ledg*", "--key", "o-*", "--key", "l-1")
+    watch = ("watch", *several, "--since", "0", "--limit", "2")
+    done = run_reactor("--db", str(db_path), *watch, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    events = [json.loads(line) for line in done.stdout.splitlines()]
+    assert [(e["scope"], e["new_value"]) for e in events] == [("orders", 1), ("ledger", 4)]
+    watch = ("watch", "--scope", "orders|ledger", "--since", "0", "--limit", "1")
+    done = run_reactor("--db", str(db_path), *watch, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["new_value"] == 3
+
+
 @pytest.mark.parametrize("sent", [signal.SIGINT, signal.SIGTERM])
 def test_a_signal_ends_watch_cleanly(db_path: Any, tmp_path: Path, sent: signal.Signals) -> None:
     with reactor.open(db_path) as state:

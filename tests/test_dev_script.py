@@ -66,6 +66,10 @@ def test_main_installs_by_command(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     monkeypatch.setattr(dev, "ensure_environment", lambda **kwargs: seen.append(kwargs))
     dev.main(["demo"])
     dev.main(["pytest", "-q"])
-    assert seen == [{"full": False}, {"full": True}]
+    dev.main(["docs"])
+    dev.main(["docs", "--", "build"])
+    assert seen == [{"full": False}, {"full": True}, {"full": True}, {"full": True}]
     assert ran[0][1:] == ["demo"]  # .venv/bin/reactor demo
     assert ran[1][1:] == ["-m", "pytest", "-q"]
+    assert [Path(ran[2][0]).name, *ran[2][1:]] == ["mkdocs", "serve"]
+    assert [Path(ran[3][0]).name, *ran[3][1:]] == ["mkdocs", "build"]

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import itertools
 import logging
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -150,6 +152,33 @@ def test_filters(state: reactor.State) -> None:
     ]
     assert [e.type for e in by_type.events] == ["deleted"]
     assert [e.key for e in by_where.events] == ["o-2", "o-3", "o-1"]
+
+
+def test_a_list_of_globs_admits_what_any_one_of_them_matches(state: reactor.State) -> None:
+    listed, piped = Collector(), Collector()
+    state.subscribe(listed, scope=["orders", "ledg*"], key=("o-1", "2026-*"))
+    state.subscribe(piped, scope="orders|ledger")  # a glob has no alternation: one scope
+    state.scope("orders").set("o-1", 1)
+    state.scope("orders").set("o-2", 2)  # no key of the list
+    state.scope("other").set("o-1", 3)  # no scope of the list
+    state.scope("orders|ledger").set("o-1", 4)
+    state.scope("ledger").set("2026-11", 5)
+    # In commit order: an event let through wrongly would come before the last one.
+    wanted = [("orders", "o-1"), ("ledger", "2026-11")]
+    assert [(e.scope, e.key) for e in listed.wait(2)] == wanted
+    assert [(e.scope, e.key) for e in piped.wait(1)] == [("orders|ledger", "o-1")]
+    by_list = state.changes(since=0, scope={"orders", "ledger"}, key=["o-1", "2026-11"])
+    assert [(e.scope, e.key) for e in by_list] == wanted
+    with state.watch(since=0, scope=("orders", "ledger"), key=["o-1", "2026-11"]) as feed:
+        assert [(e.scope, e.key) for e in itertools.islice(feed, 2)] == wanted
+
+
+@pytest.mark.parametrize("globs", [[], ("orders", ""), ["orders", 1], {"orders": 1}, b"o*"])
+def test_a_bad_list_of_globs_is_refused(state: reactor.State, globs: Any) -> None:
+    with pytest.raises(reactor.InvalidKeyError, match="pattern"):
+        state.subscribe(print, scope=globs)
+    with pytest.raises(reactor.InvalidKeyError, match="pattern"):
+        state.changes(key=globs)
 
 
 def test_bad_filters_are_refused(state: reactor.State) -> None:

@@ -735,9 +735,10 @@ def test_a_refused_write_is_told_from_a_failed_database(error: str, refused: boo
 
     exc = eval(error, {"sqlite3": sqlite3, "psycopg": psycopg})  # noqa: S307 - the table above
     translate = _sqlite.translate if error.startswith("sqlite3") else _postgres.translate
-    translated = translate(exc)
+    translated = translate(exc, "/srv/state.db")
     assert isinstance(translated, reactor.StorageError)
     assert isinstance(translated, RefusedError) is refused
+    assert str(translated).startswith("the database /srv/state.db ")
 
 
 # -- SQLite's probe and snapshot; older schemas (test_startup, test_readonly) ----------

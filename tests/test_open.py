@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import os
+import random
 import stat
+import subprocess
 import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+import sqlalchemy as sa
 
 import reactor
 from tests.conftest import engine_of
@@ -223,3 +227,64 @@ def test_a_missing_postgresql_schema_says_how_to_create_it() -> None:
     assert "reactor_no_such_schema" in message or missing in message
     assert "CREATE SCHEMA" in message
     assert "CREATE TABLE" not in message
+
+
+# -- errors after open name the database -------------------------------------------
+@pytest.mark.sqlite_only("a damaged file")
+def test_a_file_damaged_after_open_is_named_in_the_errors(tmp_path: Path) -> None:
+    path = tmp_path / "state.db"
+    with reactor.open(path) as state:  # closing checkpoints it: the values are in the file
+        state.scope("s").set_many({f"k{i}": "x" * 2000 for i in range(300)})
+    with reactor.open(path) as state:
+        scope = state.scope("s")
+        assert scope.get("k1") == "x" * 2000
+        with path.open("r+b") as file:  # every page past the first two, overwritten
+            file.seek(8192)
+            file.write(random.Random(28).randbytes(path.stat().st_size - 8192))
+        for call in (lambda: scope.get("k250"), scope.keys, lambda: scope.set("k1", 1)):
+            with pytest.raises(reactor.StorageError) as raised:
+                call()
+            assert str(raised.value).startswith(f"the database {path} is damaged: ")
+
+
+@pytest.mark.sqlite_only("the database files")
+@pytest.mark.skipif(
+    not hasattr(os, "geteuid") or os.geteuid() != 0,
+    reason="root: its file modes bind only at open, so files are made immutable (chattr +i)",
+)
+def test_a_file_made_unwritable_after_open_is_named_in_the_error(tmp_path: Path) -> None:
+    folder = tmp_path / "db"
+    path = folder / "state.db"
+    with reactor.open(path) as state:
+        scope = state.scope("s")
+        scope.set("k", 1)
+        # Not the -shm file: SQLite maps it into memory, where a refused write is a SIGBUS.
+        frozen = [str(path), f"{path}-wal", str(folder)]
+        try:
+            subprocess.run(["chattr", "+i", *frozen], check=True, capture_output=True, timeout=10)
+        except (OSError, subprocess.SubprocessError) as exc:
+            pytest.skip(f"chattr +i is not available here: {exc}")
+        try:
+            with pytest.raises(reactor.StorageError) as raised:
+                scope.set("k", 2)
+            assert scope.get("k") == 1
+        finally:
+            subprocess.run(["chattr", "-i", *frozen], check=False, capture_output=True, timeout=10)
+    assert str(raised.value).startswith(f"the database {path} failed: ")
+
+
+@pytest.mark.postgresql_only
+def test_a_postgresql_error_after_open_names_the_url_without_its_password(db_path: str) -> None:
+    # The test server trusts its clients: a password in the URL is sent, and ignored.
+    url = sa.make_url(db_path).set(password="hunter2")  # noqa: S106 - a test's
+    with reactor.open(url.render_as_string(hide_password=False)) as state:
+        scope = state.scope("s")
+        scope.set("k", 1)
+        raw_query(db_path, "DROP TABLE reactor_kv CASCADE")  # the database went bad
+        with pytest.raises(reactor.StorageError) as raised:
+            scope.keys()
+    message = str(raised.value)
+    assert message.startswith(f"the database {url.render_as_string(hide_password=True)} ")
+    assert "***" in message
+    assert "hunter2" not in message
+    assert "reactor_kv" in message  # the server's own words follow

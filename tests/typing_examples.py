@@ -288,6 +288,8 @@ def events(state: reactor.State) -> None:
     subscription.close(timeout=1.0)
     state.subscribe(on_change, events="deleted").close()
     state.subscribe(on_change, events=["created", "expired"]).close()
+    state.subscribe(on_change, scope=["orders", "ledger"], key=("o-*", "l-*")).close()
+    state.subscribe(on_change, scope=7).close()  # type: ignore[arg-type]
 
     @state.on("orders", events={"deleted", "expired"})
     def on_gone(event: reactor.ChangeEvent) -> None: ...
@@ -374,7 +376,7 @@ async def asyncio_handles() -> None:
         subscription = await state.subscribe(on_order, "orders", events={"created"})
         assert_type(subscription, reactor.Subscription)
         state.on("orders", events="updated")(on_order)
-        async with state.watch(since=0, scope="orders") as watch:
+        async with state.watch(since=0, scope=["orders", "ledger"]) as watch:
             assert_type(watch, reactor.aio.AsyncWatch)
             async for event in watch:
                 assert_type(event, reactor.ChangeEvent)

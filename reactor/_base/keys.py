@@ -36,8 +36,9 @@ pattern can backtrack without bound.
 from __future__ import annotations
 
 import functools
+import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -47,9 +48,11 @@ __all__ = [
     "QUEUE_PREFIX",
     "RESERVED_PREFIXES",
     "RUN_PREFIX",
+    "Globs",
     "Pattern",
     "check_key",
     "check_writable",
+    "compile_globs",
     "compile_pattern",
     "successor",
 ]
@@ -62,6 +65,8 @@ MAX_KEY_LENGTH: Final = 1024
 QUEUE_PREFIX: Final = "queue:"
 RUN_PREFIX: Final = "run:"
 RESERVED_PREFIXES: Final = (QUEUE_PREFIX, RUN_PREFIX)
+# A filter's scope or key: a glob, or a list of them (any one matching will do).
+Globs = str | Collection[str]
 _LAST_CODE_POINT: Final = 0x10FFFF
 
 _NEGATIONS: Final = "^!"  # "!" is reactor's extension; Redis has "^" only
@@ -171,6 +176,32 @@ def compile_pattern(pattern: object) -> Pattern:
     if type(pattern) is not str or not pattern:
         raise InvalidKeyError(f"a pattern must be a non-empty str, not {pattern!r}")
     return _compile(pattern)
+
+
+def compile_globs(globs: object) -> Pattern:
+    """Compile a glob, or several (a list, tuple or set of them) into one pattern that a
+    string matches when any of them does: a glob has no alternation (``|`` is a
+    character like any other, as in Redis), so a filter on two scopes lists both.
+
+    Raises:
+        InvalidKeyError: not a non-empty ``str``, nor a non-empty list of them.
+    """
+    if type(globs) is str:
+        return compile_pattern(globs)
+    if not isinstance(globs, list | tuple | set | frozenset) or not globs:
+        raise InvalidKeyError(
+            f"a pattern must be a non-empty str, or a non-empty list of them, not {globs!r}"
+        )
+    patterns = tuple(compile_pattern(glob) for glob in globs)
+    if len(patterns) == 1:
+        return patterns[0]
+    return Pattern(
+        repr([pattern.text for pattern in patterns]),
+        os.path.commonprefix([pattern.prefix for pattern in patterns]),  # noqa: RUF071 - by character
+        exact=False,
+        matcher=lambda key: any(pattern.matches(key) for pattern in patterns),
+        matches_all=any(pattern.matches_all for pattern in patterns),
+    )
 
 
 @functools.lru_cache(maxsize=512)

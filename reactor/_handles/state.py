@@ -6,7 +6,7 @@ from collections.abc import Callable, Collection
 from typing import Any, Literal, TypeVar
 
 from reactor._base.codecs import Codec, check_codec
-from reactor._base.keys import compile_pattern
+from reactor._base.keys import Globs, compile_pattern
 from reactor._base.results import RunInfo, Timer
 from reactor._engine.engine import Engine
 from reactor._engine.events import ChangeEvent, EventType
@@ -169,8 +169,8 @@ class State:
     def subscribe(
         self,
         callback: Callable[[ChangeEvent], Any],
-        scope: str | None = None,
-        key: str | None = None,
+        scope: Globs | None = None,
+        key: Globs | None = None,
         events: Events | None = None,
         where: Where | None = None,
         since: int | None = None,
@@ -181,8 +181,10 @@ class State:
     ) -> Subscription:
         """Call ``callback(event)`` for every committed change that passes the filters.
 
-        ``scope`` and ``key`` are globs, ``events`` a subset of ``{"created", "updated",
-        "deleted", "expired"}``, ``where`` a predicate on the event. ``since=REVISION``
+        ``scope`` and ``key`` are globs, as Redis reads them, or lists of globs (an
+        event passes when any one matches: ``scope=["orders", "ledger"]``; ``|`` is no
+        alternation), ``events`` a subset of ``{"created", "updated", "deleted",
+        "expired"}``, ``where`` a predicate on the event. ``since=REVISION``
         first replays the change log after it. ``durable="name"`` makes delivery
         at-least-once, resuming where that name left off (``since`` applies only the
         first time the name is seen). An ``async def`` callback runs on the event loop
@@ -219,8 +221,8 @@ class State:
 
     def on(
         self,
-        scope: str | None = None,
-        key: str | None = None,
+        scope: Globs | None = None,
+        key: Globs | None = None,
         events: Events | None = None,
         where: Where | None = None,
         since: int | None = None,
@@ -237,12 +239,13 @@ class State:
     def changes(
         self,
         since: int | None = None,
-        scope: str | None = None,
-        key: str | None = None,
+        scope: Globs | None = None,
+        key: Globs | None = None,
         limit: int | None = None,
     ) -> list[ChangeEvent]:
         """The recorded changes after revision ``since`` (every one the log retains when
-        ``since`` is None), oldest first; at most ``limit`` of them.
+        ``since`` is None), oldest first; at most ``limit`` of them. ``scope`` and
+        ``key`` filter them as ``subscribe``'s do.
 
         Raises:
             RevisionCompactedError: the change log no longer holds what follows ``since``
@@ -273,12 +276,13 @@ class State:
     def watch(
         self,
         since: int | None = None,
-        scope: str | None = None,
-        key: str | None = None,
+        scope: Globs | None = None,
+        key: Globs | None = None,
         *,
         buffer_size: int = 100_000,
     ) -> Watch:
         """An iterator over changes: those recorded after ``since``, then live ones.
+        ``scope`` and ``key`` filter them as ``subscribe``'s do.
 
         Raises:
             RevisionCompactedError: the change log no longer holds what follows ``since``.

@@ -28,7 +28,7 @@ from collections import deque
 from collections.abc import Callable, Collection, Iterator
 from typing import TYPE_CHECKING, Any, Final
 
-from reactor._base.keys import Pattern, check_key, compile_pattern
+from reactor._base.keys import Globs, Pattern, check_key, compile_globs
 from reactor._engine.events import EVENT_TYPES, ChangeEvent
 from reactor._storage.records import ChangeRecord
 from reactor._storage.txn import WriteTxn
@@ -64,13 +64,13 @@ class Filter:
 
     def __init__(
         self,
-        scope: str | None,
-        key: str | None,
+        scope: Globs | None,
+        key: Globs | None,
         events: Collection[str] | str | None,
         where: Callable[[ChangeEvent], bool] | None,
     ) -> None:
-        self.scope: Pattern | None = None if scope is None else compile_pattern(scope)
-        self.key: Pattern | None = None if key is None else compile_pattern(key)
+        self.scope: Pattern | None = None if scope is None else compile_globs(scope)
+        self.key: Pattern | None = None if key is None else compile_globs(key)
         if isinstance(events, str):
             events = {events}
         if events is not None and not isinstance(events, Collection):

@@ -89,9 +89,7 @@ def open_store(
         except StorageError as exc:
             if location is None or str(location) in str(exc):
                 raise
-            damaged = " (it is not a SQLite database, or it is damaged)"
-            why = damaged if "file is not a database" in str(exc) else ""
-            raise StorageError(f"cannot open {location}{why}: {exc}") from exc
+            raise StorageError(f"cannot open {location}: {exc}") from exc
     from .postgres import PostgresStore  # SQLAlchemy and psycopg: only for PostgreSQL
 
     return PostgresStore(location, durability=durability, timeout=timeout, readonly=readonly)

@@ -155,7 +155,7 @@ class PostgresStore(SQLStore):
             schema, database = self._query("SELECT current_schema(), current_database()", ())[0]
         except psycopg.Error as exc:
             self.close()
-            raise translate(exc) from exc
+            raise translate(exc, self.location) from exc
         except sa.exc.DBAPIError as exc:
             self.close()
             raise _open_error(self.location, exc.orig) from exc
@@ -278,7 +278,7 @@ class PostgresStore(SQLStore):
                 # ones are likely gone too. A read may try once more, on a new one.
                 self._discard(conn)
                 if attempt == 2 or not conn.closed:
-                    raise translate(exc) from exc
+                    raise translate(exc, self.location) from exc
                 while self._idle:
                     self._discard(self._idle.pop())
                 continue
@@ -286,7 +286,7 @@ class PostgresStore(SQLStore):
                 self.abandon(conn)
                 if not conn.closed:
                     self._idle.append(conn)
-                raise translate(exc) from exc
+                raise translate(exc, self.location) from exc
             if keep:
                 self._idle.append(conn)
             return result
@@ -328,7 +328,7 @@ class PostgresStore(SQLStore):
                 if not conn.closed:
                     self._idle.append(conn)
             if isinstance(exc, psycopg.Error):
-                raise translate(exc) from exc
+                raise translate(exc, self.location) from exc
             raise
         else:
             self._idle.append(conn)
@@ -391,7 +391,7 @@ class PostgresStore(SQLStore):
 
     # -- writes (the protocol is SQLStore._write_once) -------------------------------
     def _translate(self, exc: Exception) -> ReactorError:
-        return translate(exc)
+        return translate(exc, self.location)
 
     def _begin_write(
         self, scopes: Collection[str] | None, reads: Collection[tuple[str, str]]
@@ -447,10 +447,10 @@ class PostgresStore(SQLStore):
                 lost = conn.closed
                 self.drop_writer(conn)
                 if attempt == 2 or not lost:
-                    raise translate(exc) from exc
+                    raise translate(exc, self.location) from exc
             except psycopg.Error as exc:
                 self.drop_writer(conn)
-                raise translate(exc) from exc
+                raise translate(exc, self.location) from exc
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _locks(self, scopes: Collection[str] | None) -> list[str]:

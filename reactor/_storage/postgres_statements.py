@@ -62,15 +62,18 @@ class WriterHost(Protocol):
 _REFUSALS: Final = frozenset({"22", "23", "42", "54", "P0"})
 
 
-def translate(exc: Exception) -> ReactorError:
-    """The reactor error for a psycopg error (chain it with ``raise ... from exc``)."""
+def translate(exc: Exception, location: str) -> ReactorError:
+    """The reactor error for a psycopg error on the database at ``location`` (its URL,
+    the password hidden, which the message names; chain it with ``raise ... from
+    exc``)."""
+    database = f"the database {location}"
     if isinstance(exc, psycopg.errors.LockNotAvailable | psycopg.errors.QueryCanceled):
-        return BusyError(f"the database stayed locked past the timeout: {exc}")
+        return BusyError(f"{database} stayed locked past the timeout: {exc}")
     if isinstance(exc, psycopg.errors.ReadOnlySqlTransaction):
-        return ReadOnlyError(f"the database cannot be written: {exc}")
+        return ReadOnlyError(f"{database} cannot be written: {exc}")
     if isinstance(exc, psycopg.Error) and (exc.sqlstate or "")[:2] in _REFUSALS:
-        return RefusedError(f"the database refused the write: {exc}")
-    return StorageError(f"the database failed: {exc}")
+        return RefusedError(f"{database} refused the statement: {exc}")
+    return StorageError(f"{database} failed: {exc}")
 
 
 class PostgresStatements(SQLStatements):
@@ -137,14 +140,14 @@ class PostgresStatements(SQLStatements):
             return [cursor.fetchall() for cursor in answered]
         except psycopg.Error as exc:
             self._failed = True
-            raise translate(exc) from exc
+            raise translate(exc, self._store.location) from exc
 
     def _run(self, sql: str, params: tuple[Any, ...]) -> int:
         try:
             return self._answer([(pg(sql), params)])[0].rowcount
         except psycopg.Error as exc:
             self._failed = True
-            raise translate(exc) from exc
+            raise translate(exc, self._store.location) from exc
 
     def _send(self, sql: str, params: tuple[Any, ...]) -> None:
         """Run ``sql`` with the next answered statement (its errors are raised there)."""

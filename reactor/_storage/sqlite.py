@@ -148,7 +148,7 @@ class SQLiteStore(SQLStore):
             if current and self._stored_version() != SCHEMA_VERSION:
                 self._migrate()  # the file changed since files.probe read it
         except sqlite3.Error as exc:
-            raise translate(exc) from exc
+            raise translate(exc, self.location) from exc
 
     def _check_readable(self, path: Path) -> None:
         """Check, reading only, that ``path`` holds a reactor database of this version.
@@ -193,7 +193,7 @@ class SQLiteStore(SQLStore):
         try:
             migrate(engine)
         except sa.exc.DBAPIError as exc:
-            raise translate(exc.orig) from exc  # type: ignore[arg-type]
+            raise translate(exc.orig, self.location) from exc  # type: ignore[arg-type]
         finally:
             if engine is not self._engine:
                 engine.dispose()
@@ -281,7 +281,7 @@ class SQLiteStore(SQLStore):
             try:
                 proxy = conn = self._create_connection()
             except sqlite3.Error as exc:
-                raise files.cannot_connect(exc) from exc
+                raise files.cannot_connect(exc, self.location) from exc
         with self._opened_lock:
             if self._closed:  # close() ran meanwhile: it would never close this one
                 proxy.close()
@@ -322,7 +322,7 @@ class SQLiteStore(SQLStore):
                 with self._reading() as conn:
                     return conn.execute(sql, params).fetchall()
             except sqlite3.Error as exc:
-                raise translate(exc) from exc
+                raise translate(exc, self.location) from exc
         # The hot path of every read: _reading() inlined (a generator costs a microsecond).
         try:
             conn = self._idle.pop()
@@ -331,7 +331,7 @@ class SQLiteStore(SQLStore):
         try:
             return conn.execute(sql, params).fetchall()
         except sqlite3.Error as exc:
-            raise translate(exc) from exc
+            raise translate(exc, self.location) from exc
         finally:
             self._idle.append(conn)
             # close() may have come meanwhile (another thread: mypy cannot know), and
@@ -400,7 +400,7 @@ class SQLiteStore(SQLStore):
         try:
             version = int(conn.execute("PRAGMA data_version").fetchall()[0][0])
         except sqlite3.Error as exc:
-            raise translate(exc) from exc
+            raise translate(exc, self.location) from exc
         if version == self._seen_version:
             return None
         self._seen_version = version
@@ -418,7 +418,7 @@ class SQLiteStore(SQLStore):
                 finally:
                     conn.execute("COMMIT")
         except sqlite3.Error as exc:
-            raise translate(exc) from exc
+            raise translate(exc, self.location) from exc
         return rows, revision
 
     @contextlib.contextmanager
@@ -429,9 +429,9 @@ class SQLiteStore(SQLStore):
             try:
                 conn.execute("BEGIN")
             except sqlite3.Error as exc:
-                raise translate(exc) from exc
+                raise translate(exc, self.location) from exc
             try:
-                yield SQLiteReads(conn)
+                yield SQLiteReads(conn, self.location)
             finally:
                 with contextlib.suppress(sqlite3.Error):
                     conn.execute("COMMIT")
@@ -465,7 +465,7 @@ class SQLiteStore(SQLStore):
             )
         statements = self._statements
         if statements is None or statements.connection is not writer:  # made once a writer
-            statements = self._statements = SQLiteStatements(writer)
+            statements = self._statements = SQLiteStatements(writer, self.location)
         if writer.in_transaction:  # a write a Ctrl-C interrupted left it open: undo it
             writer.rollback()
         writer.execute("BEGIN IMMEDIATE")
@@ -479,7 +479,7 @@ class SQLiteStore(SQLStore):
 
     def _translate(self, exc: Exception) -> ReactorError:
         assert isinstance(exc, sqlite3.Error)
-        return translate(exc)
+        return translate(exc, self.location)
 
     def _committed(self) -> None:
         """After the commit, before acknowledging it: an unlink or rename a moment

@@ -73,10 +73,10 @@ def use_wal(conn: sqlite3.Connection, timeout: float) -> None:
         pause = min(pause * 2, 0.05)
 
 
-def cannot_connect(exc: sqlite3.Error) -> ReactorError:
+def cannot_connect(exc: sqlite3.Error, location: str) -> ReactorError:
     """The error for a connection SQLite could not open; it says "unable to open
     database file" whatever the reason, so the commonest one is named when it holds."""
-    error = translate(exc)
+    error = translate(exc, location)
     try:
         fd = os.open(os.devnull, os.O_RDONLY)
     except OSError as probe:
@@ -133,7 +133,7 @@ def unwritable(path: Path, exc: ReactorError) -> ReadOnlyError:
     if getattr(cause, "sqlite_errorcode", None) == _READONLY_DIRECTORY:
         reason = "its folder is not writable, and SQLite makes the -wal and -shm files there"
     else:
-        reason = str(exc).removeprefix("the database cannot be written: ")
+        reason = str(exc).removeprefix(f"the database {path} cannot be written: ")
     return ReadOnlyError(
         f"cannot write the database {path} ({reason}); to read it, open it with "
         "readonly=True (as the command line's reading commands do)"
@@ -231,7 +231,7 @@ def probe(
             else:
                 conn, mark = probing(location, timeout)
         except sqlite3.Error as exc:
-            raise translate(exc) from exc
+            raise translate(exc, location) from exc
         try:
             version = read_version(path, conn)
         except ReactorError:
@@ -299,7 +299,7 @@ def read_version(path: Path, conn: sqlite3.Connection) -> int | None:
     except sqlite3.Error as exc:
         if getattr(exc, "sqlite_errorcode", None) == _READONLY_ROLLBACK:
             return None  # a hot journal to roll back first: migrate() will see what it holds
-        raise translate(exc) from exc
+        raise translate(exc, str(path)) from exc
     if not found or type(found[0][0]) is not int:
         shown = ", ".join(sorted(tables)[:5]) or "no table"
         raise StorageError(f"{path} is not a reactor database ({shown}); it was left untouched")

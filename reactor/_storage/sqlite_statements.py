@@ -37,38 +37,44 @@ _logged: Final = attrgetter(
     "expires_at",
 )
 _READONLY: Final = 8  # SQLITE_READONLY, the primary code of every "cannot write" error
+# What a failure says of the database, by primary result code.
+_FAILURES: Final = {
+    11: "is damaged",  # SQLITE_CORRUPT: "database disk image is malformed"
+    26: "is not a SQLite database, or it is damaged",  # SQLITE_NOTADB
+}
 
 
 class SQLiteStatements(SQLStatements):
     """The write-path statements on the writer connection."""
 
-    __slots__ = ("_conn", "connection")
+    __slots__ = ("_conn", "_location", "connection")
 
     SET_COMPACTED = "UPDATE reactor_meta SET value = MAX(value, ?) WHERE name = 'compacted'"
     # One key is read where the work asks for it: reading it ahead saves no round trip.
     READS_ONE_AHEAD = False
 
-    def __init__(self, conn: sqlite3.Connection) -> None:
+    def __init__(self, conn: sqlite3.Connection, location: str) -> None:
         self._conn = conn
+        self._location = location  # the database's path, for the errors
         self.connection = conn  # which connection these are: read as is, no call
 
     def _all(self, sql: str, params: tuple[Any, ...]) -> list[Any]:
         try:  # fetch_all inline: every read of a write transaction comes here
             return self._conn.execute(sql, params).fetchall()
         except sqlite3.Error as exc:
-            raise translate(exc) from exc
+            raise translate(exc, self._location) from exc
 
     def _run(self, sql: str, params: tuple[Any, ...]) -> int:
         try:
             return self._conn.execute(sql, params).rowcount
         except sqlite3.Error as exc:
-            raise translate(exc) from exc
+            raise translate(exc, self._location) from exc
 
     def _many(self, sql: str, rows: list[tuple[Any, ...]]) -> None:
         try:
             self._conn.executemany(sql, rows)
         except sqlite3.Error as exc:
-            raise translate(exc) from exc
+            raise translate(exc, self._location) from exc
 
     def append_log(self, records: list[ChangeRecord]) -> int:
         # SQLite numbers the records: the integer key is the revision (_schema.changes).
@@ -81,7 +87,7 @@ class SQLiteStatements(SQLStatements):
             # This transaction holds the write lock: its revisions follow one another.
             return int(self._conn.execute(REVISION).fetchall()[0][0]) - len(records) + 1
         except sqlite3.Error as exc:
-            raise translate(exc) from exc
+            raise translate(exc, self._location) from exc
 
     def commit(self, records: list[ChangeRecord]) -> None:  # noqa: ARG002 - none to send
         self._conn.execute("COMMIT")
@@ -95,13 +101,14 @@ class SQLiteReads(SQLSnapshot):
     """An export's reads (``SQLSnapshot``) on a SQLite connection, in the read
     transaction it is in."""
 
-    __slots__ = ("_conn",)
+    __slots__ = ("_conn", "_location")
 
-    def __init__(self, conn: sqlite3.Connection) -> None:
+    def __init__(self, conn: sqlite3.Connection, location: str) -> None:
         self._conn = conn
+        self._location = location
 
     def all(self, sql: str, params: tuple[Any, ...]) -> list[Any]:
-        return fetch_all(self._conn, sql, params)
+        return fetch_all(self._conn, sql, params, self._location)
 
     def each(self, sql: str, params: tuple[Any, ...]) -> Iterator[Any]:
         try:
@@ -109,27 +116,33 @@ class SQLiteReads(SQLSnapshot):
             while rows := cursor.fetchmany(STREAMED_ROWS):
                 yield from rows
         except sqlite3.Error as exc:
-            raise translate(exc) from exc
+            raise translate(exc, self._location) from exc
 
 
-def translate(exc: sqlite3.Error) -> ReactorError:
-    """The reactor error for a driver error (chain it with ``raise ... from exc``)."""
+def translate(exc: sqlite3.Error, location: str) -> ReactorError:
+    """The reactor error for a driver error on the database at ``location`` (its
+    path, which the message names; chain it with ``raise ... from exc``)."""
+    database = f"the database {location}"
     if isinstance(exc, sqlite3.ProgrammingError) and "closed" in str(exc):
-        return ClosedError("the database is closed")
+        return ClosedError(f"{database} is closed")
     if isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc):
-        return BusyError(f"the database stayed locked past the busy timeout: {exc}")
+        return BusyError(f"{database} stayed locked past the busy timeout: {exc}")
     code = getattr(exc, "sqlite_errorcode", None)
     if code is not None and code & 0xFF == _READONLY:
-        return ReadOnlyError(f"the database cannot be written: {exc}")
+        return ReadOnlyError(f"{database} cannot be written: {exc}")
     if isinstance(exc, sqlite3.IntegrityError | sqlite3.DataError):
         # A constraint or trigger (SQLITE_CONSTRAINT), a value too big (SQLITE_TOOBIG).
-        return RefusedError(f"the database refused the write: {exc}")
-    return StorageError(f"the database failed: {exc}")
+        return RefusedError(f"{database} refused the write: {exc}")
+    failed = _FAILURES.get((code or 0) & 0xFF, "failed")
+    return StorageError(f"{database} {failed}: {exc}")
 
 
-def fetch_all(conn: sqlite3.Connection, sql: str, params: tuple[Any, ...]) -> list[Any]:
-    """The rows of ``sql`` on ``conn``; its errors as reactor's."""
+def fetch_all(
+    conn: sqlite3.Connection, sql: str, params: tuple[Any, ...], location: str
+) -> list[Any]:
+    """The rows of ``sql`` on ``conn``, a connection to ``location``; its errors as
+    reactor's."""
     try:
         return conn.execute(sql, params).fetchall()
     except sqlite3.Error as exc:
-        raise translate(exc) from exc
+        raise translate(exc, location) from exc

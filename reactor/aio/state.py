@@ -13,7 +13,7 @@ from typing import Any, TypeVar, Unpack
 
 from reactor._base.clock import Clock
 from reactor._base.codecs import Codec, check_codec
-from reactor._base.keys import check_key
+from reactor._base.keys import Globs, check_key
 from reactor._base.results import RunInfo, Timer
 from reactor._engine.events import ChangeEvent
 from reactor._engine.options import Durability
@@ -142,8 +142,8 @@ class AsyncState:
 
     def on(
         self,
-        scope: str | None = None,
-        key: str | None = None,
+        scope: Globs | None = None,
+        key: Globs | None = None,
         events: Events | None = None,
         where: Where | None = None,
         since: int | None = None,
@@ -208,8 +208,8 @@ class AsyncState:
     async def changes(
         self,
         since: int | None = None,
-        scope: str | None = None,
-        key: str | None = None,
+        scope: Globs | None = None,
+        key: Globs | None = None,
         limit: int | None = None,
     ) -> list[ChangeEvent]:
         """The recorded changes after ``since`` (see ``State.changes``)."""
@@ -219,8 +219,8 @@ class AsyncState:
     async def subscribe(
         self,
         callback: Callable[[ChangeEvent], Any],
-        scope: str | None = None,
-        key: str | None = None,
+        scope: Globs | None = None,
+        key: Globs | None = None,
         events: Events | None = None,
         where: Where | None = None,
         since: int | None = None,
@@ -246,7 +246,7 @@ class AsyncState:
         )
 
     def watch(
-        self, since: int | None = None, scope: str | None = None, key: str | None = None
+        self, since: int | None = None, scope: Globs | None = None, key: Globs | None = None
     ) -> AsyncWatch:
         """An async iterator over changes: those after ``since``, then live ones.
 

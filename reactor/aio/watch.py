@@ -9,6 +9,7 @@ import weakref
 from collections.abc import AsyncIterator, Iterator
 from typing import TYPE_CHECKING
 
+from reactor._base.keys import Globs
 from reactor._engine.events import ChangeEvent
 from reactor._handles.subscriptions import _PAGE, Watch
 
@@ -29,7 +30,9 @@ class AsyncWatch:
     replay covers what was committed since it was made (``since``: ``state.watch``
     sets it to "now" when none is given)."""
 
-    def __init__(self, link: Link, since: int | None, scope: str | None, key: str | None) -> None:
+    def __init__(
+        self, link: Link, since: int | None, scope: Globs | None, key: Globs | None
+    ) -> None:
         self._link = link
         self._args = (since, scope, key)
         self._watch: Watch | None = None

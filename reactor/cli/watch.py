@@ -17,8 +17,20 @@ _WATCH_JOIN: Final = 5.0  # seconds for the printing thread to end once the watc
 
 
 @click.command(cls=Command)
-@click.option("--scope", metavar="GLOB", help="Only scopes matching this glob.")
-@click.option("--key", metavar="GLOB", help="Only keys matching this glob.")
+@click.option(
+    "--scope",
+    "scopes",
+    multiple=True,
+    metavar="GLOB",
+    help="Only scopes matching this glob (give it again for more: any one will do).",
+)
+@click.option(
+    "--key",
+    "keys",
+    multiple=True,
+    metavar="GLOB",
+    help="Only keys matching this glob (give it again for more: any one will do).",
+)
 @click.option(
     "--since",
     type=click.IntRange(min=0),
@@ -34,7 +46,9 @@ _WATCH_JOIN: Final = 5.0  # seconds for the printing thread to end once the watc
     help="Stop after N changes (replayed ones included).",
 )
 @data_options()
-def watch(scope: str | None, key: str | None, since: int | None, count: int | None) -> None:
+def watch(
+    scopes: tuple[str, ...], keys: tuple[str, ...], since: int | None, count: int | None
+) -> None:
     """Print changes live, from every process.
 
     One JSON line per change when piped, flushed as it comes. Runs until Ctrl-C (exit
@@ -53,7 +67,7 @@ def watch(scope: str | None, key: str | None, since: int | None, count: int | No
     # signals reach, only waits.
     previous = {sent: signal.signal(sent, on_signal) for sent in (signal.SIGINT, signal.SIGTERM)}
     try:
-        with state.watch(since=since, scope=scope, key=key) as feed:
+        with state.watch(since=since, scope=scopes or None, key=keys or None) as feed:
 
             def pump() -> None:
                 try:
