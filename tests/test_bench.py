@@ -172,6 +172,21 @@ def test_bench_derived_alone(tmp_path: Path) -> None:
     assert_derived(result)
 
 
+def test_bench_startup_alone(tmp_path: Path) -> None:
+    """The start-up section runs each command from the shell and gives each a time and
+    a ratio to a bare interpreter (whose own ratio is 1); no time is asserted."""
+    done = bench("bench", "--quick", "--only", "startup", "--table", "-o", "out.json", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert too_wide(done.stdout.splitlines()) == []
+    assert "start-up from the shell" in " ".join(done.stdout.split())
+    section = json.loads((tmp_path / "out.json").read_text())["startup"]
+    commands = section["commands"]
+    assert {"python -c pass", "python -c 'import reactor'", "reactor get"} <= set(commands)
+    assert commands["python -c pass"]["ratio"] == 1.0
+    assert all(found["ms"] > 0 for found in commands.values())
+    assert section["met"] == (commands["reactor get"]["ratio"] <= section["target"])
+
+
 @pytest.mark.postgresql_only
 def test_bench_derived_on_postgresql(tmp_path: Path) -> None:
     url = os.environ.get("REACTOR_TEST_POSTGRES_URL")

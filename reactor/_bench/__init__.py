@@ -36,6 +36,7 @@ from .queues import (
     rq_throughput,
 )
 from .scale import run_scale
+from .startup import measure_startup
 from .workflow import timer_lag
 from .workloads import (
     COUNTER,
@@ -62,7 +63,7 @@ class Options:
     quick: bool = False
     rounds: int | None = None  # None: 3, or 1 with quick
     scale: bool = False
-    only: str | None = None  # "peers", "writers", "workflow", "durable", "derived"; None: all
+    only: str | None = None  # "peers", "writers", ..., "derived", "startup"; None: all
     db_dir: str | None = None  # None: a temporary directory, removed afterwards
     threads: int = 4
     processes: int = 4
@@ -160,7 +161,7 @@ def _run(options: Options, backend: Backend) -> dict[str, Any]:
             "one shared counter; phases run set, get, update, increment, delete in that order"
         ),
     ]
-    if options.only in ("writers", "workflow", "durable", "derived"):
+    if options.only in ("writers", "workflow", "durable", "derived", "startup"):
         notes.clear()
         if backend.name != "sqlite":
             notes.append(f"reactor runs on {backend.describe()}")
@@ -198,6 +199,8 @@ def _run(options: Options, backend: Backend) -> dict[str, Any]:
             result["durable"] = _durable(options, backend, root)
         if options.only in (None, "derived"):
             result["derived"] = _derived(options, backend, root)
+        if options.only in (None, "startup"):
+            result["startup"] = _startup(options, root)
     return result
 
 
@@ -238,6 +241,17 @@ def _derived(options: Options, backend: Backend, root: str) -> dict[str, Any]:
         values=1000 if options.quick else 10_000,
     )
     return run_derived(backend, root, plan, lambda message: _say(options, message))
+
+
+def _startup(options: Options, root: str) -> dict[str, Any]:
+    """A ``reactor get`` from the shell against a bare interpreter (issue 28), and
+    ``redis-cli get`` where a local Redis answers."""
+    from .peers import REDIS_PORT, _redis_answers
+
+    _say(options, "start-up: reactor get, python -c pass, redis-cli get")
+    rounds = options.rounds if options.rounds is not None else (1 if options.quick else 3)
+    port = None if _redis_answers() else REDIS_PORT  # why not, or None
+    return measure_startup(root, rounds=rounds, runs=3 if options.quick else 15, redis_port=port)
 
 
 def _workflow(options: Options, backend: Backend, root: str) -> dict[str, Any]:

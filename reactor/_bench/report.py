@@ -40,6 +40,7 @@ from .cells import (
 )
 from .report_derived import derived_tables
 from .report_durable import durable_tables as _durable_tables
+from .report_startup import startup_table
 from .report_workflow import workflow_tables as _workflow_tables
 from .workloads import VERBS
 from .writers import LAYOUTS, cell_key, cell_label
@@ -457,12 +458,14 @@ def render(result: dict[str, Any], console: Console) -> None:
         console.print(_events_table(result))
     for name, section in result.get("scaling", {}).items():
         console.print(_writers_table(name, section))
-    if "workflow" in result:
-        console.print(_workflow_tables(result))
-    if "durable" in result:
-        console.print(_durable_tables(result))
-    if "derived" in result:
-        console.print(derived_tables(result))
+    for key, tables in (
+        ("workflow", _workflow_tables),
+        ("durable", _durable_tables),
+        ("derived", derived_tables),
+        ("startup", startup_table),
+    ):
+        if key in result:
+            console.print(tables(result))
     notes = Text()
     for peer, reason in result["skipped"].items():
         notes.append(f"skipped {peer}: {reason}\n", style="yellow")

@@ -197,12 +197,12 @@ def demo(db: str | None) -> None:
 )
 @click.option(
     "--only",
-    type=click.Choice(["peers", "writers", "workflow", "durable", "derived"]),
+    type=click.Choice(["peers", "writers", "workflow", "durable", "derived", "startup"]),
     default=None,
     help="One section: reactor against its peers, how its writes scale with writers, "
     "its timers and work queue (against a Redis list and a SQLite table), "
-    "its durable workflows (against DBOS), or its derived values' latency and cost "
-    "[default: all].",
+    "its durable workflows (against DBOS), its derived values' latency and cost, or "
+    "the start-up of a reactor get from the shell [default: all].",
 )
 @click.option(
     "--peers",
