@@ -32,10 +32,11 @@ def _ok(db: Any, *args: str, cwd: Path, stdin: str | None = None) -> Any:
     return json.loads(done.stdout)
 
 
-def _fails(db: Any, *args: str, cwd: Path) -> str:
-    """Run ``reactor --db DB ARGS``, expect exit status 1; return the one-line error."""
+def _fails(db: Any, *args: str, cwd: Path, status: int = 1) -> str:
+    """Run ``reactor --db DB ARGS``, expect exit status ``status`` (1: not found or
+    refused); return the one-line error."""
     done = run_reactor("--db", str(db), *args, cwd=cwd)
-    assert done.returncode == 1, (done.stdout, done.stderr)
+    assert done.returncode == status, (done.stdout, done.stderr)
     assert done.stderr.startswith("Error: "), done.stderr
     assert done.stderr.count("\n") == 1, done.stderr
     return done.stderr
@@ -95,7 +96,7 @@ def test_the_console_script_is_installed() -> None:
 def test_errors_are_one_line_on_stderr(tmp_path: Path) -> None:
     (tmp_path / "not-a-db").write_text("this is not a database" * 100)
     done = run_reactor("demo", "--db", str(tmp_path / "not-a-db"), cwd=tmp_path)
-    assert done.returncode == 1
+    assert done.returncode == 3  # storage
     assert done.stderr.startswith("Error: ")
     assert done.stderr.count("\n") == 1
     assert "Traceback" not in done.stderr
@@ -241,27 +242,28 @@ def test_the_database_can_come_from_reactor_db(db_path: Any, tmp_path: Path) -> 
 
 
 # -- errors ----------------------------------------------------------------------
-ERRORS: list[tuple[tuple[str, ...], str]] = [
-    (("set", "s", "k", "hello"), "the value is not JSON: 'hello'"),
-    (("set", "s", "k", "NaN"), "the value is not JSON"),
-    (("set", "s", "", "1"), "a key must not be empty"),
-    (("set", "", "k", "1"), "a scope name must not be empty"),
-    (("set", "s", "k", "1", "--ttl", "inf"), "ttl must be a number of seconds > 0"),
-    (("get", "s", ""), "a key must not be empty"),
-    (("update", "s", "k", "[1]"), "ops[0] is int, not a dict"),
-    (("incr", "s", "k", "x"), "BY is not JSON"),
-    (("incr", "s", "k", '"2"'), "by must be an int or a float"),
-    (("incr", "s", "text"), "the value of 'text' is str, not a number"),
+# What the command was given is a usage error (2); what the data refuses, 1.
+ERRORS: list[tuple[tuple[str, ...], str, int]] = [
+    (("set", "s", "k", "hello"), "the value is not JSON: 'hello'", 2),
+    (("set", "s", "k", "NaN"), "the value is not JSON", 2),
+    (("set", "s", "", "1"), "a key must not be empty", 2),
+    (("set", "", "k", "1"), "a scope name must not be empty", 2),
+    (("set", "s", "k", "1", "--ttl", "inf"), "ttl must be a number of seconds > 0", 2),
+    (("get", "s", ""), "a key must not be empty", 2),
+    (("update", "s", "k", "[1]"), "ops[0] is int, not a dict", 2),
+    (("incr", "s", "k", "x"), "BY is not JSON", 2),
+    (("incr", "s", "k", '"2"'), "by must be an int or a float", 1),
+    (("incr", "s", "text"), "the value of 'text' is str, not a number", 1),
 ]
 
 
-def test_errors_are_a_line_on_stderr_and_status_1(db_path: Any, tmp_path: Path) -> None:
+def test_errors_are_a_line_on_stderr_with_their_status(db_path: Any, tmp_path: Path) -> None:
     with reactor.open(db_path) as state:
         state.scope("s").set("text", "abc")
-    for done, (args, message) in zip(
-        _run_all(db_path, [args for args, _ in ERRORS], tmp_path), ERRORS, strict=True
+    for done, (args, message, status) in zip(
+        _run_all(db_path, [args for args, _, _ in ERRORS], tmp_path), ERRORS, strict=True
     ):
-        assert done.returncode == 1, (args, done.stdout, done.stderr)
+        assert done.returncode == status, (args, done.stdout, done.stderr)
         assert done.stderr.startswith("Error: "), (args, done.stderr)
         assert message in done.stderr, (args, done.stderr)
         assert done.stderr.count("\n") == 1, (args, done.stderr)
@@ -285,7 +287,7 @@ READS: list[tuple[str, ...]] = [
 def test_reading_a_missing_database_is_an_error(tmp_path: Path) -> None:
     missing = tmp_path / "nowhere" / "state.db"
     for done in _run_all(missing, READS, tmp_path):
-        assert done.returncode == 1, (done.args, done.stderr)
+        assert done.returncode == 3, (done.args, done.stderr)  # storage
         assert done.stderr == f"Error: no database at {missing}\n", done.args
     assert not missing.parent.exists()
     _ok(missing, "set", "s", "k", "1", cwd=tmp_path)  # a write creates it
@@ -640,7 +642,7 @@ def test_import_checks_every_line_first(db_path: Any, tmp_path: Path) -> None:
     ]
     text = "\n".join(line if isinstance(line, str) else json.dumps(line) for line in bad)
     (tmp_path / "bad.jsonl").write_text(text + "\n\n", encoding="utf-8")
-    error = _fails(db_path, "import", str(tmp_path / "bad.jsonl"), cwd=tmp_path)
+    error = _fails(db_path, "import", str(tmp_path / "bad.jsonl"), cwd=tmp_path, status=2)
     assert error.startswith("Error: 6 bad lines, nothing imported: line 2: not JSON")
     for number in (3, 4, 5, 7, 8):
         assert f"line {number}: " in error

@@ -432,6 +432,6 @@ def test_a_server_it_cannot_reach_is_one_line() -> None:
         timeout=60,
         check=False,
     )
-    assert done.returncode == 1
+    assert done.returncode == 3  # storage
     assert done.stderr.startswith(f"Error: cannot open {url}: "), done.stderr
     assert done.stderr.count("\n") == 1, done.stderr

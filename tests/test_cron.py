@@ -183,7 +183,7 @@ def test_the_command_line_and_an_export_keep_the_expression_and_zone(
     bad = run_reactor(
         "--db", str(db_path), "timers", "add", "s", "k", "1", "--cron", "x", cwd=tmp_path
     )
-    assert bad.returncode == 1
+    assert bad.returncode == 2  # usage: a bad --cron
     assert "five standard fields" in bad.stderr
     assert "Traceback" not in bad.stderr
     cli(db_path, "export", "backup.jsonl")

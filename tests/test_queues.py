@@ -1415,7 +1415,7 @@ def test_the_command_line_puts_takes_and_acks(db_path: Any, tmp_path: Any) -> No
     assert reactor_json("dead", "emails") == []
     assert reactor_json("retry", "emails") == {"retried": 0}
     bad = run_reactor("queue", "put", "emails", "nope", *db, cwd=tmp_path)
-    assert bad.returncode == 1
+    assert bad.returncode == 2  # usage
     assert "is not JSON" in bad.stderr
 
 

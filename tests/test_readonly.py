@@ -455,7 +455,7 @@ def test_another_user_runs_the_commands_on_a_read_only_file_and_folder() -> None
             "exit 0",
             '["o-1","o-2"]',
             "exit 0",
-            "exit 1",
+            "exit 3",  # storage: the database cannot be written
         ]
         assert done.stderr.startswith(f"Error: cannot write the database {db} (permission")
         assert "Traceback" not in done.stderr
@@ -535,7 +535,7 @@ def test_writing_commands_on_it_fail_in_one_line(
 ) -> None:
     line = '{"scope": "orders", "key": "x", "value": 1, "ttl": null}\n'
     done = run_reactor("--db", str(frozen_db), *args, cwd=tmp_path, stdin=line)
-    assert done.returncode == 1
+    assert done.returncode == 3  # storage
     assert done.stderr.startswith(f"Error: cannot write the database {frozen_db}")
     assert "readonly=True" in done.stderr
     assert "Traceback" not in done.stderr
@@ -556,7 +556,7 @@ def test_the_dashboard_serves_a_database_the_user_cannot_write(
         _, err = support.stop_cli(process)
     assert process.returncode == 0, err
     done = run_reactor("--db", str(frozen_db), "ui", "--write", "--port", "0", cwd=tmp_path)
-    assert done.returncode == 1
+    assert done.returncode == 3
     assert done.stderr.startswith("Error: cannot write the database")
 
 
@@ -565,7 +565,7 @@ def test_reading_commands_read_a_database_of_either_backend(db_path: Any, tmp_pa
     database yet gets one, as before (a read-only open could not read it)."""
     fresh = run_reactor("--db", str(db_path), "keys", "orders", cwd=tmp_path)
     if isinstance(db_path, Path):
-        assert fresh.returncode == 1  # no file: a typo is not an empty database
+        assert fresh.returncode == 3  # no file: a typo is not an empty database
         assert "no database at" in fresh.stderr
     else:
         assert (fresh.returncode, fresh.stdout) == (0, "[]\n"), fresh.stderr

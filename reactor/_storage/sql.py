@@ -50,6 +50,7 @@ from .sql_text import (
     ITEMS,
     KEY_HISTORY,
     KEYS,
+    LAST_FAILURES,
     LIVE_ROW,
     LOCKS_HELD,
     LOG_AFTER,
@@ -444,6 +445,14 @@ class SQLStore:
         return {
             name: (int(position), int(delivered), int(failed))
             for name, position, delivered, failed in self._query(SUBSCRIBERS, ())
+        }
+
+    def last_failures(self) -> dict[str, tuple[int, str, float, int]]:
+        """Each durable subscriber's last event given up on: its revision, the error,
+        when, and how many such events the subscriber has on record."""
+        return {
+            name: (int(revision), error, float(failed_at), int(count))
+            for name, revision, error, failed_at, count in self._query(LAST_FAILURES, ())
         }
 
     def due_timers(

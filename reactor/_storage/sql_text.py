@@ -85,6 +85,13 @@ LOG_AFTER_IN: Final = (
 )
 POSITION: Final = "SELECT position FROM reactor_subscribers WHERE [name] = ?"
 SUBSCRIBERS: Final = "SELECT name, position, delivered, failed FROM reactor_subscribers"
+# Each durable subscriber's last failure: how many it has on record, and the latest one.
+LAST_FAILURES: Final = (
+    "SELECT f.[name], f.revision, f.error, f.failed_at, "
+    "(SELECT COUNT(*) FROM reactor_failures c WHERE c.[name] = f.[name]) "
+    "FROM reactor_failures f WHERE f.revision = "
+    "(SELECT MAX(g.revision) FROM reactor_failures g WHERE g.[name] = f.[name])"
+)
 SAVE_POSITION: Final = (
     "INSERT INTO reactor_subscribers (name, position, delivered, failed, updated_at) "
     "VALUES (?, ?, ?, ?, ?) ON CONFLICT ([name]) DO UPDATE SET position = excluded.position, "

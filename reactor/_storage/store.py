@@ -92,6 +92,11 @@ class LogReads(Protocol):
 
     def subscribers(self) -> dict[str, tuple[int, int, int]]: ...
 
+    def last_failures(self) -> dict[str, tuple[int, str, float, int]]:
+        """Each durable subscriber's last event given up on (revision, error, when),
+        and how many it has on record."""
+        ...
+
 
 class TimerLockReads(Protocol):
     """Pending timers and held locks."""

@@ -4,14 +4,19 @@ a web dashboard (``reactor ui``) and the upkeep of a deployment (``reactor serve
 Every data command works on ``--db`` (else ``$REACTOR_DB``, else ``~/.reactor/state.db``).
 A command's result is JSON when stdout is piped, a table on a terminal (``--json`` and
 ``--table`` choose instead; ``--raw`` prints a string value as its text, as
-``redis-cli --raw`` does). Errors are one line on stderr, ``Error: ...``, with exit
-status 1 (2 for usage errors, with a "did you mean" for a misspelled command or option)
-and no traceback: reactor's errors are turned into click's in one place, ``Group.invoke``.
+``redis-cli --raw`` does). Errors are one line on stderr, ``Error: ...``, with no
+traceback and one exit-status convention: 0 done; 1 not found (a key, timer, job or
+run) or refused by the data (a value of the wrong type, a conflict, an op that did not
+apply); 2 usage (an unknown command or option, with a "did you mean"; a bad option
+value, name or JSON argument); 3 storage (no database at the path, one that cannot be
+opened, read or written). reactor's errors are turned into click's in one place,
+``Group.invoke`` (``group.exit_status``).
 
 Start-up is kept short (a command is often one call in a shell loop): what only some
 commands use (rich, the demo, the dashboard, the bench) is imported in those commands.
 
-The commands live by group: ``values`` (keys and values, listings), ``timers``,
+The commands live by group: ``values`` (keys and values, listings), ``records``
+(history, clear, locks, subscribers), ``timers``,
 ``queues``, ``watch``, ``backup`` (export, import), ``programs`` (ui, demo, bench) and
 ``serve`` (the upkeep's long-running process); what
 they share in ``group`` (errors, "did you mean"), ``options`` and ``output``. This
@@ -26,8 +31,8 @@ import click
 
 from reactor.errors import ReactorError
 
-from . import backup, programs, queues, runs, serve, timers, values, watch
-from .group import Group
+from . import backup, programs, queues, records, runs, serve, timers, values, watch
+from .group import Group, exit_status
 from .logs import show_warnings
 from .options import data_options
 
@@ -58,12 +63,12 @@ def cli() -> None:
 
     Values and ops are JSON ('{"total": 120}', '"text"', 42). Results print as JSON when
     piped and as tables on a terminal (--raw: strings as plain text); errors go to
-    stderr with exit status 1.
+    stderr, with exit status 1 (not found), 2 (usage) or 3 (storage).
     """
 
 
 # A new command goes into its group's module, and into that module's COMMANDS.
-for _module in (values, timers, queues, runs, watch, backup, programs, serve):
+for _module in (values, records, timers, queues, runs, watch, backup, programs, serve):
     for _command in _module.COMMANDS:
         cli.add_command(_command)
 del _module, _command
@@ -77,4 +82,4 @@ def main() -> None:
         cli.main(standalone_mode=True, complete_var="_REACTOR_COMPLETE")
     except ReactorError as exc:  # raised outside a command: closing the database, say
         click.echo(f"Error: {exc}", err=True)
-        sys.exit(1)
+        sys.exit(exit_status(exc))

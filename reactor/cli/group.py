@@ -2,8 +2,10 @@
 errors reach the user.
 
 ``Group.invoke`` is the one place where reactor's errors become click's: one line on
-stderr, ``Error: ...``, exit status 1, no traceback. A misspelled command or option
-gets a "did you mean" (exit status 2), also for the names redis-cli and etcdctl use.
+stderr, ``Error: ...``, no traceback, and an exit status by what went wrong
+(``exit_status``): 0 done, 1 not found or refused, 2 usage, 3 storage. A misspelled
+command or option gets a "did you mean" (exit status 2), also for the names redis-cli
+and etcdctl use.
 """
 
 from __future__ import annotations
@@ -13,9 +15,63 @@ from typing import Any, Final
 
 import click
 
-from reactor.errors import ReactorError
+from reactor.errors import (
+    InvalidArgumentError,
+    InvalidKeyError,
+    InvalidOpError,
+    InvalidValueError,
+    ReactorError,
+    SchemaError,
+    StorageError,
+)
 
-__all__ = ["Command", "Group"]
+__all__ = [
+    "NOT_FOUND",
+    "STORAGE",
+    "USAGE",
+    "Command",
+    "Failure",
+    "Group",
+    "exit_status",
+    "failure",
+]
+
+# The exit statuses (docs/guides/cli.md, "Errors and exit statuses"); 0 is done.
+NOT_FOUND: Final = 1  # no such key, timer, job or run; or the data refused (a conflict, ...)
+USAGE: Final = 2  # what the command was given: options, arguments, names, JSON
+STORAGE: Final = 3  # the database: missing, unreadable, busy, read-only, too new
+
+
+class Failure(click.ClickException):
+    """An error of a command, one line on stderr: not found, or refused (exit status 1)."""
+
+    exit_code = NOT_FOUND
+
+
+class _UsageFailure(Failure):
+    exit_code = USAGE
+
+
+class _StorageFailure(Failure):
+    exit_code = STORAGE
+
+
+def failure(message: str, status: int = NOT_FOUND) -> Failure:
+    """An error of a command, one line on stderr, ending it with exit status ``status``
+    (``NOT_FOUND``, ``USAGE`` or ``STORAGE``)."""
+    kind = {USAGE: _UsageFailure, STORAGE: _StorageFailure}.get(status, Failure)
+    return kind(message)
+
+
+def exit_status(exc: ReactorError) -> int:
+    """The exit status for a reactor error: what it says about the command's input
+    (``USAGE``), the database (``STORAGE``), or the data (``NOT_FOUND``)."""
+    if isinstance(exc, StorageError | SchemaError):
+        return STORAGE
+    if isinstance(exc, InvalidArgumentError | InvalidKeyError | InvalidOpError | InvalidValueError):
+        return USAGE
+    return NOT_FOUND
+
 
 # What users of redis-cli and etcdctl type, and reactor's name for it (difflib finds the
 # rest: lsit, sett, delte).
@@ -60,7 +116,8 @@ class Command(click.Command):
 
 class Group(click.Group):
     """A command group whose commands' reactor errors end as click's: one line on
-    stderr, ``Error: ...``, exit status 1; a misspelled command gets a "did you mean"."""
+    stderr, ``Error: ...``, with ``exit_status``'s status; a misspelled command gets a
+    "did you mean"."""
 
     command_class = Command
 
@@ -85,8 +142,8 @@ class Group(click.Group):
         except ReactorError as exc:
             # One line, as logs and supervisors keep them (libpq's messages add a
             # tab-indented hint on a line of its own).
-            raise click.ClickException(" ".join(str(exc).split())) from None
+            raise failure(" ".join(str(exc).split()), exit_status(exc)) from None
         except OSError as exc:
             if exc.errno == errno.EPIPE:
                 raise  # the reader went away (| head): click exits quietly
-            raise click.ClickException(str(exc)) from None
+            raise failure(str(exc)) from None

@@ -23,6 +23,7 @@ from reactor._handles.state import State
 from reactor._storage.locate import locate
 from reactor.errors import ReactorError, ReadOnlyError
 
+from .group import STORAGE, USAGE, failure
 from .output import Output
 
 __all__ = [
@@ -37,6 +38,7 @@ __all__ = [
     "limit_option",
     "parse_json",
     "remember",
+    "string_option",
     "writable_scope",
 ]
 
@@ -45,6 +47,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 DB: Final = "reactor.db"  # ctx.meta keys: what --db and --json/--table said, if anything
 AS_JSON: Final = "reactor.as_json"
 _RAW: Final = "reactor.raw"
+_STRING: Final = "reactor.string"
 DB_HELP: Final = (
     "The database: a file path, sqlite:///PATH or postgresql+psycopg://USER@HOST/DB "
     "[default: $REACTOR_DB, else ~/.reactor/state.db]."
@@ -109,6 +112,19 @@ def limit_option(help_text: str) -> Callable[[F], F]:
     return click.option("--limit", type=click.IntRange(min=1), metavar="N", help=help_text)
 
 
+def string_option() -> Callable[[F], F]:
+    """``-s/--string``: the command's value is a plain string, not JSON (``parse_json``
+    with ``value=True`` then returns the text as given)."""
+    return click.option(
+        "-s",
+        "--string",
+        is_flag=True,
+        expose_value=False,
+        callback=_remember_flag,
+        help='Take the value as a plain string, not JSON: -s hello stores "hello".',
+    )
+
+
 def writable_scope(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
     """The SCOPE of a write command: a scope of events (``queue:NAME``) is a usage
     error, caught before any database is opened or created."""
@@ -131,7 +147,7 @@ def command_state(*, create: bool = False) -> State:
     if not create:
         _, location = locate(target, "normal")
         if isinstance(location, Path) and not location.exists():
-            raise click.ClickException(f"no database at {location}")
+            raise failure(f"no database at {location}", STORAGE)
         if location is not None:  # a file or a server: in memory, nothing to read
             try:
                 return ctx.with_resource(open_state(target, readonly=True))
@@ -151,14 +167,21 @@ def command_output() -> Output:
 
 def parse_json(text: str, what: str, *, value: bool = False) -> Any:
     """Parse a JSON argument (``-`` reads it from stdin); ``value``: one to store, which
-    may be a bare word meant as a string."""
+    may be a bare word meant as a string, and is the text itself under ``--string``
+    (from stdin: without its last newline)."""
     if text == "-":
         text = sys.stdin.read()
+        if value and click.get_current_context().meta.get(_STRING):
+            return text.removesuffix("\n")
+    if value and click.get_current_context().meta.get(_STRING):
+        return text
     try:
         return _exchange.parse_json(text)
     except ValueError as exc:
         shown = text if len(text) <= 40 else text[:37] + "..."
         hint = (
-            " (a string goes in double quotes: '\"text\"')" if value and text[:1].isalpha() else ""
+            " (a string goes in double quotes, '\"text\"', or use --string)"
+            if value and text[:1].isalpha()
+            else ""
         )
-        raise click.ClickException(f"{what} is not JSON: {shown!r}: {exc}{hint}") from None
+        raise failure(f"{what} is not JSON: {shown!r}: {exc}{hint}", USAGE) from None

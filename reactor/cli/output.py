@@ -13,6 +13,7 @@ from __future__ import annotations
 import datetime as dt
 import functools
 import sys
+import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
@@ -31,6 +32,7 @@ __all__ = [
     "Output",
     "change_view",
     "deleted_view",
+    "duration",
     "event_line",
     "items_view",
     "job_id_view",
@@ -43,11 +45,14 @@ __all__ = [
     "run_view",
     "runs_view",
     "scopes_view",
+    "short_ids",
     "stats_view",
     "ttl_view",
     "update_view",
     "value_view",
 ]
+
+_UNITS: Final = (("d", 86400), ("h", 3600), ("min", 60), ("s", 1))
 
 STYLES: Final = {"created": "green", "updated": "yellow", "deleted": "red", "expired": "magenta"}
 
@@ -57,6 +62,51 @@ def _highlighter() -> JSONHighlighter:
     from rich.highlighter import JSONHighlighter
 
     return JSONHighlighter()
+
+
+def duration(seconds: float) -> str:
+    """``seconds`` for people, in its two largest units: "59 min 57 s", "2 h 5 min",
+    "3 d 4 h"; under a minute "42 s", "4.2 s", under a second "250 ms"."""
+    if seconds < 0:
+        return "-" + duration(-seconds)
+    if seconds < 1:
+        return f"{seconds * 1000:.0f} ms"
+    if seconds < 10:
+        return f"{seconds:.1f} s"
+    left = round(seconds)
+    parts: list[str] = []
+    for unit, size in _UNITS:
+        count, left = divmod(left, size)
+        if count or parts:
+            parts.append(f"{count} {unit}")
+        if len(parts) == 2:
+            break
+    if len(parts) == 2 and parts[1].startswith("0 "):
+        parts.pop()
+    return " ".join(parts)
+
+
+def short_ids(ids: list[str], least: int = 8) -> dict[str, str]:
+    """Each of ``ids`` by its shortest prefix of at least ``least`` characters that no
+    other of them begins with (as git shortens commit ids)."""
+    ordered = sorted(ids)
+    short = {}
+    for index, name in enumerate(ordered):
+        shared = 0
+        for other in ordered[max(0, index - 1) : index] + ordered[index + 1 : index + 2]:
+            shared = max(shared, _shared(name, other))
+        short[name] = name[: max(least, shared + 1)]
+    return short
+
+
+def _shared(one: str, other: str) -> int:
+    """How many characters ``one`` and ``other`` begin with in common."""
+    count = 0
+    for mine, theirs in zip(one, other, strict=False):
+        if mine != theirs:
+            break
+        count += 1
+    return count
 
 
 def dumps(data: Any) -> bytes:
@@ -222,10 +272,11 @@ def scopes_view(counts: Mapping[str, int]) -> RenderableType:
     return table
 
 
-def timers_view(timers: list[Mapping[str, Any]]) -> RenderableType:
-    """Pending timers: when each is due (and in how long), what it writes where."""
-    import time
-
+def timers_view(
+    timers: list[Mapping[str, Any]], short: Mapping[str, str] | None = None
+) -> RenderableType:
+    """Pending timers: when each is due (and in how long), what it writes where, and
+    its id, by its ``short`` form if given (as ``timers cancel`` takes it)."""
     from rich.table import Table
     from rich.text import Text
 
@@ -233,7 +284,7 @@ def timers_view(timers: list[Mapping[str, Any]]) -> RenderableType:
         return _empty("no timers")
     now = time.time()
     table = Table("due", "in", "scope", "key", "every", "id")
-    table.columns[5].overflow = "fold"  # the id is what cancel takes: shown whole
+    short = short or {}
     for timer in timers:
         due = float(timer["due"])
         left = due - now
@@ -242,14 +293,14 @@ def timers_view(timers: list[Mapping[str, Any]]) -> RenderableType:
         if cron is not None:
             period = f"{cron} ({timer.get('tz') or 'UTC'})"
         else:
-            period = "" if every is None else f"{every:g} s"
+            period = "" if every is None else duration(every)
         table.add_row(
             when,
-            "due" if left <= 0 else f"{left:,.0f} s",
+            "due" if left <= 0 else duration(left),
             Text(timer["scope"]),
             Text(timer["key"]),
             Text(period),
-            timer["id"],
+            short.get(timer["id"], timer["id"]),
         )
     return table
 
@@ -262,7 +313,7 @@ def ttl_view(seconds: float) -> RenderableType:
         return _empty("no such key")
     if seconds == -1:
         return _empty("no expiry")
-    return Text(f"{seconds:.3f} s")
+    return Text(duration(seconds))
 
 
 def stats_view(stats: Mapping[str, Any]) -> RenderableType:
@@ -361,7 +412,10 @@ def job_info_view(job: Mapping[str, Any]) -> RenderableType:
     for field in ("priority", "group", "key"):
         if job[field] not in (None, 0):
             rows[field] = str(job[field])
-    rows["ready_at" if job["state"] != "taken" else "lease ends"] = _when(job["ready_at"])
+    left = job["ready_at"] - time.time()
+    rows["ready_at" if job["state"] != "taken" else "lease ends"] = _when(job["ready_at"]) + (
+        f" (in {duration(left)})" if left > 0 else ""
+    )
     rows["put"] = _when(job["created_at"])
     if job["worker"] is not None:
         worker = job["worker"]

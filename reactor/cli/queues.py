@@ -8,7 +8,15 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 import click
 
 from .group import Group
-from .options import F, command_output, command_state, data_options, limit_option, parse_json
+from .options import (
+    F,
+    command_output,
+    command_state,
+    data_options,
+    limit_option,
+    parse_json,
+    string_option,
+)
 from .output import (
     job_id_view,
     job_info_view,
@@ -60,6 +68,7 @@ def queue() -> None:
     metavar="SECONDS",
     help="With --key: replace the waiting job of that key, ready SECONDS from now.",
 )
+@string_option()
 @data_options()
 def queue_put(
     name: str,
@@ -72,7 +81,7 @@ def queue_put(
 ) -> None:
     """Add a job to queue NAME; print its id.
 
-    JSON is the job's item (- reads it from stdin): quote strings, '"text"'. With
+    JSON is the job's item (- reads it from stdin): quote strings, '"text"' (or -s). With
     --key, a job the queue holds already under that key keeps it: its id is printed.
     With --key and --debounce, a waiting job of that key is replaced (same id).
     """

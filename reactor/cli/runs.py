@@ -11,7 +11,14 @@ import click
 
 from reactor._handles.workflows import STATUSES
 
-from .options import command_output, command_state, data_options, limit_option, parse_json
+from .options import (
+    command_output,
+    command_state,
+    data_options,
+    limit_option,
+    parse_json,
+    string_option,
+)
 from .output import run_view, runs_view, value_view
 
 __all__ = ["COMMANDS"]
@@ -63,6 +70,7 @@ def cancel(run_id: str) -> None:
 @click.argument("run_id", metavar="ID")
 @click.argument("topic")
 @click.argument("message", metavar="JSON")
+@string_option()
 @data_options()
 def send(run_id: str, topic: str, message: str) -> None:
     """Send run ID a MESSAGE (JSON) on TOPIC: its next run.receive(TOPIC) gets it."""

@@ -9,6 +9,7 @@ import click
 
 from reactor._base.keys import compile_pattern
 
+from .complete import complete_key, complete_scope
 from .group import Command
 from .options import (
     command_output,
@@ -16,6 +17,7 @@ from .options import (
     data_options,
     limit_option,
     parse_json,
+    string_option,
     writable_scope,
 )
 from .output import (
@@ -36,9 +38,10 @@ _ABSENT: Final = object()
 
 
 @click.command(cls=Command, context_settings={"ignore_unknown_options": True})  # --default -1
-@click.argument("scope")
-@click.argument("key")
+@click.argument("scope", shell_complete=complete_scope)
+@click.argument("key", shell_complete=complete_key)
 @click.option("--default", metavar="JSON", help="Print this when the key is absent, not an error.")
+@string_option()
 @data_options(raw=True)
 def get(scope: str, key: str, default: str | None) -> None:
     """Print the value of KEY in SCOPE.
@@ -57,8 +60,8 @@ def get(scope: str, key: str, default: str | None) -> None:
 
 # ignore_unknown_options: for a value of -1
 @click.command("set", cls=Command, context_settings={"ignore_unknown_options": True})
-@click.argument("scope", callback=writable_scope)
-@click.argument("key")
+@click.argument("scope", callback=writable_scope, shell_complete=complete_scope)
+@click.argument("key", shell_complete=complete_key)
 @click.argument("value", metavar="JSON")
 @click.option(
     "--ttl",
@@ -67,12 +70,13 @@ def get(scope: str, key: str, default: str | None) -> None:
     help="Expire the key after this many seconds (no expiry without it).",
 )
 @click.option("--keep-ttl", is_flag=True, help="Keep the expiry the key had.")
+@string_option()
 @data_options()
 def set_value(scope: str, key: str, value: str, ttl: float | None, keep_ttl: bool) -> None:
     """Set KEY in SCOPE to a JSON value.
 
-    The value is JSON (- reads it from stdin): quote strings, '"text"'. Prints the old
-    value and the new one.
+    The value is JSON (- reads it from stdin): quote strings, '"text"', or take the
+    value as a plain string with -s. Prints the old value and the new one.
     """
     if ttl is not None and keep_ttl:
         raise click.UsageError("--ttl and --keep-ttl exclude each other")
@@ -84,8 +88,8 @@ def set_value(scope: str, key: str, value: str, ttl: float | None, keep_ttl: boo
 
 
 @click.command(cls=Command)
-@click.argument("scope", callback=writable_scope)
-@click.argument("key")
+@click.argument("scope", callback=writable_scope, shell_complete=complete_scope)
+@click.argument("key", shell_complete=complete_key)
 @click.argument("ops", metavar="OPS_JSON")
 @click.option("--atomic", is_flag=True, help="All the update ops or none (a JSON Patch always).")
 @data_options()
@@ -109,8 +113,8 @@ def update(scope: str, key: str, ops: str, atomic: bool) -> None:
 
 
 @click.command(cls=Command)
-@click.argument("scope", callback=writable_scope)
-@click.argument("key")
+@click.argument("scope", callback=writable_scope, shell_complete=complete_scope)
+@click.argument("key", shell_complete=complete_key)
 @data_options()
 def delete(scope: str, key: str) -> None:
     """Delete KEY from SCOPE.
@@ -124,8 +128,8 @@ def delete(scope: str, key: str) -> None:
 
 
 @click.command(cls=Command, context_settings={"ignore_unknown_options": True})  # a step of -1
-@click.argument("scope", callback=writable_scope)
-@click.argument("key")
+@click.argument("scope", callback=writable_scope, shell_complete=complete_scope)
+@click.argument("key", shell_complete=complete_key)
 @click.argument("by", metavar="[BY]", default="1")
 @data_options(raw=True)
 def incr(scope: str, key: str, by: str) -> None:
@@ -139,8 +143,8 @@ def incr(scope: str, key: str, by: str) -> None:
 
 
 @click.command(cls=Command)
-@click.argument("scope")
-@click.argument("key")
+@click.argument("scope", shell_complete=complete_scope)
+@click.argument("key", shell_complete=complete_key)
 @data_options(raw=True)
 def ttl(scope: str, key: str) -> None:
     """Print the seconds KEY has left.
@@ -152,8 +156,8 @@ def ttl(scope: str, key: str) -> None:
 
 
 @click.command(cls=Command)
-@click.argument("scope")
-@click.argument("names", metavar="KEY...", nargs=-1, required=True)
+@click.argument("scope", shell_complete=complete_scope)
+@click.argument("names", metavar="KEY...", nargs=-1, required=True, shell_complete=complete_key)
 @data_options(raw=True)
 def exists(scope: str, names: tuple[str, ...]) -> None:
     """Print how many of the KEYs exist in SCOPE (a key named twice counts twice, as
@@ -163,8 +167,8 @@ def exists(scope: str, names: tuple[str, ...]) -> None:
 
 
 @click.command(cls=Command)
-@click.argument("scope")
-@click.argument("names", metavar="KEY...", nargs=-1, required=True)
+@click.argument("scope", shell_complete=complete_scope)
+@click.argument("names", metavar="KEY...", nargs=-1, required=True, shell_complete=complete_key)
 @data_options()
 def mget(scope: str, names: tuple[str, ...]) -> None:
     """Print the values of the KEYs in SCOPE, in order: a JSON list, null for a key
@@ -174,8 +178,8 @@ def mget(scope: str, names: tuple[str, ...]) -> None:
 
 
 @click.command(cls=Command)
-@click.argument("scope", callback=writable_scope)
-@click.argument("key")
+@click.argument("scope", callback=writable_scope, shell_complete=complete_scope)
+@click.argument("key", shell_complete=complete_key)
 @click.argument("seconds", type=click.FloatRange(min=0, min_open=True))
 @data_options(raw=True)
 def expire(scope: str, key: str, seconds: float) -> None:
@@ -185,8 +189,8 @@ def expire(scope: str, key: str, seconds: float) -> None:
 
 
 @click.command(cls=Command)
-@click.argument("scope", callback=writable_scope)
-@click.argument("key")
+@click.argument("scope", callback=writable_scope, shell_complete=complete_scope)
+@click.argument("key", shell_complete=complete_key)
 @data_options(raw=True)
 def persist(scope: str, key: str) -> None:
     """Take KEY's expiry off; print whether it exists."""
@@ -195,7 +199,7 @@ def persist(scope: str, key: str) -> None:
 
 
 @click.command(cls=Command)
-@click.argument("scope")
+@click.argument("scope", shell_complete=complete_scope)
 @click.argument("pattern", default="*")
 @limit_option("At most N keys: the first N, in sorted order.")
 @data_options(raw=True)
@@ -210,7 +214,7 @@ def keys(scope: str, pattern: str, limit: int | None) -> None:
 
 
 @click.command("list", cls=Command)
-@click.argument("scope")
+@click.argument("scope", shell_complete=complete_scope)
 @click.argument("pattern", default="*")
 @limit_option("At most N keys with their values: the first N, in sorted order.")
 @data_options()
