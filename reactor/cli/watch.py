@@ -8,6 +8,7 @@ from typing import Final
 
 import click
 
+from .complete import complete_scope
 from .group import Command
 from .options import command_output, command_state, data_options
 
@@ -17,7 +18,9 @@ _WATCH_JOIN: Final = 5.0  # seconds for the printing thread to end once the watc
 
 
 @click.command(cls=Command)
-@click.option("--scope", metavar="GLOB", help="Only scopes matching this glob.")
+@click.option(
+    "--scope", metavar="GLOB", shell_complete=complete_scope, help="Only scopes matching this glob."
+)
 @click.option("--key", metavar="GLOB", help="Only keys matching this glob.")
 @click.option(
     "--since",
