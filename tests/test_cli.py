@@ -819,3 +819,18 @@ def test_table_and_json_can_be_asked_for(db_path: Any, tmp_path: Path) -> None:
     assert scopes.stdout.splitlines()[3].split() == ["│", "s", "│", "1", "│"]
     assert ttl.stdout == "(no expiry)\n"
     assert value.stdout == "[1,2]\n"  # the command's option wins over the group's
+
+
+def test_every_command_is_found_where_the_group_says() -> None:
+    """``reactor.cli.COMMANDS`` (which module defines each command, imported when the
+    command runs) agrees with the modules' own ``COMMANDS``."""
+    import importlib
+
+    from reactor.cli import COMMANDS
+
+    defined = {
+        command.name: module
+        for module in set(COMMANDS.values())
+        for command in importlib.import_module(f"reactor.cli.{module}").COMMANDS
+    }
+    assert defined == COMMANDS

@@ -164,6 +164,9 @@ def test_timers_show_short_ids_and_cancel_takes_a_prefix(db_path: Any, tmp_path:
     assert second.id in error
     assert ok("timers", "cancel", first.id[: len(shared) + 1]) == {"cancelled": first.id}
     assert [timer["id"] for timer in ok("timers")] == [second.id]
+    assert _status(db_path, tmp_path, "timers", "cancel", second.id[:3])[0] == 1  # too short
+    assert _status(db_path, tmp_path, "timers", "cancel", "")[0] == 1  # names no timer
+    assert [timer["id"] for timer in ok("timers")] == [second.id]
 
 
 def test_string_takes_a_value_as_plain_text(db_path: Any, tmp_path: Path) -> None:
@@ -183,11 +186,18 @@ def test_string_takes_a_value_as_plain_text(db_path: Any, tmp_path: Path) -> Non
     assert "--string" in error
 
 
-def test_ttl_prints_a_readable_duration(db_path: Any, tmp_path: Path) -> None:
+def test_ttl_and_leases_print_readable_durations(db_path: Any, tmp_path: Path) -> None:
     with reactor.open(db_path) as state:
         state.scope("s").set("k", 1, ttl=7300)
+        state.queue("q").put("job")
+        job = state.queue("q").take(lease=3600)
+        assert job is not None
     table = run_reactor("--db", str(db_path), "ttl", "s", "k", "--table", cwd=tmp_path)
     assert table.stdout.startswith("2 h 1 min")  # 2 h 1 min 40 s, to its two largest units
+    shown = run_reactor(
+        "--db", str(db_path), "queue", "job", "q", str(job.id), "--table", cwd=tmp_path
+    )
+    assert "(in 59 min 5" in shown.stdout  # the lease ends in an hour
 
 
 def _complete(db: Any, cwd: Path, words: str, *, env_db: bool = False) -> list[str]:
@@ -213,6 +223,7 @@ def test_completion_of_scopes_and_keys(db_path: Any, tmp_path: Path) -> None:
     assert _complete(db_path, tmp_path, "set orders ") == ["o-1", "o-2", "x*y"]
     assert _complete(db_path, tmp_path, "delete orders x*") == ["x*y"]
     assert _complete(db_path, tmp_path, "history orders o-2") == ["o-2"]
+    assert _complete(db_path, tmp_path, "watch --scope op") == ["ops"]
     missing = tmp_path / "nowhere.db"
     assert _complete(missing, tmp_path, "get o") == []
     assert not missing.exists()  # completion creates nothing

@@ -125,6 +125,55 @@ def test_a_command_on_a_current_database_loads_nothing_heavy(
     assert _loaded(_command("--db", str(current_db), *args), cwd=current_db.parent) == []
 
 
+ENGINE = ("pykka", "blinker", "reactor._engine.engine", "reactor._handles.state", "asyncio")
+
+
+@pytest.mark.sqlite_only("the quick reads open a SQLite file's store alone")
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("get", "s", "k"),
+        ("mget", "s", "k", "n"),
+        ("exists", "s", "k"),
+        ("ttl", "s", "t"),
+        ("keys", "s"),
+        ("list", "s"),
+        ("scopes",),
+    ],
+    ids=lambda args: args[0],
+)
+def test_a_quick_read_starts_no_engine(args: tuple[str, ...], current_db: Path) -> None:
+    """The commands a shell loop calls read the file's store alone: no actors, no
+    listener hub, no asyncio, and only the modules of the command asked for."""
+    script = textwrap.dedent(
+        f"""
+        import json, sys
+        sys.argv = ["reactor", "--db", {str(current_db)!r}, *{list(args)!r}]
+        from reactor.cli import main
+        try:
+            main()
+        except SystemExit as exc:
+            assert exc.code in (0, None), exc.code
+        print(json.dumps([m for m in {ENGINE!r} if m in sys.modules]))
+        print(json.dumps(sorted(m for m in sys.modules if m.startswith("reactor.cli."))))
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=current_db.parent,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env=CLI_ENV,
+    )
+    assert done.returncode == 0, done.stderr
+    engine, commands = (json.loads(line) for line in done.stdout.splitlines()[-2:])
+    assert engine == []
+    assert "reactor.cli.values" in commands
+    assert not {"reactor.cli.queues", "reactor.cli.serve", "reactor.cli.programs"} & set(commands)
+
+
 def test_help_loads_nothing_heavy(tmp_path: Path) -> None:
     assert _loaded(_command("--help"), cwd=tmp_path) == []
     assert _loaded(_command("get", "--help"), cwd=tmp_path) == []

@@ -12,8 +12,11 @@ value, name or JSON argument); 3 storage (no database at the path, one that cann
 opened, read or written). reactor's errors are turned into click's in one place,
 ``Group.invoke`` (``group.exit_status``).
 
-Start-up is kept short (a command is often one call in a shell loop): what only some
-commands use (rich, the demo, the dashboard, the bench) is imported in those commands.
+Start-up is kept short (a command is often one call in a shell loop): a command's
+module is imported when the command runs (``COMMANDS`` below names each command's), and
+what only some commands use (the engine, rich, the dashboard, the bench) is imported in
+those commands; ``get`` and the other quick reads open a SQLite file's store alone
+(``reading``).
 
 The commands live by group: ``values`` (keys and values, listings), ``records``
 (history, clear, locks, subscribers), ``timers``,
@@ -31,7 +34,6 @@ import click
 
 from reactor.errors import ReactorError
 
-from . import backup, programs, queues, records, runs, serve, timers, values, watch
 from .group import Group, exit_status
 from .logs import show_warnings
 from .options import data_options
@@ -48,7 +50,45 @@ def _show_version(ctx: click.Context, _param: click.Parameter, value: bool) -> N
         ctx.exit()
 
 
-@click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]})
+# Each command's module (in this package): a new command goes into its group's module,
+# into that module's COMMANDS, and here (tests/test_cli.py checks the two agree).
+COMMANDS: dict[str, str] = {
+    **dict.fromkeys(
+        [
+            "get",
+            "set",
+            "update",
+            "delete",
+            "incr",
+            "ttl",
+            "exists",
+            "mget",
+            "expire",
+            "persist",
+            "keys",
+            "list",
+            "scopes",
+            "stats",
+        ],
+        "values",
+    ),
+    **dict.fromkeys(("history", "clear", "locks", "subscribers"), "records"),
+    "timers": "timers",
+    "queue": "queues",
+    **dict.fromkeys(("runs", "run", "cancel", "send"), "runs"),
+    "watch": "watch",
+    "export": "backup",
+    "import": "backup",
+    **dict.fromkeys(("ui", "demo", "bench"), "programs"),
+    "serve": "serve",
+}
+
+
+@click.group(
+    cls=Group,
+    lazy={name: f"{__name__}.{module}" for name, module in COMMANDS.items()},
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
 @click.option(
     "--version",
     is_flag=True,
@@ -65,13 +105,6 @@ def cli() -> None:
     piped and as tables on a terminal (--raw: strings as plain text); errors go to
     stderr, with exit status 1 (not found), 2 (usage) or 3 (storage).
     """
-
-
-# A new command goes into its group's module, and into that module's COMMANDS.
-for _module in (values, records, timers, queues, runs, watch, backup, programs, serve):
-    for _command in _module.COMMANDS:
-        cli.add_command(_command)
-del _module, _command
 
 
 def main() -> None:

@@ -11,6 +11,8 @@ and etcdctl use.
 from __future__ import annotations
 
 import errno
+import importlib
+from collections.abc import Mapping
 from typing import Any, Final
 
 import click
@@ -117,9 +119,26 @@ class Command(click.Command):
 class Group(click.Group):
     """A command group whose commands' reactor errors end as click's: one line on
     stderr, ``Error: ...``, with ``exit_status``'s status; a misspelled command gets a
-    "did you mean"."""
+    "did you mean". ``lazy`` maps command names to the modules that define them (in
+    their ``COMMANDS``), imported when one of their commands is asked for."""
 
     command_class = Command
+
+    def __init__(self, *args: Any, lazy: Mapping[str, str] | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._lazy = dict(lazy or {})
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *self._lazy})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        found = super().get_command(ctx, cmd_name)
+        module = self._lazy.get(cmd_name)
+        if found is not None or module is None:
+            return found
+        for command in importlib.import_module(module).COMMANDS:  # its module's, all
+            self.add_command(command)
+        return super().get_command(ctx, cmd_name)
 
     def resolve_command(
         self, ctx: click.Context, args: list[str]

@@ -12,19 +12,19 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Final, TypeVar
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 import click
 
-from reactor import open as open_state
-from reactor._backup import exchange as _exchange
 from reactor._base.keys import check_writable
-from reactor._handles.state import State
 from reactor._storage.locate import locate
 from reactor.errors import ReactorError, ReadOnlyError
 
 from .group import STORAGE, USAGE, failure
 from .output import Output
+
+if TYPE_CHECKING:
+    from reactor._handles.state import State
 
 __all__ = [
     "AS_JSON",
@@ -142,6 +142,8 @@ def command_state(*, create: bool = False) -> State:
     write; one that cannot be read without a write first (a migration to this version,
     a new PostgreSQL schema) is opened read-write, as it always was, where it can be.
     """
+    from reactor._handles.open import open as open_state  # the engine: only when used
+
     ctx = click.get_current_context()
     target: str | None = ctx.meta.get(DB)
     if not create:
@@ -176,7 +178,9 @@ def parse_json(text: str, what: str, *, value: bool = False) -> Any:
     if value and click.get_current_context().meta.get(_STRING):
         return text
     try:
-        return _exchange.parse_json(text)
+        from reactor._backup.lines import parse_json as parse  # only JSON given
+
+        return parse(text)
     except ValueError as exc:
         shown = text if len(text) <= 40 else text[:37] + "..."
         hint = (

@@ -23,6 +23,9 @@ from reactor._base.values import decode
 from reactor._storage.locate import locate, open_store
 from reactor.errors import ReadOnlyError
 
+from .group import STORAGE, failure
+from .options import DB, command_state
+
 if TYPE_CHECKING:
     from reactor._storage.store import StoreReads
 
@@ -90,14 +93,14 @@ def _store() -> StoreReads | None:
     cannot be read without a write first).
 
     Raises:
-        click.ClickException: the file does not exist.
+        click.ClickException: the file does not exist (exit status 3).
     """
     ctx = click.get_current_context()
-    _, location = locate(ctx.meta.get("reactor.db"), "normal")
+    _, location = locate(ctx.meta.get(DB), "normal")
     if not isinstance(location, Path):
         return None
     if not location.exists():
-        raise click.ClickException(f"no database at {location}")
+        raise failure(f"no database at {location}", STORAGE)
     try:
         store = open_store(location, durability="normal", timeout=_TIMEOUT, readonly=True)
     except ReadOnlyError:
@@ -115,8 +118,6 @@ def command_reads(scope: str) -> ScopeReads:
     store = _store()
     if store is not None:
         return _StoreScope(store, scope)
-    from .options import command_state
-
     return command_state().scope(scope)
 
 
@@ -125,7 +126,5 @@ def scope_counts() -> dict[str, int]:
     store = _store()
     if store is not None:
         return store.counts(time.time())
-    from .options import command_state
-
     counts: dict[str, int] = command_state().stats()["scopes"]
     return counts

@@ -17,9 +17,18 @@ if TYPE_CHECKING:
 
 __all__ = ["COMMANDS"]
 
+_PREFIX_MIN: Final = 4  # a shorter id is taken whole: "" or "0" names no timer
+
 
 @click.group(cls=Group, invoke_without_command=True)
-@click.option("--scope", "pattern", default="*", metavar="GLOB", help="Only these scopes' timers.")
+@click.option(
+    "--scope",
+    "pattern",
+    default="*",
+    metavar="GLOB",
+    shell_complete=complete_scope,
+    help="Only these scopes' timers.",
+)
 @options.limit_option("At most N timers: the N due first.")
 @options.data_options()
 @click.pass_context
@@ -95,8 +104,10 @@ def cancel_timer(timer_id: str) -> None:
 
 
 def _whole_id(pending: list[Timer], given: str) -> str:
-    """The id of the pending timer ``given`` names, whole or by a unique prefix;
-    ``given`` itself if none does."""
+    """The id of the pending timer ``given`` names, whole or by a unique prefix (of
+    ``_PREFIX_MIN`` characters at least, as git's); ``given`` itself if none does."""
+    if len(given) < _PREFIX_MIN:
+        return given
     ids = [timer.id for timer in pending if timer.id.startswith(given)]
     if given in ids or len(ids) <= 1:
         return given if given in ids or not ids else ids[0]

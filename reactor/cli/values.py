@@ -31,6 +31,7 @@ from .output import (
     update_view,
     value_view,
 )
+from .reading import command_reads, scope_counts
 
 __all__ = ["COMMANDS"]
 
@@ -50,7 +51,7 @@ def get(scope: str, key: str, default: str | None) -> None:
     such key (unless --default).
     """
     fallback = _ABSENT if default is None else parse_json(default, "--default", value=True)
-    value = command_state().scope(scope).get(key, _ABSENT)
+    value = command_reads(scope).get(key, _ABSENT)
     if value is _ABSENT:
         if fallback is _ABSENT:
             raise click.ClickException(f"no key {key!r} in scope {scope!r}")
@@ -151,7 +152,7 @@ def ttl(scope: str, key: str) -> None:
 
     -1 if it has no expiry, -2 if it does not exist (as Redis TTL).
     """
-    left = command_state().scope(scope).ttl(key)
+    left = command_reads(scope).ttl(key)
     command_output().value(int(left) if left in (-1, -2) else round(left, 3), ttl_view)
 
 
@@ -162,7 +163,7 @@ def ttl(scope: str, key: str) -> None:
 def exists(scope: str, names: tuple[str, ...]) -> None:
     """Print how many of the KEYs exist in SCOPE (a key named twice counts twice, as
     Redis EXISTS)."""
-    handle = command_state().scope(scope)
+    handle = command_reads(scope)
     command_output().value(sum(1 for key in names if handle.exists(key)), value_view)
 
 
@@ -173,7 +174,7 @@ def exists(scope: str, names: tuple[str, ...]) -> None:
 def mget(scope: str, names: tuple[str, ...]) -> None:
     """Print the values of the KEYs in SCOPE, in order: a JSON list, null for a key
     that does not exist (as Redis MGET)."""
-    found = command_state().scope(scope).get_many(names)
+    found = command_reads(scope).get_many(names)
     command_output().value([found.get(key) for key in names], value_view)
 
 
@@ -209,7 +210,7 @@ def keys(scope: str, pattern: str, limit: int | None) -> None:
     PATTERN is a glob as in Redis KEYS: * ? [abc] [a-z] [!a], \\ to escape. --raw
     prints one key per line.
     """
-    found = command_state().scope(scope).keys(pattern)
+    found = command_reads(scope).keys(pattern)
     command_output().lines(found[:limit], keys_view)
 
 
@@ -224,7 +225,7 @@ def list_items(scope: str, pattern: str, limit: int | None) -> None:
     Only the keys matching the glob PATTERN, if given; sorted by key.
     """
     match = compile_pattern(pattern)
-    items = command_state().scope(scope).list()
+    items = command_reads(scope).list()
     found = [(key, value) for key, value in items.items() if match.matches(key)]
     command_output().show(dict(found[:limit]), items_view)
 
@@ -233,7 +234,7 @@ def list_items(scope: str, pattern: str, limit: int | None) -> None:
 @data_options()
 def scopes() -> None:
     """List the scopes, with their key counts."""
-    counts = command_state().stats()["scopes"]
+    counts = scope_counts()
     command_output().show(dict(sorted(counts.items())), scopes_view)
 
 

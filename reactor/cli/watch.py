@@ -8,6 +8,7 @@ from typing import Final
 
 import click
 
+from .complete import complete_scope
 from .group import Command
 from .options import command_output, command_state, data_options
 
@@ -22,6 +23,7 @@ _WATCH_JOIN: Final = 5.0  # seconds for the printing thread to end once the watc
     "scopes",
     multiple=True,
     metavar="GLOB",
+    shell_complete=complete_scope,
     help="Only scopes matching this glob (give it again for more: any one will do).",
 )
 @click.option(
