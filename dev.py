@@ -52,7 +52,15 @@ def ensure_environment(*, full: bool = True) -> None:
         venv.create(VENV, with_pip=True)
     if full:
         run(BIN / "python", "-m", "pip", "install", "--quiet", "--upgrade", "pip")
-        run(BIN / "python", "-m", "pip", "install", "--quiet", "-e", ".[dev,bench,postgresql,ui]")
+        run(
+            BIN / "python",
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "-e",
+            ".[dev,bench,metrics,postgresql,ui]",
+        )
         STAMP.write_text(digest)
     else:
         run(

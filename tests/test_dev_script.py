@@ -54,7 +54,7 @@ def test_the_tests_install_every_extra_and_then_serve_the_demo(
     dev, ran = _dev(tmp_path, monkeypatch)
     dev.ensure_environment(full=False)
     dev.ensure_environment(full=True)
-    assert _installs(ran) == [".", ".[dev,bench,postgresql,ui]"]
+    assert _installs(ran) == [".", ".[dev,bench,metrics,postgresql,ui]"]
     dev.ensure_environment(full=False)  # the full install has what the demo needs
     dev.ensure_environment(full=True)
     assert len(_installs(ran)) == 2

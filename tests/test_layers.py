@@ -99,6 +99,7 @@ RANKS = {
     "reactor._ui": 8,
     "reactor._bench": 8,
     "reactor.testing": 8,
+    "reactor.metrics": 8,
     "reactor.__main__": 9,
 }
 

@@ -54,6 +54,7 @@ from .sql_text import (
     LOCKS_HELD,
     LOG_AFTER,
     LOG_AFTER_IN,
+    LOG_SPAN,
     NEXT_TIMER,
     POSITION,
     REVISION,
@@ -428,6 +429,11 @@ class SQLStore:
     def compacted(self) -> int:
         """Every change-log record up to this revision may have been compacted away."""
         return int(self._query(COMPACTED, ())[0][0])
+
+    def log_span(self) -> tuple[int, int] | None:
+        """The first and last revisions the change log holds (None: it is empty)."""
+        first, last = self._query(LOG_SPAN, ())[0]
+        return None if first is None else (int(first), int(last))
 
     def position(self, name: str) -> int | None:
         found = self._query(POSITION, (name,))

@@ -63,6 +63,9 @@ LAST_TO_GO: Final = (
     "SELECT revision, timestamp FROM reactor_changes WHERE revision <= ? "
     "ORDER BY revision DESC LIMIT 1"
 )
+# The revisions the change log holds (a contiguous range: compaction deletes from the
+# oldest): two seeks of the primary key, where COUNT(*) would read the whole log.
+LOG_SPAN: Final = "SELECT MIN(revision), MAX(revision) FROM reactor_changes"
 COMPACTED: Final = "SELECT value FROM reactor_meta WHERE name = 'compacted'"
 # When the record at the horizon was made, in microseconds (-1: not known, a database
 # compacted before version 5).

@@ -78,6 +78,10 @@ class LogReads(Protocol):
 
     def compacted(self) -> int: ...
 
+    def log_span(self) -> tuple[int, int] | None:
+        """The first and last revisions the change log holds (None: it is empty)."""
+        ...
+
     def key_history(self, scope: str, key: str, since: int, limit: int) -> list[ChangeRecord]: ...
 
     def history(self, scope: str, key: str, limit: int) -> list[ChangeRecord]:

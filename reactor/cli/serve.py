@@ -3,9 +3,11 @@
 It opens the database for writing and keeps its upkeep: keys past their TTL expire
 with their events, due timers fire, leases run out are turned back, the change log is
 compacted (the engine's sweeper, which every writing program runs; this one runs
-nothing else). On request it serves the dashboard (``--ui``) and health endpoints
-(``--health``). SIGTERM or SIGINT stops it cleanly: the upkeep round under way
-finishes, then everything is released, and it exits 0.
+nothing else). On request it serves the dashboard (``--ui``), health endpoints
+(``--health``) and Prometheus metrics (``--metrics``: ``reactor.metrics``' collector,
+with the process's own, at ``/metrics`` on a port of its own). SIGTERM or SIGINT
+stops it cleanly: the upkeep round under way finishes, then everything is released,
+and it exits 0.
 
 Several ``serve`` processes may keep one database: each chore reads what is due again
 inside its own transaction, so none is done twice.
@@ -98,6 +100,12 @@ class HostPort(click.ParamType[tuple[str, int]]):
     help="Serve GET /livez and /healthz on this port (on 127.0.0.1 unless HOST is given).",
 )
 @click.option(
+    "--metrics",
+    type=HostPort(),
+    metavar="[HOST:]PORT",
+    help="Serve GET /metrics (Prometheus) on this port (on 127.0.0.1 unless HOST is given).",
+)
+@click.option(
     "--max-lag",
     type=Seconds(0.1, MAX_TIMEOUT),
     default=DEFAULT_MAX_LAG,
@@ -142,6 +150,7 @@ class HostPort(click.ParamType[tuple[str, int]]):
 def serve(
     interval: float,
     health: tuple[str, int] | None,
+    metrics: tuple[str, int] | None,
     max_lag: float,
     timeout: float,
     modules: tuple[str, ...],
@@ -160,13 +169,16 @@ def serve(
     """
     show_service_log(_LEVELS[log_level])
     target: str | None = click.get_current_context().meta.get(DB)
-    web = import_web("reactor serve --health/--ui") if health or ui else None
+    web = import_web("reactor serve --health/--metrics/--ui") if health or metrics or ui else None
+    if metrics is not None:
+        _check_metrics()
     with _signals() as stop:  # from here on, a signal stops it cleanly
         state = open_state(target, sweep_interval=interval, timeout=timeout)
         workers = None
         try:
             workers = _workers(state, target, modules, concurrency)
-            apps = _apps(web, state, target, health, max_lag, ui, host, port, write, allow_hosts)
+            apps = _apps(web, state, health, metrics, max_lag)
+            apps += _dashboard(web, target, ui, host, port, write, allow_hosts)
             where = "".join(f"; {what} at {url}" for what, url, _, _ in apps)
             if workers is not None:
                 where += f"; workflows {', '.join(workers.workflows)} ({concurrency} workers)"
@@ -242,19 +254,28 @@ def _workers(
         ) from None
 
 
+def _check_metrics() -> None:
+    """
+    Raises:
+        click.ClickException: the ``metrics`` extra is not installed.
+    """
+    try:
+        import prometheus_client  # noqa: F401
+    except ModuleNotFoundError:
+        raise click.ClickException(
+            "reactor serve --metrics needs: pip install 'reactor-state[metrics]'"
+        ) from None
+
+
 def _apps(
     web: ModuleType | None,
     state: State,
-    target: str | None,
     health: tuple[str, int] | None,
+    metrics: tuple[str, int] | None,
     max_lag: float,
-    ui: bool,
-    host: str,
-    port: int,
-    write: bool,
-    allow_hosts: tuple[str, ...],
 ) -> list[tuple[str, str, Any, socket.socket]]:
-    """The web apps asked for: (what, its URL, the app, its listening socket)."""
+    """The health and metrics apps asked for: (what, its URL, the app, its listening
+    socket)."""
     if web is None:
         return []
     apps: list[tuple[str, str, Any, socket.socket]] = []
@@ -264,7 +285,31 @@ def _apps(
         listener = listen(web, *health)
         app = create_health_app(engine_of(state), max_lag)
         apps.append(("health", web.url_of(listener) + "healthz", app, listener))
-    if ui:
+    if metrics is not None:
+        from prometheus_client import REGISTRY
+
+        from reactor._ui.metrics import create_metrics_app
+        from reactor.metrics import register
+
+        listener = listen(web, *metrics)
+        register(state)  # on the default registry, with the process's own metrics
+        app = create_metrics_app(REGISTRY)
+        apps.append(("metrics", web.url_of(listener) + "metrics", app, listener))
+    return apps
+
+
+def _dashboard(
+    web: ModuleType | None,
+    target: str | None,
+    ui: bool,
+    host: str,
+    port: int,
+    write: bool,
+    allow_hosts: tuple[str, ...],
+) -> list[tuple[str, str, Any, socket.socket]]:
+    """The dashboard, if asked for: (what, its URL, the app, its listening socket)."""
+    apps: list[tuple[str, str, Any, socket.socket]] = []
+    if web is not None and ui:
         from reactor._ui.app import create_app
 
         listener = listen(web, host, port)

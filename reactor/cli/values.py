@@ -236,11 +236,14 @@ def scopes() -> None:
 @click.command(cls=Command)
 @data_options()
 def stats() -> None:
-    """Print the database's figures.
+    """Print the database's figures, as every process sees them.
 
-    Keys per scope, size and revision, with this process's own counters.
+    Keys (in all and by scope), the change log, jobs by queue and state, timers and the
+    oldest due one's lag, locks held, durable subscribers' lag, size and revision.
     """
-    command_output().show(command_state().stats(), stats_view)
+    from reactor.metrics import figures
+
+    command_output().show(figures(command_state()), stats_view)
 
 
 COMMANDS: Final = (
