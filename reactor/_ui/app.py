@@ -57,10 +57,10 @@ queue that does not exist.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any, Final
 
@@ -77,6 +77,7 @@ from reactor._engine.events import ChangeEvent
 from reactor._storage.records import ChangeRecord, TimerRow
 from reactor._storage.store import StoreReads
 from reactor._version import __version__
+from reactor.aio import AsyncState
 from reactor.aio import open as open_async
 from reactor.aio.state import link_of
 from reactor.errors import InvalidArgumentError, ReactorError
@@ -98,7 +99,7 @@ from .requests import (
     store_read,
 )
 
-__all__ = ["Problem", "create_app"]
+__all__ = ["Problem", "build_app", "create_app"]
 
 STATIC: Final = Path(__file__).resolve().parent / "static"
 HISTORY_LIMIT: Final = 50  # changes of a key shown by default
@@ -128,27 +129,49 @@ def create_app(
     hosts: list[str] | None = None,
     ping: float = DEFAULT_PING,
 ) -> Starlette:
-    """The dashboard for the database ``target`` (what ``reactor.open`` takes).
+    """The dashboard for the database ``target`` (what ``reactor.open`` takes), as
+    ``reactor ui`` serves it.
 
     ``write`` allows the write endpoints; ``hosts`` are the names the ``Host`` header
     may carry (the loopback names by default); ``ping`` is the seconds between the
     feed's keep-alive comments. The database opens when the app starts, and closes
     when it stops.
     """
-    state = open_async(target)
+    return build_app(
+        open_async(target), owned=True, write=write, hosts=hosts or [*LOOPBACK_NAMES], ping=ping
+    )
 
-    @asynccontextmanager
+
+def build_app(
+    handle: AsyncState,
+    *,
+    owned: bool,
+    write: bool,
+    hosts: Sequence[str] | None,
+    ping: float,
+) -> Starlette:
+    """The dashboard on ``handle`` (``owned``: opened when the app starts; else open
+    already, the caller's); ``hosts`` None: no check of the ``Host`` header (the app
+    it is mounted in decides who may reach it). The handle closes when the app stops.
+    """
+
+    @contextlib.asynccontextmanager
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:
-        async with state:
+        async with contextlib.AsyncExitStack() as stack:
+            if owned:
+                await stack.enter_async_context(handle)  # the database opens (or fails) now
+            else:
+                stack.push_async_callback(handle.close)  # its threads, not the caller's State
             yield
 
+    middleware = [] if hosts is None else [Middleware(HostGuard, allowed_hosts=list(hosts))]
     app = Starlette(
         routes=_routes(write),
-        middleware=[Middleware(HostGuard, allowed_hosts=hosts or [*LOOPBACK_NAMES])],
+        middleware=middleware,
         exception_handlers={Problem: problem_answer, ReactorError: reactor_error_answer},
         lifespan=lifespan,
     )
-    app.state.reactor = state
+    app.state.reactor = handle
     app.state.write = write
     app.state.ping = ping
     return app
