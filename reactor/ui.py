@@ -26,7 +26,9 @@ from typing import TYPE_CHECKING
 
 from reactor._ui.app import build_app
 from reactor._ui.feed import DEFAULT_PING
+from reactor._ui.series import DEFAULT_INTERVAL
 from reactor.aio.state import adopt
+from reactor.errors import InvalidArgumentError
 
 if TYPE_CHECKING:
     from starlette.applications import Starlette
@@ -42,6 +44,7 @@ def create_app(
     write: bool = False,
     hosts: Sequence[str] | None = None,
     ping: float = DEFAULT_PING,
+    sample_every: float = DEFAULT_INTERVAL,
 ) -> Starlette:
     """The dashboard of the open ``state``, as a Starlette app (ASGI) to mount or serve.
 
@@ -50,14 +53,25 @@ def create_app(
     ``hosts``: the names the ``Host`` header may carry (``["127.0.0.1", "localhost"]``
     when served on its own, against DNS rebinding); None, the default, checks none,
     leaving it to the app it is mounted in. ``ping``: seconds between the change feed's
-    keep-alive comments.
+    keep-alive comments. ``sample_every``: seconds between two samples of the charts'
+    figures (the last hour of them is kept in memory).
 
     ``state`` stays yours: the app never closes it. Its lifespan (run by uvicorn for
     an app served alone; a mounted app's by yours, see the guide) starts the sampler of
     the charts' figures and, on shutdown, stops it and the app's worker threads.
 
     Raises:
+        InvalidArgumentError: ``sample_every`` is not above 0.
         ClosedError: ``state`` is closed.
         TypeError: ``state`` is not a ``reactor.State``.
     """
-    return build_app(adopt(state), owned=False, write=write, hosts=hosts, ping=ping)
+    if not sample_every > 0:
+        raise InvalidArgumentError(f"sample_every must be > 0 seconds, not {sample_every!r}")
+    return build_app(
+        adopt(state),
+        owned=False,
+        write=write,
+        hosts=hosts,
+        ping=ping,
+        sample_every=sample_every,
+    )

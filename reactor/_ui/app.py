@@ -13,6 +13,7 @@ GET  /api/timers          {"timers": [{"id", "scope", "key", "due", "due_in", "e
                                        "cron", "tz", "value", "ops"}], "pending"}
 GET  /api/stats           state.stats() (durable subscribers' lag included)
 GET  /api/events?scope=GLOB&key=GLOB&since=R  the change feed, as Server-Sent Events
+GET  /api/series          the charts' figures over the last hour (see ``series``)
 POST /api/set     {"scope", "key", "value", "ttl"?, "keep_ttl"?}  {"old_value", "new_value"}
 POST /api/update  {"scope", "key", "ops", "atomic"?}
                   {"old_value", "new_value", "errors", "applied": "all" | "some" | "none"}
@@ -27,6 +28,8 @@ GET  /api/queues          {"queues": [{"name", "max_attempts", "ready", "delayed
                                        "dead", "oldest_ready_age", ...}], "count", "dead"}
 GET  /api/dead?queue=Q&limit=N  {"queue", "jobs": [{"id", "item", "attempts", "died",
                                                     "error"}], "dead"}
+GET  /api/jobs?queue=Q&state=S&limit=N  the same for the jobs in state S (ready, taken or
+                                dead), each with "ready_at" for "died", and "state"
 GET  /api/job?queue=Q&id=N      Queue.job(N): {"queue", "id", "state", "item", "attempts",
                                 "max_attempts", "priority", "group", "key", "ready_at",
                                 "created_at", "worker", "errors"}; 404 if no such job
@@ -98,6 +101,7 @@ from .requests import (
     state_of,
     store_read,
 )
+from .series import DEFAULT_INTERVAL, Sampler, series
 
 __all__ = ["Problem", "build_app", "create_app"]
 
@@ -149,11 +153,14 @@ def build_app(
     write: bool,
     hosts: Sequence[str] | None,
     ping: float,
+    sample_every: float = DEFAULT_INTERVAL,
 ) -> Starlette:
     """The dashboard on ``handle`` (``owned``: opened when the app starts; else open
     already, the caller's); ``hosts`` None: no check of the ``Host`` header (the app
-    it is mounted in decides who may reach it). The handle closes when the app stops.
+    it is mounted in decides who may reach it); the charts' figures sampled every
+    ``sample_every`` seconds. The sampler and the handle stop when the app stops.
     """
+    sampler = Sampler(handle, sample_every)
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:
@@ -162,6 +169,8 @@ def build_app(
                 await stack.enter_async_context(handle)  # the database opens (or fails) now
             else:
                 stack.push_async_callback(handle.close)  # its threads, not the caller's State
+            stack.push_async_callback(sampler.stop)  # first: before the handle closes
+            sampler.start()
             yield
 
     middleware = [] if hosts is None else [Middleware(HostGuard, allowed_hosts=list(hosts))]
@@ -174,6 +183,7 @@ def build_app(
     app.state.reactor = handle
     app.state.write = write
     app.state.ping = ping
+    app.state.sampler = sampler
     return app
 
 
@@ -200,6 +210,7 @@ def _routes(write: bool) -> list[Route | Mount]:
         ("/api/timers", _timers),
         ("/api/stats", _stats),
         ("/api/events", events),
+        ("/api/series", series),
     ]
     writes: list[tuple[str, Endpoint]] = [
         ("/api/set", _set),
