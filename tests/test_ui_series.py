@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -12,7 +13,7 @@ import pytest
 
 import reactor
 from reactor.ui import create_app
-from tests._ui_support import TIMEOUT
+from tests._ui_support import TIMEOUT, start_cli, stop_cli
 from tests.conftest import asgi_thread, wait_for
 
 EVERY = 0.2  # seconds between samples here
@@ -68,3 +69,19 @@ def test_sample_every_must_be_above_zero(db_path: Any) -> None:
         pytest.raises(reactor.InvalidArgumentError, match="sample_every"),
     ):
         create_app(state, sample_every=0)
+
+
+def test_reactor_ui_samples_a_read_only_database_and_stops_on_ctrl_c(
+    db_path: Any, tmp_path: Path
+) -> None:
+    with reactor.open(db_path) as state:
+        state.queue("mail").put(1)
+    process, url, _ = start_cli(db_path, cwd=tmp_path)  # read-only
+    try:
+        found = _sampled_after(url, 0)  # the first sample is taken as it starts
+        assert found["interval"] == 5.0
+        assert found["queues"]["mail"][-1] == 1
+    finally:
+        _, err = stop_cli(process)
+    assert process.returncode == 0, err
+    assert "Traceback" not in err
