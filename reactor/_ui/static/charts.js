@@ -5,6 +5,7 @@
 "use strict";
 
 const CHART_HEIGHT = 170;
+const CHART_SPAN_MIN = 300; // seconds the time axis spans at least
 const COLORS = ["#2f6fde", "#d9480f", "#2b8a3e", "#ae3ec9", "#e8590c", "#1098ad", "#5c940d", "#c2255c", "#495057", "#f08c00", "#3b5bdb", "#0ca678"];
 
 // Each chart: its element, its title, its unit, and its series from an answer of
@@ -14,6 +15,7 @@ const CHARTS = [
     id: "chart-writes",
     title: "Writes and events per second",
     unit: "/s",
+    dashed: ["events/s"], // often on the writes' line: both show
     series: (data) => [
       ["writes/s", data.writes],
       ["events/s", data.events],
@@ -79,7 +81,11 @@ function chartOptions(chart, series, holder) {
     height: CHART_HEIGHT,
     cursor: { drag: { x: false, y: false } },
     legend: { live: true },
-    scales: { y: { range: (_plot, min, max) => [0, Math.max(1, max * 1.1)] } },
+    scales: {
+      // At least the last 5 minutes, so that a first sample or two are not spread over years.
+      x: { time: true, range: (_plot, min, max) => timeRange(min, max) },
+      y: { range: (_plot, _min, max) => [0, Math.max(1, (max || 0) * 1.1)] },
+    },
     axes: [{ stroke: "#888" }, { stroke: "#888", size: 56 }],
     series: [
       { label: "time" },
@@ -87,11 +93,18 @@ function chartOptions(chart, series, holder) {
         label: name,
         stroke: COLORS[index % COLORS.length],
         width: 1.5,
+        dash: (chart.dashed || []).includes(name) ? [6, 4] : undefined,
         spanGaps: false,
         value: (_plot, value) => (value === null || value === undefined ? "—" : formatFigure(value, chart.unit)),
       })),
     ],
   };
+}
+
+function timeRange(min, max) {
+  const end = max === null || max === undefined ? Date.now() / 1000 : max;
+  const start = min === null || min === undefined ? end : min;
+  return [Math.min(start, end - CHART_SPAN_MIN), end];
 }
 
 // The last sample's figures, in words: "now 3.2 writes/s · 0 events/s".
