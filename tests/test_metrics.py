@@ -5,6 +5,7 @@ figures as any process sees them, writes of other processes included."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
@@ -112,6 +113,20 @@ def test_the_collector_reports_the_process_and_the_database(db_path: Any, tmp_pa
     registry.unregister(collector)
 
 
+def test_the_log_figures_follow_its_compaction(db_path: Any) -> None:
+    with reactor.open(db_path, log_retention=3, sweep_interval=0.05) as state:
+        state.scope("s").set_many({f"k{i}": i for i in range(10)})
+        for i in range(10):
+            state.scope("s").set(f"k{i}", -i)
+        log = wait_for(
+            lambda: (found := reactor.metrics.figures(state)["log"])["first"] > 1 and found,
+            timeout=20,
+        )
+        assert log["last"] == reactor.metrics.figures(state)["revision"]
+        assert log["records"] == log["last"] - log["first"] + 1
+        assert log["records"] < log["last"]
+
+
 def test_a_read_only_handle_reports_the_database_alone_if_asked(db_path: Any) -> None:
     with reactor.open(db_path) as state:
         state.scope("s").set("k", 1)
@@ -121,6 +136,30 @@ def test_a_read_only_handle_reports_the_database_alone_if_asked(db_path: Any) ->
         found = _scrape(registry)
     assert found["reactor_db_keys", ()] == 1
     assert not any(name.startswith("reactor_operations") for name, _ in found)
+
+
+async def test_an_asyncio_handle_reports_once_open(db_path: Any) -> None:
+    import reactor.aio
+
+    state = reactor.aio.open(db_path)
+    registry = CollectorRegistry()
+    reactor.metrics.register(state, registry)
+    assert _scrape(registry) == {}  # not open until its first use
+    await state.scope("s").set("k", 1)
+    found = await asyncio.to_thread(_scrape, registry)
+    assert found["reactor_db_keys", ()] == 1
+    assert found["reactor_operations_total", (("verb", "set"),)] == 1
+    await state.close()
+    assert _scrape(registry) == {}
+    with pytest.raises(reactor.ClosedError):
+        reactor.metrics.register(state, CollectorRegistry())
+
+
+def test_what_is_not_a_handle_is_refused() -> None:
+    with pytest.raises(TypeError, match=r"expected a reactor\.State"):
+        reactor.metrics.register("state.db", CollectorRegistry())  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"expected a reactor\.State"):
+        reactor.metrics.instrument(object())  # type: ignore[arg-type]
 
 
 def test_opentelemetry_instruments_report_the_figures(db_path: Any, tmp_path: Path) -> None:

@@ -32,11 +32,14 @@ from typing import TYPE_CHECKING, Any
 from reactor._handles.binding import engine_of
 from reactor._handles.figures import database_figures
 
+from ._figures import check_handle
+
 if TYPE_CHECKING:
     from opentelemetry.metrics import Meter, ObservableCounter, ObservableGauge
     from prometheus_client.registry import Collector, CollectorRegistry
 
     from reactor import State
+    from reactor.aio import AsyncState
 
 __all__ = ["figures", "instrument", "register"]
 
@@ -63,7 +66,7 @@ def figures(state: State) -> dict[str, Any]:
 
 
 def register(
-    state: State,
+    state: State | AsyncState,
     registry: CollectorRegistry | None = None,
     *,
     database: bool = True,
@@ -76,14 +79,16 @@ def register(
     Each scrape reads them afresh: this process's counters (``process``) and the
     database's figures (``database``, read from the database: several processes may
     report them, and a scrape of each gives the same). A closed ``state`` reports
-    nothing. See the metrics guide for the names.
+    nothing; so does a ``reactor.aio.AsyncState`` until its first use opens it. See
+    the metrics guide for the names.
 
     Raises:
         ClosedError: ``state`` is closed.
         ModuleNotFoundError: ``prometheus_client`` is not installed.
+        TypeError: ``state`` is not a handle.
         ValueError: ``registry`` already has a collector of these names.
     """
-    engine_of(state)  # a State, open
+    check_handle(state)
     from prometheus_client import REGISTRY
 
     from ._prometheus import ReactorCollector
@@ -94,7 +99,7 @@ def register(
 
 
 def instrument(
-    state: State,
+    state: State | AsyncState,
     meter: Meter | None = None,
     *,
     database: bool = True,
@@ -104,14 +109,16 @@ def instrument(
     (None: the global meter provider's meter ``"reactor"``), and return them.
 
     Their callbacks read the figures when the SDK collects, the database's once for
-    all the instruments of one collection. A closed ``state`` reports nothing. See the
-    metrics guide for the names.
+    all the instruments of one collection. A closed ``state`` reports nothing; so does
+    a ``reactor.aio.AsyncState`` until its first use opens it. See the metrics guide
+    for the names.
 
     Raises:
         ClosedError: ``state`` is closed.
         ModuleNotFoundError: ``opentelemetry-api`` is not installed.
+        TypeError: ``state`` is not a handle.
     """
-    engine_of(state)  # a State, open
+    check_handle(state)
     from ._otel import create_instruments
 
     return create_instruments(state, meter, database=database, process=process)

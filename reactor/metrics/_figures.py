@@ -11,13 +11,57 @@ from reactor._handles.binding import engine_of
 from reactor._handles.figures import database_figures
 from reactor.errors import ClosedError
 
-__all__ = ["QUANTILES", "open_engine", "process_figures", "read"]
+__all__ = ["QUANTILES", "check_handle", "open_engine", "process_figures", "read"]
 
 QUANTILES = (("p50", "0.5"), ("p90", "0.9"), ("p99", "0.99"))
 
 
-def open_engine(state: object) -> EnginePort | None:
-    """The engine of the handle ``state`` (None: closed)."""
+def check_handle(handle: object) -> None:
+    """
+    Raises:
+        ClosedError: ``handle`` is closed.
+        TypeError: ``handle`` is neither a ``State`` nor a ``reactor.aio.AsyncState``.
+    """
+    try:
+        engine_of(handle)
+    except TypeError:
+        from reactor.aio.state import AsyncState
+
+        if not isinstance(handle, AsyncState):
+            raise
+        if handle.closed:  # not open yet is not closed: its first use opens it
+            raise ClosedError("this reactor handle is closed") from None
+
+
+def _sync_handle(handle: object) -> object | None:
+    """``handle``, or the ``State`` of the ``AsyncState`` ``handle`` (None: not open
+    yet, or closed).
+
+    Raises:
+        TypeError: ``handle`` is neither.
+    """
+    try:
+        engine_of(handle)
+    except ClosedError:
+        return None
+    except TypeError:
+        # Imported here: only a program that made an AsyncState has imported it.
+        from reactor.aio.state import AsyncState, link_of
+
+        if not isinstance(handle, AsyncState):
+            raise
+        if handle.closed:
+            return None
+        return link_of(handle).state  # None until its first use opens it
+    return handle
+
+
+def open_engine(handle: object) -> EnginePort | None:
+    """The engine of ``handle``, a ``State`` or an ``AsyncState`` (None: closed, or not
+    open yet)."""
+    state = _sync_handle(handle)
+    if state is None:
+        return None
     try:
         engine = engine_of(state)
     except ClosedError:
