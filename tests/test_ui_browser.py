@@ -763,6 +763,14 @@ def test_a_screenshot_with_realistic_data(browser: Any, db_path: Any, tmp_path: 
         _click(browser, '#queues tr[data-queue="emails"] button.name')
         _until(browser, "dead", "c-9@example")
         _until(browser, "stats", lambda text: "dead letters 1" in _figures(text))
+        if os.environ.get("REACTOR_DOCS_SCREENSHOT") == "1":  # charts of two samples or more
+            from selenium.webdriver.common.by import By
+
+            def rated() -> bool:
+                now = browser.find_element(By.CSS_SELECTOR, "#chart-writes .now").text
+                return now.startswith("now:") and "—" not in now
+
+            wait_for(rated, timeout=30)
         # The panels, without the empty page below.
         height = browser.execute_script(
             "return document.documentElement.scrollHeight + window.outerHeight - window.innerHeight"
@@ -923,6 +931,14 @@ def test_the_mounted_page_charts_filters_the_feed_and_opens_a_job(
         wait_for(trace.is_displayed, timeout=WAIT)
         assert trace.text.startswith("Traceback"), trace.text
         assert "_fail_a_job" in trace.text
+
+        # A run's key in the feed opens it in the runs panel.
+        Select(browser.find_element(By.ID, "feed-type")).select_by_visible_text("any")
+        state.start("nightly", {"day": 1}, id="r-1")  # recorded; no worker takes it
+        _until(browser, "feed", "run:nightly")
+        _click(browser, '#feed tr[data-internal="1"] button.name', "r-1")
+        _until(browser, "run-where", "r-1")
+        _until(browser, "run-fields", "pending")
 
         assert _console_errors(browser) == []
         browser.get("about:blank")  # the feed closes before the server stops

@@ -754,9 +754,9 @@ function openableJob(row, event) {
   if (event.scope.startsWith("queue:") && /^[0-9]+$/.test(event.key)) {
     open = () => openJob(event.scope.slice("queue:".length), Number(event.key));
   } else if (event.scope.startsWith("run:")) {
-    const id = event.scope === "run:" ? event.key : event.scope.slice("run:".length);
+    // A run is key ID of scope run:WORKFLOW (and of the index, scope run:).
     open = () => {
-      pickRun(id); // runs.js
+      pickRun(event.key); // runs.js
       $("run").scrollIntoView({ block: "nearest" });
     };
   }
