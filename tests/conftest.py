@@ -221,15 +221,23 @@ def dashboard_thread(
     Stopped (and the thread joined) afterwards; a stop that hangs fails the test. (The
     dashboard's server is reactor's, private: this is the tests' door to it.)
     """
+    from reactor._ui import app, server
+
+    hosts = hosts or server.allowed_hosts("127.0.0.1")
+    with asgi_thread(app.create_app(db, write=write, hosts=hosts, ping=ping)) as url:
+        yield url
+
+
+@contextlib.contextmanager
+def asgi_thread(asgi: Any) -> Iterator[str]:
+    """The ASGI app ``asgi`` under uvicorn in a thread, as the dashboard's server runs
+    it, on a free port of 127.0.0.1: its URL. Stopped and joined afterwards."""
     import uvicorn  # the dashboard's: imported by the tests that start one only
 
     from reactor._ui import server
 
     listener = server.listen("127.0.0.1", 0)
-    config = server.config(
-        listener, db, write=write, hosts=hosts or server.allowed_hosts("127.0.0.1"), ping=ping
-    )
-    running = uvicorn.Server(config)
+    running = uvicorn.Server(server.app_config(asgi, listener))
     thread = threading.Thread(
         target=running.run, kwargs={"sockets": [listener]}, name="test-dashboard"
     )

@@ -100,6 +100,7 @@ RANKS = {
     "reactor._bench": 8,
     "reactor.testing": 8,
     "reactor.metrics": 8,
+    "reactor.ui": 9,
     "reactor.__main__": 9,
 }
 

@@ -96,14 +96,21 @@ def test_the_page_and_its_files_are_served_from_the_package(client: Client) -> N
     for name, kind in [
         ("app.js", "javascript"),
         ("runs.js", "javascript"),
+        ("charts.js", "javascript"),
         ("style.css", "text/css"),
+        ("vendor/uplot/uPlot.iife.min.js", "javascript"),  # the charts' library, MIT
+        ("vendor/uplot/uPlot.min.css", "text/css"),
+        ("vendor/uplot/LICENSE", ""),
     ]:
         served = ui.get(f"/static/{name}")
         assert served.status_code == 200, name
         assert kind in served.headers["content-type"]
-        # Offline: nothing is fetched from another host (no CDN, no web font).
-        assert "http://" not in served.text
-        assert "https://" not in served.text
+        # Offline: nothing is fetched from another host (no CDN, no web font); uPlot
+        # names its home in its first comment only.
+        text = served.text.removeprefix("/*! https://github.com/leeoniya/uPlot")
+        assert "http://" not in text
+        assert "https://" not in text
+    assert '<script src="static/vendor/uplot/uPlot.iife.min.js"' in page.text
     assert "http://" not in page.text
     assert "https://" not in page.text
     assert ui.get("/static/nothing.js").status_code == 404

@@ -11,6 +11,7 @@ CI), where they fail. Screenshots go to ``$REACTOR_TEST_ARTIFACTS`` (default
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import time
 from collections.abc import Callable, Iterator
@@ -21,7 +22,7 @@ import pytest
 
 import reactor
 from tests._ui_support import start_cli, stop_cli, write_elsewhere
-from tests.conftest import wait_for
+from tests.conftest import asgi_thread, wait_for
 
 pytestmark = [
     pytest.mark.timeout(180),
@@ -58,6 +59,7 @@ def browser(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
 
     options = webdriver.ChromeOptions()
     options.binary_location = str(CHROMIUM)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})  # the console's messages
     for argument in (
         "--headless=new",
         "--no-sandbox",
@@ -551,6 +553,10 @@ def test_the_page_shows_the_queues_their_dead_letters_and_retries_them(
         browser.execute_script(COUNT_FETCHES)
         write_elsewhere(db_path, 'for n in range(1000): state.queue("bulk").put(n)')
         wait_for(lambda: _queue_row(browser, "bulk").startswith("bulk 1000 0 0 0 5 "), WAIT)
+        # The jobs' changes are hidden from the feed until asked for.
+        _until(browser, "feed-note", "changes hidden by the filters")
+        assert "queue:bulk" not in _text(browser, "feed")
+        _click(browser, "#feed-internal")
         _until(browser, "feed", "queue:bulk")
         fetched = browser.execute_script("return window.queueFetches")
         assert 1 <= fetched <= 30, fetched
@@ -585,6 +591,7 @@ def test_the_page_shows_the_queues_their_dead_letters_and_retries_them(
         assert _class(browser, "queues-message") == "message ok"
         wait_for(lambda: _queue_row(browser, "emails").startswith("emails 1 1 1 0 2 "), WAIT)
         _until(browser, "dead-note", "No dead letter.")
+        _click(browser, "#feed-internal")
         _until(browser, "feed", "queue:emails")
         assert _attribute(browser, button, "disabled") == "true"  # nothing left to retry
         with reactor.open(db_path) as state:
@@ -618,6 +625,8 @@ def test_the_page_looks_a_job_up_cancels_it_and_purges_dead_letters(
         """,
     )
     write_elsewhere(db_path, WORKER)  # 2 dies (bob), 4 (eve) stays taken
+    from selenium.webdriver.common.by import By
+
     process, url, _ = start_cli(db_path, cwd=tmp_path)
     try:
         browser.get(url)
@@ -628,8 +637,9 @@ def test_the_page_looks_a_job_up_cancels_it_and_purges_dead_letters(
         _click(browser, '#dead tr[data-id="2"] button.name')
         fields = _figures(_until(browser, "job-fields", "dead"))
         assert 'state dead item {"to":"bob@example"} attempts 2 of 2' in fields, fields
-        errors = _until(browser, "job-errors", "SMTPRecipientsRefused")
-        assert len(errors.splitlines()) == 3, errors  # the header, attempts 1 and 2
+        _until(browser, "job-errors", "SMTPRecipientsRefused")
+        attempts = browser.find_elements(By.CSS_SELECTOR, "#job-errors tbody tr")
+        assert [row.text.split()[0] for row in attempts] == ["1", "2"]
         assert not _visible(browser, "cancel-job")  # read-only
         # Any job, by its id: the taken one, and one that does not exist.
         _type(browser, "job-id", "4")
@@ -753,6 +763,14 @@ def test_a_screenshot_with_realistic_data(browser: Any, db_path: Any, tmp_path: 
         _click(browser, '#queues tr[data-queue="emails"] button.name')
         _until(browser, "dead", "c-9@example")
         _until(browser, "stats", lambda text: "dead letters 1" in _figures(text))
+        if os.environ.get("REACTOR_DOCS_SCREENSHOT") == "1":  # charts of two samples or more
+            from selenium.webdriver.common.by import By
+
+            def rated() -> bool:
+                now = browser.find_element(By.CSS_SELECTOR, "#chart-writes .now").text
+                return now.startswith("now:") and "—" not in now
+
+            wait_for(rated, timeout=30)
         # The panels, without the empty page below.
         height = browser.execute_script(
             "return document.documentElement.scrollHeight + window.outerHeight - window.innerHeight"
@@ -825,3 +843,102 @@ def test_the_page_shows_the_runs_their_steps_live_and_cancels_one(
     assert process.returncode == 0, err
     with reactor.open(db_path) as state:
         assert state.run("wait").status() == "cancelled"
+
+
+# -- the public app, mounted under a prefix: charts, the feed's filters, a job's detail --
+def _mounted(state: reactor.State) -> Any:
+    """The user's Starlette app with the dashboard at /reactor/ (sampling every 0.3 s)."""
+    import contextlib
+
+    from starlette.applications import Starlette
+    from starlette.routing import Mount
+
+    from reactor.ui import create_app
+
+    dashboard = create_app(state, sample_every=0.3)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_app: Starlette) -> Any:
+        async with dashboard.router.lifespan_context(dashboard):
+            yield
+
+    return Starlette(routes=[Mount("/reactor", app=dashboard)], lifespan=lifespan)
+
+
+def _fail_a_job(state: reactor.State) -> int:
+    """A job of queue "mail" dead after one attempt that raised: its id."""
+    mail = state.queue("mail", max_attempts=1)
+    mail.put({"to": "bob@example"})
+    job = mail.take(timeout=0)
+    assert job is not None
+    try:
+        _connect()
+    except ConnectionRefusedError as exc:
+        job.nack(error=exc)
+    return job.id
+
+
+def _connect() -> None:
+    raise ConnectionRefusedError("smtp.example refused the connection")
+
+
+def _console_errors(driver: Any) -> list[Any]:
+    return [entry for entry in driver.get_log("browser") if entry["level"] == "SEVERE"]
+
+
+def test_the_mounted_page_charts_filters_the_feed_and_opens_a_job(
+    browser: Any, db_path: Any
+) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    with reactor.open(db_path) as state, asgi_thread(_mounted(state)) as url:
+        browser.get(url + "reactor/")
+        _until(browser, "connection", "live")
+        # The charts: uPlot draws each on a canvas, and says the last figures.
+        _until(browser, "chart-queues", "No queue.")
+        canvases = browser.find_elements(By.CSS_SELECTOR, "#charts canvas")
+        assert len(canvases) >= 4
+        assert all(canvas.size["width"] > 100 for canvas in canvases)
+
+        # A write shows in the feed with its time, local, the full date on hover.
+        state.scope("orders").set("o-1", {"total": 120})
+        _until(browser, "feed", "orders")
+        cell = browser.find_element(By.CSS_SELECTOR, "#feed tbody tr:first-child td.time")
+        assert re.fullmatch(r"\d\d:\d\d:\d\d", cell.text), cell.text
+        assert time.strftime("%Y-%m-%d") in (cell.get_attribute("title") or "")
+
+        # A job's changes (scope queue:mail) are hidden until asked for.
+        job_id = _fail_a_job(state)
+        _until(browser, "feed-note", "hidden by the filters")
+        assert "queue:mail" not in _text(browser, "feed")
+        _click(browser, "#feed-internal")
+        _until(browser, "feed", "queue:mail")
+        # The type filter: updates only (the job's; the order was created).
+        Select(browser.find_element(By.ID, "feed-type")).select_by_visible_text("updated")
+        wait_for(lambda: "orders" not in _text(browser, "feed"), timeout=WAIT)
+        assert "queue:mail" in _text(browser, "feed")
+        _until(browser, "chart-queues", "now: mail 0 jobs")
+
+        # A job's key in the feed opens its detail: state, attempts, error, traceback.
+        _click(browser, '#feed tr[data-internal="1"] button.name', str(job_id))
+        fields = _figures(_until(browser, "job-fields", "dead"))
+        assert 'state dead item {"to":"bob@example"} attempts 1 of 1' in fields, fields
+        assert "taken by" not in fields  # dead: no worker holds it
+        _until(browser, "job-errors", "ConnectionRefusedError: smtp.example refused")
+        _click(browser, "#job-errors summary")
+        trace = browser.find_element(By.CSS_SELECTOR, "#job-errors pre.traceback")
+        wait_for(trace.is_displayed, timeout=WAIT)
+        assert trace.text.startswith("Traceback"), trace.text
+        assert "_fail_a_job" in trace.text
+
+        # A run's key in the feed opens it in the runs panel.
+        Select(browser.find_element(By.ID, "feed-type")).select_by_visible_text("any")
+        state.start("nightly", {"day": 1}, id="r-1")  # recorded; no worker takes it
+        _until(browser, "feed", "run:nightly")
+        _click(browser, '#feed tr[data-internal="1"] button.name', "r-1")
+        _until(browser, "run-where", "r-1")
+        _until(browser, "run-fields", "pending")
+
+        assert _console_errors(browser) == []
+        browser.get("about:blank")  # the feed closes before the server stops

@@ -119,3 +119,25 @@ def test_cancel_and_purge_are_refused_read_only(jobs: reactor.State, db_path: An
             assert answer.status_code == 403
     assert mail.stats() == before
     assert mail.job(3) is not None
+
+
+def test_a_queues_jobs_by_state(jobs: reactor.State, db_path: Any) -> None:
+    with _client(db_path) as url, httpx.Client(base_url=url, timeout=TIMEOUT) as ui:
+        listed = {}
+        for state in ("ready", "taken", "dead"):
+            answer = ui.get("/api/jobs", params={"queue": "mail", "state": state})
+            assert answer.status_code == 200, answer.text
+            listed[state] = answer.json()
+        assert [job["id"] for job in listed["dead"]["jobs"]] == [1]
+        assert listed["dead"]["dead"] == 1
+        assert "ConnectionError" in listed["dead"]["jobs"][0]["error"]
+        assert [job["id"] for job in listed["taken"]["jobs"]] == [2]
+        assert listed["taken"]["jobs"][0]["ready_at"] > jobs.queue("mail").job(2).created_at
+        assert [json.loads(job["item"]) for job in listed["ready"]["jobs"]] == [
+            {"to": "c@example.com"}
+        ]
+        assert listed["ready"]["ready"] == 1
+        refused = ui.get("/api/jobs", params={"queue": "mail", "state": "done"})
+        assert refused.status_code == 400
+        missing = ui.get("/api/jobs", params={"queue": "nope", "state": "ready"})
+        assert missing.status_code == 404

@@ -13,6 +13,7 @@ GET  /api/timers          {"timers": [{"id", "scope", "key", "due", "due_in", "e
                                        "cron", "tz", "value", "ops"}], "pending"}
 GET  /api/stats           state.stats() (durable subscribers' lag included)
 GET  /api/events?scope=GLOB&key=GLOB&since=R  the change feed, as Server-Sent Events
+GET  /api/series          the charts' figures over the last hour (see ``series``)
 POST /api/set     {"scope", "key", "value", "ttl"?, "keep_ttl"?}  {"old_value", "new_value"}
 POST /api/update  {"scope", "key", "ops", "atomic"?}
                   {"old_value", "new_value", "errors", "applied": "all" | "some" | "none"}
@@ -27,6 +28,8 @@ GET  /api/queues          {"queues": [{"name", "max_attempts", "ready", "delayed
                                        "dead", "oldest_ready_age", ...}], "count", "dead"}
 GET  /api/dead?queue=Q&limit=N  {"queue", "jobs": [{"id", "item", "attempts", "died",
                                                     "error"}], "dead"}
+GET  /api/jobs?queue=Q&state=S&limit=N  the same for the jobs in state S (ready, taken or
+                                dead), each with "ready_at" for "died", and "state"
 GET  /api/job?queue=Q&id=N      Queue.job(N): {"queue", "id", "state", "item", "attempts",
                                 "max_attempts", "priority", "group", "key", "ready_at",
                                 "created_at", "worker", "errors"}; 404 if no such job
@@ -57,10 +60,10 @@ queue that does not exist.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any, Final
 
@@ -77,6 +80,7 @@ from reactor._engine.events import ChangeEvent
 from reactor._storage.records import ChangeRecord, TimerRow
 from reactor._storage.store import StoreReads
 from reactor._version import __version__
+from reactor.aio import AsyncState
 from reactor.aio import open as open_async
 from reactor.aio.state import link_of
 from reactor.errors import InvalidArgumentError, ReactorError
@@ -97,8 +101,9 @@ from .requests import (
     state_of,
     store_read,
 )
+from .series import DEFAULT_INTERVAL, Sampler, series
 
-__all__ = ["Problem", "create_app"]
+__all__ = ["Problem", "build_app", "create_app"]
 
 STATIC: Final = Path(__file__).resolve().parent / "static"
 HISTORY_LIMIT: Final = 50  # changes of a key shown by default
@@ -128,29 +133,57 @@ def create_app(
     hosts: list[str] | None = None,
     ping: float = DEFAULT_PING,
 ) -> Starlette:
-    """The dashboard for the database ``target`` (what ``reactor.open`` takes).
+    """The dashboard for the database ``target`` (what ``reactor.open`` takes), as
+    ``reactor ui`` serves it.
 
     ``write`` allows the write endpoints; ``hosts`` are the names the ``Host`` header
     may carry (the loopback names by default); ``ping`` is the seconds between the
     feed's keep-alive comments. The database opens when the app starts, and closes
     when it stops.
     """
-    state = open_async(target)
+    return build_app(
+        open_async(target), owned=True, write=write, hosts=hosts or [*LOOPBACK_NAMES], ping=ping
+    )
 
-    @asynccontextmanager
+
+def build_app(
+    handle: AsyncState,
+    *,
+    owned: bool,
+    write: bool,
+    hosts: Sequence[str] | None,
+    ping: float,
+    sample_every: float = DEFAULT_INTERVAL,
+) -> Starlette:
+    """The dashboard on ``handle`` (``owned``: opened when the app starts; else open
+    already, the caller's); ``hosts`` None: no check of the ``Host`` header (the app
+    it is mounted in decides who may reach it); the charts' figures sampled every
+    ``sample_every`` seconds. The sampler and the handle stop when the app stops.
+    """
+    sampler = Sampler(handle, sample_every)
+
+    @contextlib.asynccontextmanager
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:
-        async with state:
+        async with contextlib.AsyncExitStack() as stack:
+            if owned:
+                await stack.enter_async_context(handle)  # the database opens (or fails) now
+            else:
+                stack.push_async_callback(handle.close)  # its threads, not the caller's State
+            stack.push_async_callback(sampler.stop)  # first: before the handle closes
+            sampler.start()
             yield
 
+    middleware = [] if hosts is None else [Middleware(HostGuard, allowed_hosts=list(hosts))]
     app = Starlette(
         routes=_routes(write),
-        middleware=[Middleware(HostGuard, allowed_hosts=hosts or [*LOOPBACK_NAMES])],
+        middleware=middleware,
         exception_handlers={Problem: problem_answer, ReactorError: reactor_error_answer},
         lifespan=lifespan,
     )
-    app.state.reactor = state
+    app.state.reactor = handle
     app.state.write = write
     app.state.ping = ping
+    app.state.sampler = sampler
     return app
 
 
@@ -177,6 +210,7 @@ def _routes(write: bool) -> list[Route | Mount]:
         ("/api/timers", _timers),
         ("/api/stats", _stats),
         ("/api/events", events),
+        ("/api/series", series),
     ]
     writes: list[tuple[str, Endpoint]] = [
         ("/api/set", _set),

@@ -1,6 +1,7 @@
 """The dashboard's endpoints of work queues: the queues with their counts and settings,
-a queue's dead letters, a job by id; with ``--write``, retrying a queue's dead letters,
-cancelling a job, purging a queue's jobs of some states."""
+a queue's dead letters or its jobs in another state, a job by id; with ``--write``,
+retrying a queue's dead letters, cancelling a job, purging a queue's jobs of some
+states."""
 
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ QUEUES_MAX: Final = 200  # queues listed, at most (``count`` counts them all)
 DEAD_LIMIT: Final = 50  # dead letters of a queue listed by default
 DEAD_MAX: Final = 500
 JOB_TEXT_MAX: Final = 2000  # characters of a dead letter's item sent, at most
+JOB_STATES: Final = ("ready", "taken", "dead")  # as stored
 
 
 async def _queue_list(request: Request) -> Response:
@@ -61,6 +63,25 @@ def _queue_view(jobs: JobReads, name: str, now: float) -> dict[str, Any]:
 
 
 async def _dead(request: Request) -> Response:
+    """``GET /api/dead?queue=Q&limit=N``: the queue's dead letters, in the order they
+    died (``/api/jobs`` with ``state=dead``, and ``died`` for ``ready_at``)."""
+    answer = await _jobs_in(request, "dead")
+    del answer["state"]
+    for job in answer["jobs"]:
+        job["died"] = job.pop("ready_at")
+    return JSONResponse(answer)
+
+
+async def _jobs(request: Request) -> Response:
+    """``GET /api/jobs?queue=Q&state=S&limit=N``: the queue's jobs in state ``S`` (as
+    stored: ``ready``, the delayed among them, ``taken`` or ``dead``), by ``ready_at``."""
+    state = param(request, "state", "dead")
+    if state not in JOB_STATES:
+        raise Problem(400, "InvalidRequest", f"state must be one of {', '.join(JOB_STATES)}")
+    return JSONResponse(await _jobs_in(request, state))
+
+
+async def _jobs_in(request: Request, state: str) -> dict[str, Any]:
     name = check_queue(param(request, "queue"))
     given = param(request, "limit", str(DEAD_LIMIT))
     if not (given.isascii() and given.isdigit() and 1 <= int(given) <= DEAD_MAX):
@@ -70,31 +91,33 @@ async def _dead(request: Request) -> Response:
         jobs = store.reader().jobs()
         if jobs.queue(name) is None:
             return None
-        # In the order they died; ``dead`` also counts a lease run out after the last
-        # attempt, which the sweeper has yet to move.
-        return jobs.in_state(name, "dead", int(given)), _queues.counts(jobs, name, now)[1]["dead"]
+        # ``dead`` also counts a lease run out after the last attempt, which the sweeper
+        # has yet to move; ``ready`` as stored holds the delayed jobs too.
+        counts = _queues.counts(jobs, name, now)[1]
+        total = counts["ready"] + counts["delayed"] if state == "ready" else counts[state]
+        return jobs.in_state(name, state, int(given)), total
 
     found = await store_read(request, read)
     if found is None:
         raise Problem(404, "NotFound", f"no queue {clipped(name)!r}")
-    rows, dead = found
-    return JSONResponse(
-        {
-            "queue": name,
-            "jobs": [
-                {
-                    "id": row.id,
-                    "item": shortened(row.item, JOB_TEXT_MAX),  # JSON text, as stored
-                    "attempts": row.attempts,
-                    "died": row.ready_at,  # epoch seconds
-                    # Why: the last failed attempt's error (None: none given).
-                    "error": shortened(last_error(row.errors), JOB_TEXT_MAX),
-                }
-                for row in rows
-            ],
-            "dead": dead,
-        }
-    )
+    rows, total = found
+    return {
+        "queue": name,
+        "state": state,
+        "jobs": [
+            {
+                "id": row.id,
+                "item": shortened(row.item, JOB_TEXT_MAX),  # JSON text, as stored
+                "attempts": row.attempts,
+                # Epoch seconds: when it is (or was) ready, its lease ends, or it died.
+                "ready_at": row.ready_at,
+                # Why: the last failed attempt's error (None: none given).
+                "error": shortened(last_error(row.errors), JOB_TEXT_MAX),
+            }
+            for row in rows
+        ],
+        state: total,
+    }
 
 
 async def _retry_dead(request: Request) -> Response:
@@ -190,6 +213,7 @@ def _json_text(value: Any) -> str:
 ROUTES: Final = (
     ("/api/queues", _queue_list, False),
     ("/api/dead", _dead, False),
+    ("/api/jobs", _jobs, False),
     ("/api/job", _job, False),
     ("/api/retry_dead", _retry_dead, True),
     ("/api/cancel_job", _cancel_job, True),

@@ -44,6 +44,7 @@ class Link:
         "_on_open",
         "_opening",
         "_options",
+        "_owned",
         "_target",
         "_workers",
         "binding",
@@ -61,6 +62,21 @@ class Link:
         self._on_open: list[weakref.WeakMethod[Callable[[int], None]]] = []
         self._closed = False
         self._workers: ThreadPoolExecutor | None = None
+        self._owned = True  # closing the link closes ``state`` (see ``adopting``)
+
+    @classmethod
+    def adopting(cls, state: State) -> Link:
+        """A link to ``state``, already open and the caller's: closing the link ends its
+        worker threads and leaves ``state`` open.
+
+        Raises:
+            ClosedError: ``state`` is closed.
+        """
+        binding = binding_of(state)
+        binding.check()
+        link = cls(None, {})
+        link.state, link.binding, link._owned = state, binding, False
+        return link
 
     @property
     def closed(self) -> bool:
@@ -143,6 +159,8 @@ class Link:
         opening, self._opening = self._opening, None
         state, self.state = self.state, None
         self.binding = None
+        if not self._owned:
+            state = None  # the caller's, who closes it
         if state is None and opening is not None:
             # An open that failed has nothing to close; its error went to the calls
             # that waited for it (closing must not raise it again in a finally block).

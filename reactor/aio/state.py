@@ -33,7 +33,7 @@ from .runs import AsyncRunHandle, AsyncWorkers, AsyncWorkflows
 from .scope import AsyncScope
 from .watch import AsyncWatch
 
-__all__ = ["AsyncState", "open"]
+__all__ = ["AsyncState", "adopt", "open"]
 
 T = TypeVar("T")
 F = TypeVar("F", bound=Callable[[ChangeEvent], Any])  # a callback of one event
@@ -77,8 +77,13 @@ def open(  # noqa: A001 - reactor.aio.open, as reactor.open
 class AsyncState:
     """The asyncio handle: ``scope()``, and coroutines for what spans scopes."""
 
-    def __init__(self, target: str | os.PathLike[str] | None, options: dict[str, Any]) -> None:
-        self._link = Link(target, options)
+    def __init__(
+        self,
+        target: str | os.PathLike[str] | None,
+        options: dict[str, Any],
+        link: Link | None = None,
+    ) -> None:
+        self._link = Link(target, options) if link is None else link
         self._runs = AsyncWorkflows(self._link)
         _links[self] = self._link
 
@@ -358,6 +363,17 @@ class AsyncState:
 
 
 _links: weakref.WeakKeyDictionary[AsyncState, Link] = weakref.WeakKeyDictionary()
+
+
+def adopt(state: State) -> AsyncState:
+    """An asyncio handle on the open ``state`` (for the dashboard, which is handed one):
+    closing it ends its worker threads and leaves ``state`` open, to its owner.
+
+    Raises:
+        ClosedError: ``state`` is closed.
+        TypeError: ``state`` is not a ``reactor.State``.
+    """
+    return AsyncState(None, {}, Link.adopting(state))
 
 
 def link_of(handle: AsyncState) -> Link:

@@ -4,7 +4,7 @@
 // re-encoded here: JSON.parse turns 1.0 into 1 and rounds integers beyond 2**53.
 "use strict";
 
-const FEED_ROWS = 200; // rows kept in the change feed
+const FEED_ROWS = 1000; // rows kept in the change feed, shown or hidden by its filters
 const HISTORY_ROWS = 50; // changes of a key shown, newest first
 const DEAD_ROWS = 50; // dead letters of a queue shown, in the order they died
 const REFRESH_MS = 5000; // scopes and stats are also refreshed this often
@@ -559,8 +559,11 @@ function pickQueue(name) {
 async function loadDead() {
   const name = view.queue;
   if (name === null) return;
-  const result = await getJSON("dead", { queue: name, limit: DEAD_ROWS });
-  if (view.queue !== name) return; // picked another since
+  const state = $("jobs-state").value;
+  const result = await getJSON("jobs", { queue: name, state, limit: DEAD_ROWS });
+  if (view.queue !== name || $("jobs-state").value !== state) return; // picked another since
+  $("jobs-title").firstChild.textContent = JOB_LISTS[state][0] + " ";
+  $("jobs-when").textContent = JOB_LISTS[state][1];
   if (!result.ok) {
     rows($("dead"), []);
     $("dead-note").textContent = errorText(result);
@@ -584,7 +587,7 @@ async function loadDead() {
         id,
         cell(clip(job.item, 100)),
         cell(String(job.attempts)),
-        cell(formatTime(job.died * 1000)),
+        cell(formatTime(job.ready_at * 1000)),
         cell(job.error === null ? "—" : clip(lastLine(job.error), 100)),
       );
       row.cells[1].title = job.item; // all of it (up to 2,000 characters)
@@ -595,15 +598,22 @@ async function loadDead() {
       return row;
     }),
   );
-  const dead = result.body.dead;
+  const total = result.body[state];
   if (jobs.length === 0) {
-    $("dead-note").textContent = "No dead letter.";
-  } else if (dead > jobs.length) {
-    $("dead-note").textContent = "The first " + jobs.length + " of " + dead + ", in the order they died.";
+    $("dead-note").textContent = JOB_LISTS[state][2];
+  } else if (total > jobs.length) {
+    $("dead-note").textContent = "The first " + jobs.length + " of " + total + ", by " + JOB_LISTS[state][1] + ".";
   } else {
     $("dead-note").textContent = "";
   }
 }
+
+// A queue's jobs by state: [heading, what the time column says, what an empty list says].
+const JOB_LISTS = {
+  dead: ["Dead letters", "died", "No dead letter."],
+  ready: ["Jobs ready or delayed", "ready at", "No job ready or delayed."],
+  taken: ["Jobs taken", "lease ends", "No job taken."],
+};
 
 // The last non-empty line of an error: a traceback's says what was raised.
 function lastLine(text) {
@@ -702,14 +712,62 @@ function showJob(job) {
         cell(String(error.attempt)),
         cell(formatTime(error.at * 1000)),
         cell(error.worker ? workerText(error.worker) : "—"),
-        cell(error.error === null ? "—" : clip(lastLine(error.error), 120)),
+        errorCell(error.error),
       );
-      if (error.error !== null) row.cells[3].title = error.error; // a traceback, all of it
       return row;
     }),
   );
   $("job-errors").hidden = job.errors.length === 0;
   $("cancel-job").hidden = !view.writable;
+}
+
+// An attempt's error: its last line (what was raised), the whole traceback unfolded.
+function errorCell(error) {
+  const td = document.createElement("td");
+  if (error === null) {
+    td.textContent = "—";
+    return td;
+  }
+  const details = document.createElement("details");
+  const summary = document.createElement("summary");
+  summary.textContent = clip(lastLine(error), 120);
+  const trace = document.createElement("pre");
+  trace.className = "traceback";
+  trace.textContent = error;
+  details.append(summary, trace);
+  td.className = "bad";
+  td.append(details);
+  return td;
+}
+
+// Show job ``id`` of queue ``name`` (a click in the feed): its queue's jobs, then it.
+async function openJob(name, id) {
+  if (view.queue !== name) pickQueue(name);
+  await lookupJob(id);
+  $("job").scrollIntoView({ block: "nearest" });
+}
+
+// A change of a queue's job (scope queue:NAME, key: its id) or of a run: its key opens it.
+function openableJob(row, event) {
+  const key = row.cells[3];
+  let open = null;
+  if (event.scope.startsWith("queue:") && /^[0-9]+$/.test(event.key)) {
+    open = () => openJob(event.scope.slice("queue:".length), Number(event.key));
+  } else if (event.scope.startsWith("run:")) {
+    // A run is key ID of scope run:WORKFLOW (and of the index, scope run:).
+    open = () => {
+      pickRun(event.key); // runs.js
+      $("run").scrollIntoView({ block: "nearest" });
+    };
+  }
+  if (open === null) return;
+  const button = document.createElement("button");
+  button.type = "button";
+  button.className = "name";
+  button.textContent = event.key;
+  button.title = "show this " + (event.scope.startsWith("queue:") ? "job" : "run");
+  button.addEventListener("click", open);
+  key.replaceChildren(button);
 }
 
 function workerText(worker) {
@@ -854,8 +912,51 @@ function setConnection(state, text) {
 
 function addRow(event) {
   const body = $("feed").tBodies[0];
-  body.prepend(changeRow(event, [event.scope, event.key]));
+  const row = changeRow(event, [event.scope, event.key]);
+  if (isInternal(event.scope)) openableJob(row, event); // before the time cell goes in
+  const at = new Date(event.timestamp);
+  const time = cell(formatClock(at));
+  time.className = "time";
+  time.title = formatTime(at) + " (local time) · " + event.timestamp;
+  row.prepend(time);
+  row.dataset.type = event.type;
+  row.dataset.internal = isInternal(event.scope) ? "1" : "";
+  row.hidden = !feedShows(row);
+  body.prepend(row);
   while (body.rows.length > FEED_ROWS) body.deleteRow(-1);
+  showFeedNote();
+}
+
+// The scopes reactor keeps its own work in: a queue's jobs, a workflow's runs.
+function isInternal(scope) {
+  return scope.startsWith("queue:") || scope.startsWith("run:");
+}
+
+// Whether the feed's filters (type, queue and run scopes) show this row.
+function feedShows(row) {
+  const type = $("feed-type").value;
+  if (type && row.dataset.type !== type) return false;
+  return $("feed-internal").checked || row.dataset.internal !== "1";
+}
+
+function filterFeed() {
+  for (const row of $("feed").tBodies[0].rows) row.hidden = !feedShows(row);
+  showFeedNote();
+}
+
+// How many changes the filters hide, so that a quiet feed is not mistaken for an idle one.
+function showFeedNote() {
+  const all = $("feed").tBodies[0].rows;
+  let hidden = 0;
+  for (const row of all) if (row.hidden) hidden += 1;
+  $("feed-note").textContent =
+    hidden === 0 ? "" : hidden + " of the last " + all.length + " changes hidden by the filters";
+}
+
+// A time as "12:03:04", local time.
+function formatClock(when) {
+  const two = (n) => String(n).padStart(2, "0");
+  return two(when.getHours()) + ":" + two(when.getMinutes()) + ":" + two(when.getSeconds());
 }
 
 // A change as a table row: its revision, type, the ``middle`` cells, and what changed.
@@ -864,6 +965,7 @@ function changeRow(event, middle) {
   row.className = "event " + event.type;
   row.dataset.revision = String(event.revision);
   const type = cell(event.type);
+  type.className = "type";
   if (event.timer) {
     // Written by a timer (its write, as scheduled): the id on hover.
     const badge = document.createElement("span");
@@ -1043,6 +1145,8 @@ async function doDelete() {
 // -- start -----------------------------------------------------------------------
 function start() {
   $("key-pattern").addEventListener("input", () => loadKeys());
+  $("feed-type").addEventListener("change", filterFeed);
+  $("feed-internal").addEventListener("change", filterFeed);
   $("feed-filter").addEventListener("submit", (event) => {
     event.preventDefault();
     follow(true);
@@ -1079,6 +1183,10 @@ function start() {
     const id = $("job-id").value.trim();
     if (/^[0-9]+$/.test(id)) lookupJob(Number(id));
   });
+  $("jobs-state").addEventListener("change", () => {
+    rows($("dead"), []);
+    loadDead();
+  });
   $("cancel-job").addEventListener("click", () => askJobAction("cancel"));
   $("purge-dead").addEventListener("click", () => askJobAction("purge"));
   $("job-yes").addEventListener("click", doJobAction);
@@ -1095,6 +1203,7 @@ function start() {
   loadLocks();
   loadTimers();
   loadQueues();
+  startCharts(); // charts.js
   startRuns(); // runs.js
   loadDerived(); // derived.js
   follow(true);
