@@ -20,13 +20,13 @@ from typing import TYPE_CHECKING, Any, Final
 import click
 import orjson
 
-from reactor._engine.events import ChangeEvent
-
 if TYPE_CHECKING:
     from rich.console import Console, RenderableType
     from rich.highlighter import JSONHighlighter
     from rich.table import Table
     from rich.text import Text
+
+    from reactor._engine.events import ChangeEvent
 
 __all__ = [
     "Output",
