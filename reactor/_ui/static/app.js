@@ -310,6 +310,24 @@ function showLocksLeft() {
 }
 
 // -- timers ----------------------------------------------------------------------
+// Each id's shortest prefix that no other id shares, 8 characters at least (as git, and
+// `reactor timers`): ids made in one millisecond share their first 12 (UUIDv7).
+function shortIds(ids) {
+  const sorted = [...ids].sort();
+  const shown = new Map();
+  sorted.forEach((id, index) => {
+    let length = 8;
+    for (const other of [sorted[index - 1], sorted[index + 1]]) {
+      if (other === undefined) continue;
+      let same = 0;
+      while (same < id.length && id[same] === other[same]) same++;
+      length = Math.max(length, same + 1);
+    }
+    shown.set(id, id.slice(0, length));
+  });
+  return shown;
+}
+
 // The pending timers, earliest first: when each is due (local time, and how soon),
 // what it writes, its period; with --write, a button to cancel it.
 async function loadTimers() {
@@ -317,12 +335,13 @@ async function loadTimers() {
   if (!result.ok) return;
   const now = Date.now();
   view.timerDeadlines = [];
+  const shown = shortIds(result.body.timers.map((timer) => timer.id));
   const list = result.body.timers.map((timer) => {
     const row = document.createElement("tr");
     row.dataset.id = timer.id;
     const writes =
       timer.ops === null ? "set " + clip(timer.value, 60) : "update " + clip(timer.ops, 60);
-    const id = cell(timer.id.slice(0, 8));
+    const id = cell(shown.get(timer.id));
     id.title = timer.id;
     row.append(
       cell(formatTime(timer.due * 1000)),
