@@ -373,7 +373,8 @@ class ScopeVerbs:
             InvalidArgumentError: ``ttl`` is not a number > 0, or ``keep_ttl`` not a bool.
             ConflictError: ``if_revision`` does not match; nothing is written.
         """
-        options = self._options
+        # The property inline where no codec applies: every set comes here.
+        options = self._engine.options if self._codec is None else self._options
         return self._run(
             _writes.set_value(options, self.name, key, value, ttl, keep_ttl, if_revision)
         )
@@ -424,7 +425,7 @@ class ScopeVerbs:
         Raises:
             TypeMismatchError: the value, ``by`` or ``default`` is not a number.
         """
-        options = self._options
+        options = self._engine.options  # a number: no codec applies
         return self._run(_writes.increment(options, self.name, key, by, default, if_revision))
 
     @verb("decrement", write=True)
@@ -432,7 +433,7 @@ class ScopeVerbs:
         self, key: str, by: Number = 1, default: Number = 0, *, if_revision: int | None = None
     ) -> Number:
         """Subtract ``by`` from the number at ``key``; return the result."""
-        options = self._options
+        options = self._engine.options  # a number: no codec applies
         return self._run(
             _writes.increment(options, self.name, key, by, default, if_revision, down=True)
         )
