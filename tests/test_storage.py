@@ -776,8 +776,9 @@ def test_an_export_survives_dropped_connections_and_its_own_dropping(
         assert last.getvalue() == expected.getvalue()
         assert dropped
         assert all(proxy.dbapi_connection is not dropped[0] for proxy in store._opened)
-        # The export's connection went with it; a reader may have opened one meanwhile.
-        assert len(store._opened) <= opened + 1
+        # The export's connection went with it; meanwhile the change follower and a
+        # reader may each have opened one (CI, loaded, saw opened + 2 once).
+        assert len(store._opened) <= opened + 2
 
 
 def _server_gone(admin: psycopg.Connection[Any], pids: list[int]) -> bool:
