@@ -50,6 +50,7 @@ from reactor._ui import server
 from reactor._ui.app import TIMER_TEXT_MAX, TIMERS_MAX
 from reactor._ui.changes import MAX_DIFF_CHARS, MAX_DIFF_OPS, diff
 from reactor._ui.guard import allowed_hosts, host_refusal, is_loopback
+from reactor._ui.health import problems
 from reactor._ui.queue_routes import JOB_TEXT_MAX, QUEUES_MAX
 from reactor._work import jobs as _jobs
 from reactor._work import leases as _leases
@@ -2079,3 +2080,26 @@ def test_derived_values_are_built_again_when_changes_were_compacted_away_unread(
     engine.dispatcher.on_gap()
     assert new.wait_for(lambda n: n == 2, timeout=10) == 2
     assert listed.wait_for(lambda keys: keys == ["o-1", "o-2"], timeout=10)
+
+
+def _between_rounds(idle: float) -> dict[str, Any]:
+    """An upkeep report of a live thread resting ``idle`` seconds after a round that failed."""
+    return {
+        "running": True,
+        "busy_for": None,
+        "last_round_age": idle,
+        "failing": 3,
+        "failing_for": idle,
+        "last_error": "BusyError: the database is locked",
+        "overdue": 0.0,
+    }
+
+
+def test_liveness_allows_the_rest_between_two_rounds_and_no_more() -> None:
+    """After a round that failed the thread rests its interval and a retry pause: a
+    probe landing then saw it past ``max_lag`` (CI, --max-lag 0.3 with 0.05 + 0.25 of
+    rest); it is dead only once no chore has begun for ``max_lag`` past that rest."""
+    assert problems(_between_rounds(0.55), 0.3, whole=False, rest=0.3) == []
+    [late] = problems(_between_rounds(0.65), 0.3, whole=False, rest=0.3)
+    assert late.startswith("the upkeep's last round ended 0.7 s ago (more than 0.6 s")
+    assert problems(_between_rounds(0.35), 0.3, whole=False) != []  # no rest: no allowance

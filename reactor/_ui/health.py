@@ -30,6 +30,7 @@ from starlette.routing import Route
 
 from reactor._engine.port import EnginePort
 from reactor._engine.report import upkeep_progress, upkeep_report
+from reactor._work.sweeper import RETRY_PAUSE
 from reactor.errors import ReactorError
 
 __all__ = ["DEFAULT_MAX_LAG", "create_health_app", "problems"]
@@ -39,14 +40,21 @@ READ_TIMEOUT: Final = 5.0  # seconds a readiness probe waits for the database at
 
 
 def problems(
-    report: dict[str, Any], max_lag: float, *, whole: bool, timeout: float = 0.0
+    report: dict[str, Any],
+    max_lag: float,
+    *,
+    whole: bool,
+    timeout: float = 0.0,
+    rest: float = 0.0,
 ) -> list[str]:
     """What is wrong with the upkeep's ``report`` (``upkeep_report``): this process's
     upkeep, and, if ``whole``, its failures and the database's upkeep as a whole.
 
     A round that fails, or waits for another process's lock, is still a sign of life:
-    liveness fails only when the thread is gone or one chore has run for ``max_lag``
-    longer than its wait's ``timeout`` (a wait that should have timed out has not)."""
+    liveness fails only when the thread is gone, one chore has run for ``max_lag``
+    longer than its wait's ``timeout`` (a wait that should have timed out has not), or
+    no chore has begun for ``max_lag`` longer than the ``rest`` the thread takes between
+    two rounds at most (its interval, and the pause after a round that failed)."""
     found: list[str] = []
     if not report["running"]:
         found.append("the upkeep's thread is not running")
@@ -59,8 +67,11 @@ def problems(
             f"the upkeep's chore under way has run for {busy:.1f} s (more than "
             f"{max_lag + timeout:g} s: its timeout and the allowed lag)"
         )
-    elif busy is None and idle is not None and idle > max_lag:
-        found.append(f"the upkeep's last round ended {idle:.1f} s ago (more than {max_lag:g} s)")
+    elif busy is None and idle is not None and idle > max_lag + rest:
+        found.append(
+            f"the upkeep's last round ended {idle:.1f} s ago (more than {max_lag + rest:g} s: "
+            "its rest between rounds and the allowed lag)"
+        )
     if not whole:
         return found
     failing_for = report["failing_for"]
@@ -84,6 +95,7 @@ def create_health_app(engine: EnginePort, max_lag: float = DEFAULT_MAX_LAG) -> S
     one per probe), and none waits more than ``READ_TIMEOUT`` seconds."""
     reading: list[asyncio.Future[dict[str, Any]]] = []  # the read under way, if any
     timeout = engine.options.timeout
+    rest = engine.options.sweep_interval + RETRY_PAUSE  # between two rounds, at most
 
     async def report() -> dict[str, Any]:
         if not reading or reading[0].done():
@@ -94,7 +106,7 @@ def create_health_app(engine: EnginePort, max_lag: float = DEFAULT_MAX_LAG) -> S
         if engine.upkeep_progress() is None:
             return _answer(["the database is open read-only: there is no upkeep"])
         # From memory, no database read: a wedged database fails readiness, not this.
-        found = problems(upkeep_progress(engine), max_lag, whole=False, timeout=timeout)
+        found = problems(upkeep_progress(engine), max_lag, whole=False, timeout=timeout, rest=rest)
         return _answer(found)
 
     async def healthz(_request: Request) -> JSONResponse:
@@ -104,7 +116,7 @@ def create_health_app(engine: EnginePort, max_lag: float = DEFAULT_MAX_LAG) -> S
             return _answer([f"the database cannot be read: {exc}"])
         except TimeoutError:
             return _answer([f"the database did not answer within {READ_TIMEOUT:g} s"])
-        found = problems(upkeep, max_lag, whole=True, timeout=timeout)
+        found = problems(upkeep, max_lag, whole=True, timeout=timeout, rest=rest)
         return _answer(found, database=engine.store.location, pid=os.getpid(), upkeep=upkeep)
 
     return Starlette(routes=[Route("/livez", livez), Route("/healthz", healthz)])

@@ -34,7 +34,7 @@ from .writes import expire_keys
 if TYPE_CHECKING:
     from reactor._engine.port import EnginePort
 
-__all__ = ["Sweeper"]
+__all__ = ["RETRY_PAUSE", "Sweeper"]
 
 logger = logging.getLogger("reactor")
 # What the upkeep did, one line per chore that did something: a deployment's log
