@@ -219,6 +219,39 @@ def test_events_passed_over_by_where_are_not_counted_as_delivered(state: reactor
     assert state.stats()["durable_subscribers"]["even"]["delivered"] == 3
 
 
+def test_failures_go_with_the_log_but_each_subscribers_latest(db_path: Path) -> None:
+    """A subscriber that fails on every event would otherwise grow its failures without
+    end while the log stays within its retention."""
+    with reactor.open(db_path, log_retention=3) as state:
+        failed: list[int] = []
+
+        def always(event: reactor.ChangeEvent) -> None:
+            failed.append(event.revision)
+            raise ValueError("down")
+
+        def first_only(event: reactor.ChangeEvent) -> None:
+            if event.key == "k1":
+                raise ValueError("once")
+
+        state.subscribe(always, durable="always", max_retries=0)
+        state.subscribe(first_only, durable="first", max_retries=0)
+        scope = state.scope("s")
+        for n in range(1, 11):
+            scope.set(f"k{n}", n)
+        wait_for(lambda: all(d["position"] == 10 for d in _durables(state).values()))
+        assert raw_query(db_path, "SELECT COUNT(*) FROM reactor_failures") == [(11,)]
+        assert run_upkeep(state).log_compacted == 7
+        kept = raw_query(db_path, "SELECT name, revision FROM reactor_failures")
+        assert sorted(kept) == [("always", 8), ("always", 9), ("always", 10), ("first", 1)]
+        assert _durables(state)["always"]["failed"] == 10  # the count stays whole
+        assert failed == list(range(1, 11))
+
+
+def _durables(state: reactor.State) -> dict[str, dict[str, int]]:
+    subscribers: dict[str, dict[str, int]] = state.stats()["durable_subscribers"]
+    return subscribers
+
+
 def test_a_callback_that_meets_a_closed_engine_is_not_recorded_as_failed(db_path: Path) -> None:
     state = reactor.open(db_path)
     started = threading.Event()

@@ -23,6 +23,7 @@ from .sql_text import (
     KEYS_CHANGED_SINCE,
     LAST_TO_GO,
     LOCK,
+    PRUNE_FAILURES,
     QUEUE_JOBS,
     RECORD_FAILURE,
     REVISION,
@@ -227,7 +228,8 @@ class SQLStatements(SQLReads):
         """Drop log records up to a revision and/or older than a time, but none that a
         durable subscriber has yet to acknowledge, nor the newest (it holds the revision
         counter); remember how far the log is gone, and when that last record was made
-        (``get(at_revision=)`` at the horizon compares deadlines with it)."""
+        (``get(at_revision=)`` at the horizon compares deadlines with it). The failures
+        of durable subscribers on events gone go too, but each one's latest."""
         bound = upto_revision
         if before is not None:
             young = self._all(YOUNGEST_KEPT, (before,))[0][0]
@@ -244,6 +246,7 @@ class SQLStatements(SQLReads):
             return 0
         revision, timestamp = int(last[0][0]), float(last[0][1])
         removed = self._run(COMPACT_UPTO, (revision,))
+        self._run(PRUNE_FAILURES, (revision,))
         if removed:
             self._run(self.SET_COMPACTED, (revision,))
             self._run(SET_COMPACTED_AT, (round(timestamp * 1_000_000),))

@@ -52,6 +52,12 @@ CHANGED_SINCE: Final = (
     "SELECT 1 FROM reactor_changes WHERE revision > ? AND scope || '' = ? ORDER BY revision LIMIT 1"
 )
 COMPACT_UPTO: Final = "DELETE FROM reactor_changes WHERE revision <= ?"
+# The failures of durable subscribers go with the log's events (a failed event gone from
+# the log can be replayed no more), but each subscriber's latest, which says why it failed.
+PRUNE_FAILURES: Final = (
+    "DELETE FROM reactor_failures WHERE revision <= ? AND revision < "
+    "(SELECT MAX(g.revision) FROM reactor_failures g WHERE g.[name] = reactor_failures.[name])"
+)
 # By age: everything below the oldest revision still young enough, so that the log
 # stays a contiguous range even if timestamps do not rise with revisions; the newest
 # record always stays (it holds the revision counter: see _schema.changes).
