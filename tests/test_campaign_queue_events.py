@@ -47,10 +47,11 @@ QUEUES = ("a", "b")
 # whether it was refused with LockNotOwnedError; "late-*": the same verbs on a job
 # whose lease it let run out, which must be refused).
 WORKER = """
-import json, random, sys, time
+import json, os, random, sys, time
 import reactor
 
 db, seed, seconds, notes = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), sys.argv[4]
+stop = sys.argv[5] if len(sys.argv) > 5 else None  # a file: once it exists, stop early
 rng = random.Random(seed)
 LEASE = 0.5
 with reactor.open(db) as state, open(notes, "a") as out:
@@ -79,7 +80,7 @@ with reactor.open(db) as state, open(notes, "a") as out:
 
     end = time.monotonic() + seconds
     n = 0
-    while time.monotonic() < end:
+    while time.monotonic() < end and not (stop and os.path.exists(stop)):
         n += 1
         name = rng.choice(sorted(queues))
         queue = queues[name]
@@ -392,10 +393,17 @@ def test_a_durable_subscriber_killed_again_and_again_gets_every_queue_event_once
     state.subscribe(lambda event: live.append(_row(event)), scope="queue:*")
     notes = tmp_path / "worker.jsonl"
     seconds = 5.0 if backend(request.config) == "sqlite" else 4.0
-    worker = _start(spawned, WORKER, db, str(seed), str(seconds), str(notes))
+    # The worker writes until the subscriber has had 4 lives, and at least ``seconds``: on
+    # a loaded machine, where a subscriber takes a second or more to start, 4 s of writes
+    # saw fewer than 3 (the campaign would have tested too little, and said so).
+    stop = tmp_path / "stop"
+    worker = _start(spawned, WORKER, db, str(seed), "60", str(notes), str(stop))
     lives: list[Path] = []
-    hard_stop = time.monotonic() + seconds + 60
+    planned = time.monotonic() + seconds
+    hard_stop = planned + 60
     while worker.poll() is None and time.monotonic() < hard_stop:
+        if len(lives) >= 4 and time.monotonic() >= planned:
+            stop.touch()
         lives.append(tmp_path / f"life-{len(lives)}.jsonl")
         subscriber = _start(spawned, DURABLE, db, str(lives[-1]), "recorder")
         if rng.random() < 0.25:

@@ -1,7 +1,7 @@
 """Durable workflows under fire (SPEC §14), across processes:
 
 - runs of a 5-step workflow served by 3 worker processes while one of them is killed
-  with kill -9 every second or so (and started again): every run succeeds, none is
+  with kill -9 at each tenth of the work (and started again): every run succeeds, none is
   left pending, and a step's function ran more than once only where a killed process
   ran it before (each call records the pid that made it);
 - hundreds of runs suspended in ``sleep`` by one process of 4 worker threads (so none
@@ -87,7 +87,7 @@ def _workers(db: Any, count: int, concurrency: int = 2) -> Iterator[list[subproc
                     stream.close()
 
 
-def test_runs_survive_workers_killed_every_second_without_repeating_recorded_steps(
+def test_runs_survive_workers_killed_at_each_tenth_without_repeating_recorded_steps(
     db_path: Any,
 ) -> None:
     killed: set[int] = set()
@@ -96,11 +96,17 @@ def test_runs_survive_workers_killed_every_second_without_repeating_recorded_ste
         with _workers(db_path, 3) as processes:
             done = threading.Event()
             rng = random.Random(7)
+            recorded = state.scope("effects")
 
             def killer() -> None:
-                while not done.wait(rng.uniform(0.6, 1.4)):
-                    alive = [p for p in processes if p.poll() is None]
-                    victim = rng.choice(alive)
+                # At each tenth of the steps called, whatever the machine's speed (by the
+                # clock, a loaded machine finished the runs while the killer still waited
+                # for a replacement to start); the replacement is not waited for.
+                for tenth in range(1, 10):
+                    while len(recorded.keys()) < RUNS * STEPS * tenth // 10:
+                        if done.wait(0.02):
+                            return
+                    victim = rng.choice([p for p in processes if p.poll() is None])
                     killed.add(victim.pid)
                     victim.kill()
                     victim.wait(10)
@@ -108,7 +114,7 @@ def test_runs_survive_workers_killed_every_second_without_repeating_recorded_ste
                     for stream in (victim.stdin, victim.stdout):
                         if stream is not None:
                             stream.close()
-                    _start_worker(db_path, processes)
+                    _start_worker(db_path, processes, ready=False)
 
             chaos = threading.Thread(target=killer)
             chaos.start()
@@ -130,7 +136,10 @@ def test_runs_survive_workers_killed_every_second_without_repeating_recorded_ste
     assert len(repeated) <= len(killed) * 2  # at most the steps in flight at each kill
 
 
-def _start_worker(db: Any, processes: list[subprocess.Popen[str]], concurrency: int = 2) -> None:
+def _start_worker(
+    db: Any, processes: list[subprocess.Popen[str]], concurrency: int = 2, *, ready: bool = True
+) -> None:
+    """A worker process, in ``processes``; ``ready``: once it serves."""
     process = subprocess.Popen(
         [sys.executable, "-c", WORKER, str(db), str(concurrency)],
         stdin=subprocess.PIPE,
@@ -138,7 +147,8 @@ def _start_worker(db: Any, processes: list[subprocess.Popen[str]], concurrency: 
         text=True,
     )
     assert process.stdout is not None
-    assert process.stdout.readline() == "serving\n"
+    if ready:
+        assert process.stdout.readline() == "serving\n"
     processes.append(process)
 
 
