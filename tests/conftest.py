@@ -285,6 +285,14 @@ def held_elsewhere(*turns: Any) -> Iterator[None]:
         holder.join(10)
 
 
+def crowding() -> float:
+    """How many times over the machine's cores are asked for (the last minute's load
+    average over their count), at least 1: a bound of "within a second" that a test
+    holds a burst of work to is that times longer on a machine this crowded (CI beside
+    two CPU burners and a second test run: 2 to 3), and just that on a quiet one."""
+    return max(1.0, os.getloadavg()[0] / (os.cpu_count() or 1))
+
+
 def wait_for(predicate: Callable[[], Any], timeout: float = 5.0, interval: float = 0.01) -> Any:
     """Poll ``predicate`` until it returns something truthy; fail after ``timeout``."""
     deadline = time.monotonic() + timeout

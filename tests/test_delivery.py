@@ -22,7 +22,7 @@ import pytest
 import reactor
 from reactor.errors import StorageError
 from reactor.testing import ManualClock, run_upkeep
-from tests.conftest import engine_of, wait_for
+from tests.conftest import crowding, engine_of, wait_for
 
 
 def child(db: Any, code: str, *args: str, timeout: float = 120) -> str:
@@ -335,7 +335,8 @@ def test_twenty_thousand_keys_sharing_a_deadline_expire_within_a_second(
 ) -> None:
     """Within a second, on a machine that writes the 20,000 keys in less than that: the
     bound grows with the time their writes took (CI beside two CPU burners saw 1.1 s;
-    an expiry is a write of the same rows). Quiet, they are written in about 0.4 s."""
+    an expiry is a write of the same rows), or with how crowded the machine is. Quiet,
+    they are written in about 0.4 s."""
     state = open_state()
     arrivals: list[float] = []
     state.subscribe(lambda _event: arrivals.append(time.monotonic()), events={"expired"})
@@ -348,7 +349,8 @@ def test_twenty_thousand_keys_sharing_a_deadline_expire_within_a_second(
     wait_for(lambda: len(arrivals) == 20_000, timeout=30)
     late = max(arrivals) - deadline
     print(f"20,000 keys: the last expired event came {late:.3f} s after the deadline")
-    assert late < max(1.0, 1.5 * writing), f"written in {writing:.3f} s"
+    crowded = crowding()
+    assert late < max(crowded, 1.5 * writing), f"written in {writing:.3f} s, crowding {crowded:.2f}"
     assert scope.keys() == []
 
 

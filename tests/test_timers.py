@@ -22,7 +22,7 @@ from reactor import ops
 from reactor.testing import ManualClock, run_upkeep
 from tests.conftest import CLI_ON_SQLITE, engine_of
 
-from .conftest import raw_query, run_reactor, wait_for
+from .conftest import crowding, raw_query, run_reactor, wait_for
 
 
 def _events(state: reactor.State) -> list[tuple[str, str, Any, str | None]]:
@@ -447,11 +447,14 @@ def test_ten_thousand_timers_due_at_once_fire_within_a_second_exactly_once(
     A machine too loaded to write 10,000 rows in a second cannot fire 10,000 timers in
     one either (the median came 1.4-2.8 s late beside two CPU burners and a second test
     run): the bounds grow with what the scheduling commit, 10,000 rows too, took at
-    that moment. One-by-one firing still fails them: it was 2-5 s late at the median
-    where scheduling takes 0.5 s."""
+    that moment, or with how crowded the machine is (the scheduling commit alone once
+    took 0.4 s there while the firing, threads of the writer and the dispatcher, came
+    1.4 s late at the median). One-by-one firing still fails them: it was 2-5 s late at
+    the median where scheduling takes 0.5 s."""
     late, scheduling = _burst(open_state(), 10_000, scopes, lead=8.0)
-    assert late[len(late) // 2] < max(1.0, 1.5 * scheduling)
-    assert late[-1] < max(4.0, 4 * scheduling)
+    crowded = crowding()
+    assert late[len(late) // 2] < max(crowded, 1.5 * scheduling), f"crowding {crowded:.2f}"
+    assert late[-1] < max(4.0 * crowded, 4 * scheduling), f"crowding {crowded:.2f}"
 
 
 @pytest.mark.slow
