@@ -2008,15 +2008,21 @@ def test_a_wake_up_of_a_run_that_the_database_fails_is_tried_again(
 ) -> None:
     """The key a suspended run waits for changes; making the run ready fails twice
     (the database stayed busy): it is tried again, and the run ends long before its
-    timeout (60 s), rather than waiting for the key's next change."""
+    timeout (60 s), rather than waiting for the key's next change.
+
+    A wake-up may come by two paths at once (the key's event, and the run's suspension
+    seen after the key changed: harmless, the second finds the run ready), so each
+    wake-up fails its own first two tries (CI saw both paths fail once each)."""
     real = _runs.wake
     failed: list[str] = []
 
     def busy_twice(options: Any, workflow: str, run_id: str, position: int) -> Any:
         work = real(options, workflow, run_id, position)
+        tries: list[int] = []
 
         def attempt(txn: WriteTxn) -> bool:
-            if len(failed) < 2:
+            if len(tries) < 2:
+                tries.append(1)
                 failed.append(run_id)
                 raise BusyError("injected: the database stayed busy")
             return work(txn)
@@ -2035,7 +2041,7 @@ def test_a_wake_up_of_a_run_that_the_database_fails_is_tried_again(
         poll(lambda: state.run_info(handle.id).status == "suspended", timeout=10)
         state.scope("gates").set("open", "yes")
         assert handle.result(timeout=10) == "yes"
-    assert failed == [handle.id, handle.id]
+    assert failed in ([handle.id] * 2, [handle.id] * 4)
     assert "trying again in 0.05 s" in caplog.text
     assert "trying again in 0.2 s" in caplog.text
 
