@@ -246,8 +246,8 @@ class SQLStatements(SQLReads):
             return 0
         revision, timestamp = int(last[0][0]), float(last[0][1])
         removed = self._run(COMPACT_UPTO, (revision,))
-        self._run(PRUNE_FAILURES, (revision,))
         if removed:
+            self._run(PRUNE_FAILURES, (revision,))
             self._run(self.SET_COMPACTED, (revision,))
             self._run(SET_COMPACTED_AT, (round(timestamp * 1_000_000),))
         return removed
