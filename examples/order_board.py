@@ -44,7 +44,13 @@ def main(path: str) -> None:
         run.wait_for("gates", batch, lambda done: done is True, timeout=60)
         return str(run.step("invoice", lambda: f"invoice for {batch}"))
 
-    def board() -> str:
+    def board(total: int, **expected: int) -> str:
+        # Each derived value publishes on its own, so wait until all show the writes:
+        # first the count that only the last write brings (then every change is in),
+        # then the others (each shows its own last value soon after).
+        for status, count in expected.items():
+            by_status[status].wait_for(lambda n, count=count: n == count, timeout=10)
+        revenue.wait_for(lambda value: value == total, timeout=10)
         counts = ", ".join(f"{status} {by_status[status].value}" for status in STATUSES)
         return f"board: {counts}, revenue {revenue.value}"
 
@@ -55,13 +61,10 @@ def main(path: str) -> None:
             orders.set(order, {"status": "new", "amount": amount})
         for order in ("o-1", "o-2"):
             orders.update(order, [ops.set("status", "paid")])
-        by_status["paid"].wait_for(lambda n: n == 2, timeout=10)
-        revenue.wait_for(lambda total: total == 75, timeout=10)
-        print(board())
+        print(board(75, paid=2, new=1, shipped=0))
         for order in ("o-1", "o-2"):
             orders.update(order, [ops.set("status", "shipped")])
-        by_status["shipped"].wait_for(lambda n: n == 2, timeout=10)
-        print(board())
+        print(board(75, shipped=2, new=1, paid=0))
         print(f"gate b-1: {gate.wait_for(lambda done: done, timeout=10)}")
         print(f"{handle.id}: {handle.result(timeout=30)}")
     built = {value.name: value.recomputations for value in state.derived()}
