@@ -132,19 +132,22 @@ def test_a_worker_frozen_past_its_lease_records_nothing_more(db_path: Any) -> No
         with worker(db_path, pause=0.3, lease=3.0) as first:
             wait_for(lambda: _recorded(state, "frozen") >= 1, timeout=30)
             os.kill(first.pid, signal.SIGSTOP)
+            frozen_at = time.monotonic()
             # The second's lease is long: a stall of its own on a loaded machine (CI
             # saw one) must not make it lose the run too (a third attempt).
             with worker(db_path, pause=0.05, lease=10.0):
                 result = handle.result(timeout=60)
+                took = time.monotonic() - frozen_at
             finished = state.run_info("frozen")
             os.kill(first.pid, signal.SIGCONT)
             time.sleep(2)  # the frozen worker goes on: its records are refused
             assert first.poll() is None
         after = state.run_info("frozen")
-    # Taken over at least once. Not "exactly twice": PostgreSQL's pass showed a third
-    # attempt twice (loaded, and once quiet beside the SQLite pass), not understood yet;
-    # what this test holds is the promise below: the frozen worker records nothing more.
-    assert result["attempts"] >= 2
+    # Taken over once; or twice when the first was frozen in the middle of a write
+    # transaction (PostgreSQL): its locks stay held until the server ends its session,
+    # after the database timeout (30 s), and the second worker's lease (10 s) runs out
+    # meanwhile, its renewal waiting for the same locks; so it is taken a third time.
+    assert result["attempts"] == 2 or (result["attempts"] == 3 and took > 10), (result, took)
     assert after == finished
     assert [s.name for s in after.steps] == [f"s{i}" for i in range(STEPS)]
 
