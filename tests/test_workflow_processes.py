@@ -126,9 +126,8 @@ def test_a_run_dies_after_max_attempts_of_workers_dying(db_path: Any) -> None:
 def test_a_worker_frozen_past_its_lease_records_nothing_more(db_path: Any) -> None:
     with reactor.open(db_path) as state:
         handle = state.start("five", None, id="frozen")
-        # The first's lease is 3 s, not 1: a stall of its own before it is frozen (CI
-        # beside two CPU burners saw one) made it lose the run and take it again, and
-        # the second's attempt was a third.
+        # The first's lease is 3 s, not 1: a stall of its own before it is frozen (a
+        # loaded machine) must not make it lose the run and take it again.
         with worker(db_path, pause=0.3, lease=3.0) as first:
             wait_for(lambda: _recorded(state, "frozen") >= 1, timeout=30)
             os.kill(first.pid, signal.SIGSTOP)
