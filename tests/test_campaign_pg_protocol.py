@@ -871,7 +871,7 @@ def test_lock_timeouts_interleaved_with_writes_never_confuse_prepared_statements
                 tx.enqueue("q", item)
 
         queue_lock, scope_lock = store._scope_keys("queue:q"), store._scope_keys("s")
-        order_lock = store._lock_key
+        order_lock = store.lock_key
         prepared: set[str] = set()
         # After each failure (which drops the writer) the same verb runs twice: on the
         # new connection its statements are prepared at their second run, then the

@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import psycopg
+import psycopg.sql
 import pytest
 import sqlalchemy as sa
 
@@ -66,9 +67,14 @@ def test_every_name_a_statement_looks_up_is_in_brackets(name: str) -> None:
 
 
 def test_the_statements_of_postgresql_alone_compare_names_as_indexed() -> None:
-    for sql in (_postgres.CHANGES, _postgres.ROWS_ONLY, _postgres.READ_AHEAD):
+    for sql, compared in (
+        (_postgres.CHANGES, "reactor_name(k.key)"),
+        (_postgres.ROWS_ONLY, "reactor_name(k.key)"),
+        (_postgres.READ_AHEAD, "reactor_name(r.key) = reactor_name(w.key)"),
+        (_postgres.RESERVE_IDS, "reactor_name(j.key) = reactor_name(w.key)"),
+    ):
         assert not re.search(r"\[\w", sql), sql
-        assert "reactor_name(k.key)" in sql
+        assert compared in sql
 
 
 def test_names_compared_with_placeholders_take_their_indexed_form() -> None:
@@ -507,6 +513,53 @@ def test_each_schema_is_a_database_of_its_own(schemas: PostgresSchemas) -> None:
         assert second.scope("s").keys() == ["only-in-second"]
 
 
+def _generic_plan(state: reactor.State, text: str, params: tuple[Any, ...]) -> str:
+    """The plan the writer connection runs its prepared statement ``text`` (its start)
+    with now (``EXPLAIN EXECUTE``: the generic plan, once PostgreSQL chose it)."""
+    store = _store(state)
+    assert store._gate.take(10)  # between writes
+    try:
+        conn = store._writer
+        start = text.split("%s", maxsplit=1)[0].encode()  # psycopg keeps it with $1, $2...
+        (name,) = [n for key, n in conn._prepared._names.items() if key[0].startswith(start)]
+        name = name.decode()
+        values = psycopg.sql.SQL(", ").join(psycopg.sql.Literal(value) for value in params)
+        explain = psycopg.sql.SQL("EXPLAIN EXECUTE {}({})").format(
+            psycopg.sql.Identifier(name), values
+        )
+        rows = conn.execute(explain, prepare=False)
+        return "\n".join(row[0] for row in rows)
+    finally:
+        store._gate.give_back()
+
+
+@pytest.mark.postgresql_only
+def test_prepared_reads_of_a_write_seek_their_keys_however_the_table_grew(
+    schemas: PostgresSchemas,
+) -> None:
+    """The writer prepares the statements of a write while the tables are new and
+    small; PostgreSQL keeps their plan. Read ahead by the hash of a whole scope (or a
+    queue's jobs for a key), each write read all the rows of the scope: the longer a
+    new database ran, the slower every start (a run's start read every run)."""
+    with reactor.open(schemas.create()) as state:
+
+        @state.workflow("w")
+        def w(run: reactor.Run, x: int) -> int:
+            return x
+
+        for n in range(12):  # prepared, then planned generically, on small tables
+            state.start("w", n, id=f"small-{n}")
+        state.scope("big").set_many({f"k{n}": n for n in range(3000)})
+        for n in range(3000):
+            state.start("w", n, id=f"many-{n}")
+        ahead = _generic_plan(state, _postgres.READ_AHEAD, (["run:w"], ["some-id"]))
+        assert "Hash" not in ahead, ahead
+        assert "reactor_name(w.key)" in ahead, ahead
+        reserve = _generic_plan(state, _postgres.RESERVE_IDS, (1, "run:w", 1, ["some-id"]))
+        assert "Hash" not in reserve, reserve
+        assert "reactor_name(w.key)" in reserve, reserve
+
+
 @pytest.mark.parametrize(("durability", "setting"), [("normal", "on"), ("memory", "off")])
 @pytest.mark.postgresql_only
 def test_durability_sets_synchronous_commit(
@@ -524,7 +577,7 @@ def test_a_writer_waits_for_another_holder_of_the_write_lock_then_busy_error(
     with reactor.open(url, timeout=1) as state:
         scope = state.scope("s")
         scope.set("k", 1)
-        key = _store(state)._lock_key
+        key = _store(state).lock_key
         admin.execute("SELECT pg_advisory_lock(%s)", (key,))  # as another process's writer
         try:
             started = time.monotonic()
@@ -588,12 +641,12 @@ def test_a_commit_waits_for_the_order_lock_and_applies_nothing_without_it(
         state.subscribe(lambda event: heard.append(event.revision))
         scope.set("k", 1)
         wait_for(lambda: heard == [1])
-        admin.execute("SELECT pg_advisory_lock(%s)", (_store(state)._lock_key,))
+        admin.execute("SELECT pg_advisory_lock(%s)", (_store(state).lock_key,))
         try:
             with pytest.raises(reactor.BusyError):
                 scope.increment("n")
         finally:
-            admin.execute("SELECT pg_advisory_unlock(%s)", (_store(state)._lock_key,))
+            admin.execute("SELECT pg_advisory_unlock(%s)", (_store(state).lock_key,))
         assert scope.get("n") is None
         assert scope.set("k", 2).old_value == 1
         wait_for(lambda: heard == [1, 2])  # revision 2 went to the next change
@@ -979,7 +1032,8 @@ def test_every_statement_that_looks_up_a_name_can_seek_an_index(
         (_sql.FIRST_LEASE_END, ()),  # the same
         (_sql.FIRST_EXPIRED, (now,)),
         (_sql.FIRST_DUE_TIMER, (now,)),
-        (_postgres.READ_AHEAD, (["k", long], "s")),
+        (_postgres.READ_AHEAD, (["s", "s"], ["k", long])),
+        (_postgres.RESERVE_IDS, (1, "q", 1, ["i", long])),
     ]
     upserts: list[tuple[str, tuple[Any, ...], str]] = [
         (_sql.UPSERT, ("s", "k", "1", None, 1, 1, 1), "reactor_kv_name"),

@@ -58,6 +58,7 @@ from .postgres_text import (
     END_FROZEN_WRITERS,
     FLUSH,
     MIGRATION_LOCK,
+    ORDER_LOCK,
     PREPARED_ROWS,
     READ_AHEAD,
     SIZE,
@@ -70,7 +71,7 @@ from .records import Row, SharedScope
 from .schema import META_TABLE, SCHEMA_VERSION, check_version, migrate
 from .sql import SQLStore
 from .sql_statements import SQLSnapshot
-from .sql_text import ITEMS, REVISION
+from .sql_text import GET, ITEMS, LOG_AFTER, REVISION
 
 try:
     import psycopg
@@ -110,6 +111,13 @@ def normalize_url(target: str) -> sa.URL:
         )
     return url
 
+
+# The reads every process runs again and again, prepared on the server by the reader
+# connection that runs them (each follower reads the log at others' commits: parsing
+# and planning it each time cost the server as much again as running it). Only reads
+# whose plan is one index seek or range whatever the statistics say.
+PREPARED_READS: Final = frozenset({GET, LOG_AFTER, REVISION})
+NEVER_BY_COUNT: Final = 2**62  # (None would keep psycopg from preparing any)
 
 # Seconds the follower waits after waking for this process's own commits only.
 OWN_NOTES_PAUSE: Final = 0.01
@@ -164,9 +172,8 @@ class PostgresStore(SQLStore):
             raise
         digest = hashlib.blake2b(f"{database}/{schema}".encode(), digest_size=8).digest()
         # The advisory lock key and the notification channel of this reactor database.
-        self._lock_key = int.from_bytes(digest, "big", signed=True)
+        self.lock_key = int.from_bytes(digest, "big", signed=True)
         self.channel = f"reactor_{digest.hex()}"
-        self.order_lock = f"SELECT pg_advisory_xact_lock({self._lock_key})"
         self._scope_keys = functools.lru_cache(maxsize=4096)(functools.partial(_scope_key, digest))
 
     def _check_readable(self) -> None:
@@ -233,8 +240,9 @@ class PostgresStore(SQLStore):
         conn = proxy.driver_connection
         assert isinstance(conn, psycopg.Connection)
         conn.autocommit = True  # transactions are begun and committed here
-        # No server-side prepared statements but the writer's (``reconnect_writer``).
-        conn.prepare_threshold = None
+        # No server-side prepared statements but the writer's (``reconnect_writer``) and
+        # the reads prepared on purpose (``PREPARED_READS``): none prepared by count.
+        conn.prepare_threshold = NEVER_BY_COUNT
         return conn
 
     def _keep(self, proxy: Any) -> bool:
@@ -259,7 +267,10 @@ class PostgresStore(SQLStore):
 
     def _query(self, sql: str, params: tuple[Any, ...]) -> list[Any]:
         statement = pg(sql)
-        return self._reading(lambda conn: conn.execute(statement, params).fetchall())
+        prepare = True if sql in PREPARED_READS else None
+        return self._reading(
+            lambda conn: conn.execute(statement, params, prepare=prepare).fetchall()
+        )
 
     def _reading(self, read: Callable[[psycopg.Connection[Any]], T], keep: bool = True) -> T:
         """``read`` on an idle reader connection (a new one if none is idle); with
@@ -412,14 +423,11 @@ class PostgresStore(SQLStore):
             )
         self._drop_unfinished_writer()
         locks = self._locks(scopes)
-        by_scope: dict[str, list[str]] = {}
-        for scope, key in reads:
-            by_scope.setdefault(scope, []).append(key)
         if not reads:  # nothing to read: the begin goes with the first statement
             conn = self._writer
             if conn is None or conn.closed:
                 conn = self.reconnect_writer()
-            return PostgresStatements(conn, self, {}, begin=["BEGIN", *locks])
+            return PostgresStatements(conn, self, {}, begin=[("BEGIN", ()), locks])
         for attempt in (1, 2):
             conn = self._writer
             if conn is None or conn.closed:
@@ -427,21 +435,15 @@ class PostgresStore(SQLStore):
             try:
                 with conn.pipeline():
                     conn.execute("BEGIN")
-                    for lock in locks:
-                        conn.execute(lock)
-                    cursors = [
-                        (
-                            scope,
-                            conn.execute(
-                                READ_AHEAD, (names, scope), prepare=len(names) <= PREPARED_ROWS
-                            ),
-                        )
-                        for scope, names in by_scope.items()
-                    ]
+                    conn.execute(*locks)
+                    cursor = conn.execute(
+                        READ_AHEAD,
+                        ([scope for scope, _ in reads], [key for _, key in reads]),
+                        prepare=len(reads) <= PREPARED_ROWS,
+                    )
                 ahead: dict[tuple[str, str], Row | None] = dict.fromkeys(reads)
-                for scope, cursor in cursors:
-                    for key, *row in cursor.fetchall():
-                        ahead[(scope, key)] = Row(*row)
+                for scope, key, *row in cursor.fetchall():
+                    ahead[(scope, key)] = Row(*row)
                 return PostgresStatements(conn, self, ahead)
             except psycopg.OperationalError as exc:
                 lost = conn.closed
@@ -453,19 +455,21 @@ class PostgresStore(SQLStore):
                 raise translate(exc, self.location) from exc
         raise AssertionError("unreachable")  # pragma: no cover
 
-    def _locks(self, scopes: Collection[str] | None) -> list[str]:
-        """The statements that take the locks of ``scopes`` (None: the order lock), in
-        one order (sorted keys), so that writers never deadlock."""
+    def _locks(self, scopes: Collection[str] | None) -> tuple[str, tuple[int, ...]]:
+        """The statement that takes the locks of ``scopes`` (None: the order lock), one
+        after another in one order (sorted keys), so that writers never deadlock; its
+        text names only their modes, so that the writer prepares it once."""
         if scopes is None:
-            return [self.order_lock]
+            return ORDER_LOCK, (self.lock_key,)
         shared: dict[int, bool] = {}  # key -> held in shared mode (only if every time)
         for scope in scopes:
             key = self._scope_keys(scope)
             shared[key] = shared.get(key, True) and isinstance(scope, SharedScope)
-        return [
-            f"SELECT pg_advisory_xact_lock{'_shared' if shared[key] else ''}({key})"
-            for key in sorted(shared)
-        ]
+        keys = sorted(shared)
+        calls = ", ".join(
+            f"pg_advisory_xact_lock{'_shared' if shared[key] else ''}(%s)" for key in keys
+        )
+        return f"SELECT {calls}", tuple(keys)
 
     def _drop_unfinished_writer(self) -> None:
         """Drop a writer connection still in a transaction: a write that a Ctrl-C
@@ -531,10 +535,8 @@ class PostgresStore(SQLStore):
         flush (``FLUSH``); if not (a server that revoked it), commits wait for their
         flush under the order lock, as with durability "full"."""
         try:
-            for statement in FLUSH:
-                conn.execute(statement)
+            conn.execute(FLUSH)
         except psycopg.errors.InsufficientPrivilege as exc:
-            conn.execute("ROLLBACK")
             self.flush_after_order = False
             reason = exc.diag.message_primary
             logger.info("commits to %s flush under the order lock (%s)", self.location, reason)

@@ -15,14 +15,24 @@ from .postgres_text import (
     CHANGES,
     COMMIT_UNFLUSHED,
     FLUSH,
+    ORDER_LOCK,
     PREPARED_ROWS,
+    RESERVE_IDS,
     ROWS_ONLY,
     pg,
 )
-from .records import ChangeRecord, Key, RefusedError, Row, Upsert
+from .records import ChangeRecord, Key, QueueRow, RefusedError, Row, Upsert
 from .sql_jobs import SQLJobs
 from .sql_statements import SQLSnapshot, SQLStatements
-from .sql_text import DUE_JOBS, FIRST_PRIORITY, FIRST_READY, JOB, QUEUE_TO_PUT, STREAMED_ROWS
+from .sql_text import (
+    DUE_JOBS,
+    FIRST_PRIORITY,
+    FIRST_READY,
+    JOB,
+    QUEUE_TO_PUT,
+    STREAMED_ROWS,
+    queue_row,
+)
 
 try:
     import psycopg
@@ -45,7 +55,7 @@ class WriterHost(Protocol):
 
     location: str
     channel: str  # the notification channel of the reactor database
-    order_lock: str  # the statement that takes the lock ordering revisions
+    lock_key: int  # the advisory lock that orders revisions
     flush_after_order: bool  # a commit's WAL flush waits outside the order lock
     doubt: threading.Event  # set: a commit of this process's may be unpublished
 
@@ -116,7 +126,7 @@ class PostgresStatements(SQLStatements):
         conn: psycopg.Connection[Any],
         store: WriterHost,
         ahead: dict[tuple[str, str], Row | None],
-        begin: list[str] | None = None,
+        begin: list[tuple[str, tuple[Any, ...]]] | None = None,
     ) -> None:
         self._conn = conn
         self._store = store
@@ -124,7 +134,7 @@ class PostgresStatements(SQLStatements):
         self._queued: list[tuple[str, list[tuple[Any, ...]]]] = []
         self._changes: tuple[Any, ...] | None = None  # CHANGES' parameters, if any
         # Sent with the next answered statement: the begin (if not sent yet), writes.
-        self._pending: list[tuple[str, tuple[Any, ...]]] = [(sql, ()) for sql in begin or ()]
+        self._pending: list[tuple[str, tuple[Any, ...]]] = list(begin or ())
         self._unbegun = bool(begin)  # nothing sent yet: a dropped connection is replaced
         self._failed = False  # the server failed a statement: the connection goes (abort)
         self._flush_rows = 0  # the most rows of one kind the flush writes
@@ -252,10 +262,9 @@ class PostgresStatements(SQLStatements):
                     for sql, rows in self._queued:
                         cursor.executemany(sql, rows)
                 if self._changes is not None:
-                    if flush:
-                        conn.execute(COMMIT_UNFLUSHED)
                     if records:
-                        conn.execute(self._store.order_lock)
+                        lock = COMMIT_UNFLUSHED if flush else ORDER_LOCK
+                        conn.execute(lock, (self._store.lock_key,))
                     written = conn.cursor()
                     # A few rows: the prepared plan; a big batch is planned for its size.
                     written.execute(
@@ -265,8 +274,7 @@ class PostgresStatements(SQLStatements):
                     )
                 committed = conn.execute("COMMIT")
                 if flush:
-                    for statement in FLUSH:
-                        conn.execute(statement)
+                    conn.execute(FLUSH)
         except psycopg.Error as exc:
             if not (flush and _committed(committed)):
                 self._fail_commit(exc)
@@ -309,8 +317,7 @@ class PostgresStatements(SQLStatements):
         try:
             if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
                 conn.execute("ROLLBACK")
-            for statement in FLUSH:
-                conn.execute(statement)
+            conn.execute(FLUSH)
         except psycopg.Error as exc:
             self._failed = True
             self._store.doubt.set()
@@ -366,6 +373,14 @@ class PostgresJobs(SQLJobs):
     def add_jobs(self, rows: list[tuple[Any, ...]]) -> None:
         if rows:
             self._send(ADD_JOBS, tuple(list(column) for column in zip(*rows, strict=True)))
+
+    def reserve_ids(self, queue: str, count: int, keys: list[str]) -> tuple[QueueRow | None, bool]:
+        """See ``statements.JobWrites.reserve_ids``: here one statement (``RESERVE_IDS``)."""
+        found = self._all(RESERVE_IDS, (count, queue, count, keys))
+        if not found:
+            return None, False
+        *row, held = found[0]
+        return queue_row(row), bool(held)
 
 
 def _committed(cursor: psycopg.Cursor[Any] | None) -> bool:

@@ -14,8 +14,10 @@ __all__ = [
     "END_FROZEN_WRITERS",
     "FLUSH",
     "MIGRATION_LOCK",
+    "ORDER_LOCK",
     "PREPARED_ROWS",
     "READ_AHEAD",
+    "RESERVE_IDS",
     "ROWS_ONLY",
     "SIZE",
     "SYNCHRONOUS_COMMIT",
@@ -106,11 +108,26 @@ ADD_JOBS: Final = (
     "%b::int[], %b::text[], %b::text[])"
 )
 
-# The rows of some keys of a scope: one seek of the index of names a key.
+# A put of new jobs in one statement (``PostgresJobs.reserve_ids``): the queue's row as
+# it was, its next_id moved on (the row locked until the commit), and whether a job holds
+# one of the keys (a seek of the index reactor_jobs_key for each, as in READ_AHEAD).
+RESERVE_IDS: Final = pg(
+    "UPDATE reactor_queues AS q SET next_id = q.next_id + ? WHERE q.[name] = ? "
+    "RETURNING q.max_attempts, q.next_id - ?, q.concurrency, q.group_concurrency, "
+    "q.rate_limit, q.rate_seconds, q.backoff_base, q.backoff_max, EXISTS (SELECT 1 FROM "
+    "unnest(?::text[]) AS w(key) CROSS JOIN LATERAL (SELECT 1 FROM reactor_jobs AS j "
+    "WHERE j.[queue] = q.[name] AND j.[key] = w.[key] LIMIT 1) AS h)"
+)
+
+# The rows of some keys, of one scope or several, in one statement: one seek of the
+# index of names a key. The subquery (LIMIT 1: never merged into a join) makes that the
+# plan whatever the statistics say: a plan prepared while the table was new and small
+# once read a whole scope for each key (a hash join), the longer the more it held.
 READ_AHEAD: Final = pg(
-    "SELECT k.key, k.value, k.expires_at, k.revision, k.created_revision, k.version "
-    "FROM unnest(?::text[]) AS w(key) JOIN reactor_kv AS k ON k.[key] = w.[key] "
-    "WHERE k.[scope] = ?"
+    "SELECT w.scope, w.key, k.value, k.expires_at, k.revision, k.created_revision, "
+    "k.version FROM unnest(?::text[], ?::text[]) AS w(scope, key) CROSS JOIN LATERAL "
+    "(SELECT r.value, r.expires_at, r.revision, r.created_revision, r.version "
+    "FROM reactor_kv AS r WHERE r.[scope] = w.[scope] AND r.[key] = w.[key] LIMIT 1) AS k"
 )
 
 CHANGES: Final = _FLUSH + "SELECT b.base, pg_notify(%s, (b.base + %s)::text) FROM b"
@@ -137,12 +154,19 @@ WRITER_PREPARE_THRESHOLD: Final = 1
 # made batches of 100 asyncio writes half as fast again to begin.
 PREPARED_ROWS: Final = 8
 
-# A commit under the order lock that returns before its WAL flush; and the transaction
-# that then waits for the flush: it writes a WAL record (a logical decoding message,
+# The order lock, taken as a commit with records begins; with COMMIT_UNFLUSHED it also
+# makes the commit under that lock return before its WAL flush, and the transaction
+# that then waits for the flush (FLUSH) writes a WAL record (a logical decoding message,
 # which any role may write, whatever wal_level), so its commit flushes the WAL, which
-# holds the commit before it.
-COMMIT_UNFLUSHED: Final = "SET LOCAL synchronous_commit = off"
-FLUSH: Final = ("BEGIN", "SELECT pg_logical_emit_message(true, 'reactor', '')", "COMMIT")
+# holds the commit before it. FLUSH needs no BEGIN: sent after the COMMIT in the same
+# pipeline, it is an implicit transaction that ends at the pipeline's sync; alone, one
+# in autocommit mode. (One statement each: every statement is a few dozen microseconds
+# of the client's CPU.)
+COMMIT_UNFLUSHED: Final = (
+    "SELECT pg_advisory_xact_lock(%s), set_config('synchronous_commit', 'off', true)"
+)
+FLUSH: Final = "SELECT pg_logical_emit_message(true, 'reactor', '')"
+ORDER_LOCK: Final = "SELECT pg_advisory_xact_lock(%s)"
 
 # The application_name of reactor's writer connections, and the statement that ends
 # those that wait for their client inside a transaction for longer than some seconds

@@ -5,6 +5,7 @@ transaction's."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from .records import JobRow, QueueRow
@@ -272,6 +273,13 @@ class SQLJobs(SQLJobReads):
 
     def set_queue(self, name: str, row: QueueRow) -> None:
         self._send(SET_QUEUE, (*_queue_values(row), name))
+
+    def reserve_ids(self, queue: str, count: int, keys: list[str]) -> tuple[QueueRow | None, bool]:
+        """See ``statements.JobWrites.reserve_ids`` (here: read, then write)."""
+        found, holders = self.put_view(queue, keys)
+        if found is not None:
+            self.set_queue(queue, replace(found, next_id=found.next_id + count))
+        return found, bool(holders)
 
     def add_jobs(self, rows: list[tuple[Any, ...]]) -> None:
         """Insert jobs: (queue, id, item, state, ready_at, attempts, owner, key,

@@ -28,7 +28,7 @@ import orjson
 
 from reactor._base.keys import QUEUE_PREFIX, check_key
 from reactor._base.values import encode
-from reactor._storage.records import JobRow
+from reactor._storage.records import JobRow, QueueRow
 from reactor._storage.txn import WriteTxn
 from reactor.errors import InvalidArgumentError, InvalidKeyError, LockNotOwnedError
 
@@ -333,13 +333,22 @@ def _add(
     how many jobs were added."""
     jobs = txn.writes.jobs()
     keys = [entry[0].key for entry in entries if entry[0].key is not None]
-    found, holders = jobs.put_view(queue, keys)  # one round trip
-    if shared and (found is None or holders):
-        raise QueueLockNeeded(queue)
+    if shared:
+        # No job may hold a key (else QueueLockNeeded): each entry adds one, so the ids
+        # are reserved as the row is read, in one statement on PostgreSQL.
+        found, held = jobs.reserve_ids(queue, len(entries), keys)
+        if found is None or held:
+            raise QueueLockNeeded(queue)
+        holders: dict[str, list[tuple[int, str]]] = {}
+        stored: QueueRow | None = _settings.replace_next_id(found, found.next_id + len(entries))
+    else:
+        found, holders = jobs.put_view(queue, keys)  # one round trip
+        stored = found
     row = _settings.settled(found, settings)
     batch = _Batch(txn, queue, holders, row.next_id)
     ids = [batch.add(*entry) for entry in entries]
-    _settings.save(jobs, queue, _settings.replace_next_id(row, batch.next_id), found)
+    # (shared: written again only if two entries shared a key, so added one job)
+    _settings.save(jobs, queue, _settings.replace_next_id(row, batch.next_id), stored)
     if batch.rows:
         now = txn.now
         jobs.add_jobs(
