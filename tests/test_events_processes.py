@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 import reactor
-from tests.conftest import wait_for
+from tests.conftest import engine_of, wait_for
 
 WRITER = """
     import sys, reactor
@@ -171,3 +171,38 @@ def test_a_process_listening_to_some_scopes_reads_only_their_changes_and_misses_
         assert heard_b == list(range(first, count))
         published = state.stats()["events"]["published"]
         assert published == count + len(heard_b)  # none of b's before its listener
+
+
+FOLLOW_GAP = 0.005  # reactor._engine.dispatch.FOLLOW_GAP
+
+
+def test_a_stream_of_another_processes_commits_is_read_in_batches(db_path: Path) -> None:
+    """While another process commits one write after another, the follower reads the
+    log at most once every few milliseconds, each read taking every commit made
+    meanwhile (PostgreSQL notifies every process of each commit: read one by one, the
+    reads were a third of a worker's CPU); every event still comes, once, in order."""
+    count = 300
+    with reactor.open(db_path) as state:
+        seen: list[tuple[str, object]] = []
+        state.subscribe(lambda event: seen.append((event.key, event.new_value)), scope="w")
+        store = engine_of(state).store
+        reads: list[float] = []
+        log_after = store.log_after
+
+        def counted(*args: object, **kwargs: object) -> object:
+            reads.append(time.monotonic())
+            return log_after(*args, **kwargs)
+
+        store.log_after = counted  # type: ignore[method-assign]
+        writer = _writer(db_path, "w", count)
+        _, err = writer.communicate(timeout=120)
+        assert writer.returncode == 0, err
+        wait_for(lambda: len(seen) == 2 * count, timeout=30)
+    expected: list[tuple[str, object]] = []
+    for n in range(count):
+        expected += [("k", n), ("n", n + 1)]
+    assert seen == expected
+    assert len(reads) >= 2
+    took = reads[-1] - reads[0]
+    # One read a gap at most (and a second page now and then): not one a commit.
+    assert len(reads) <= took / FOLLOW_GAP + 10, (len(reads), took)

@@ -43,6 +43,12 @@ FOLLOW_INTERVAL: Final = 0.01  # seconds between looks at other processes' commi
 # seldom (woken at once when a listener joins): not woken by every commit (PostgreSQL
 # notifies every process of each), it leaves the processes' CPU to their own writes.
 IDLE_INTERVAL: Final = 0.1
+# Under a stream of other processes' commits the follower reads the log at most this
+# often, each read taking every commit made meanwhile: woken at each commit (PostgreSQL
+# notifies every process of each), every process read the log once per commit of the
+# others, a third of a worker's CPU with four worker processes. A commit after a quiet
+# spell is read at once; in a stream, its event comes up to this much later.
+FOLLOW_GAP: Final = 0.005
 COMPACTED_RECHECK: Final = 1.0  # seconds a read of the log's compaction is kept
 FOLLOW_RETRY: Final = 0.05  # seconds before reading the log again after a failure
 _PAGE: Final = 1000
@@ -296,6 +302,7 @@ class Dispatcher:
     def _follow(self) -> None:
         failures = 0
         latest = sys.maxsize  # how far others have committed, as last announced
+        last_read = -FOLLOW_GAP  # when the log was last read (time.monotonic())
         while not self._stop.is_set():
             try:
                 idle = not self._wanted()
@@ -307,9 +314,13 @@ class Dispatcher:
                     latest = announced
                     self._behind.set()
                 if self._behind.is_set():
+                    rest = last_read + FOLLOW_GAP - time.monotonic()
+                    if rest > 0 and self._stop.wait(rest):
+                        return
                     # Cleared before reading: a commit announced meanwhile is read too.
                     self._behind.clear()
                     self.catch_up(latest)
+                    last_read = time.monotonic()
                     latest = sys.maxsize
                     if failures:
                         logger.warning("following other processes' changes works again")
