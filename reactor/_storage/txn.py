@@ -105,7 +105,10 @@ class WriteTxn:
         if staged is not _ABSENT:
             return staged
         if self._fetched:
-            fetched = self._fetched.pop((scope, key), _ABSENT)
+            # Kept, not popped: the rows of the database do not change under the
+            # transaction's locks but by its own flush at commit (a run's record reads
+            # its document, then its save reads it again as the old row).
+            fetched = self._fetched.get((scope, key), _ABSENT)
             if fetched is not _ABSENT:
                 return fetched
         return self.statements.fetch_row(scope, key)
