@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 import reactor
-from tests.conftest import wait_for
+from tests.conftest import engine_of, wait_for
 
 Opener = Callable[..., reactor.State]
 
@@ -146,6 +146,36 @@ def test_wait_for_suspends_until_the_key_holds_what_it_waits_for(open_state: Ope
     ]
     assert steps[1].error is not None
     assert steps[1].error["type"] == "OperationTimeout"
+
+
+def test_a_serving_process_listens_to_the_keys_runs_wait_for_only_while_they_wait(
+    open_state: Opener,
+) -> None:
+    """The workers follow their runs' scope, and a key only while a run waits for it:
+    the follower reads other processes' changes of those scopes alone, not of every
+    scope (every worker process read every change of the database before)."""
+    state = open_state()
+
+    @state.workflow("gate")
+    def gate(run: reactor.Run, _input: Any) -> Any:
+        return run.wait_for("flags", "open")
+
+    hub = engine_of(state).hub
+    with state.serve(workflows=["gate"], concurrency=1):
+        idle = hub.listened()
+        assert idle is not None
+        assert "run:gate" in idle
+        assert "flags" not in idle
+        handle = state.start("gate", None)
+        wait_for(lambda: handle.status() == "suspended", timeout=10)
+        wait_for(lambda: "flags" in (hub.listened() or ()), timeout=10)
+        state.scope("flags").set("other", "no")  # another key: the run sleeps on
+        state.scope("flags").set("open", "yes")
+        assert handle.result(timeout=10) == "yes"
+        wait_for(lambda: hub.listened() == idle, timeout=10)
+    assert [(s.name, s.status) for s in state.run_info(handle.id).steps] == [
+        ("wait_for", "succeeded")
+    ]
 
 
 def test_a_run_waiting_on_a_key_wakes_after_the_workers_restart(open_state: Opener) -> None:

@@ -80,6 +80,7 @@ class Dispatcher:
         self._queue: queue.SimpleQueue[list[ChangeRecord] | None] = queue.SimpleQueue()
         self._stop = threading.Event()
         self._behind = threading.Event()  # the log holds changes not yet read: read it
+        self._read_all = False  # the next read goes to the log's end (not an announcement)
         self._wake = threading.Event()  # a listener joined, or closing: stop idling
         self._thread = threading.Thread(
             target=self._run, name=f"reactor-dispatch[{name}]", daemon=True
@@ -180,6 +181,7 @@ class Dispatcher:
                 try:
                     self._read_log(upto=records[0].revision - 1)
                 except Exception:
+                    self._read_all = True
                     self._behind.set()  # the follower reads it all, these records too
                     logger.warning(
                         "reading other processes' changes failed; the follower retries",
@@ -204,7 +206,14 @@ class Dispatcher:
                     announced = self._store.revision()
                 self._published = max(self._published, announced)
                 return
-            self._read_log(upto=None)
+            # Up to the revision announced, when known: every one before it committed
+            # first (a read of some scopes needs no look at the last revision then);
+            # all there is after a read at this process's commit failed (its own
+            # commit is announced to no one).
+            whole = self._read_all or announced == sys.maxsize
+            self._read_log(upto=None if whole else announced)
+            if whole:
+                self._read_all = False
 
     def _read_log(self, upto: int | None) -> None:
         """Queue every logged change after the last one handed on (up to ``upto``),

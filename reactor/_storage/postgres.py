@@ -71,7 +71,7 @@ from .records import Row, SharedScope
 from .schema import META_TABLE, SCHEMA_VERSION, check_version, migrate
 from .sql import SQLStore
 from .sql_statements import SQLSnapshot
-from .sql_text import GET, ITEMS, LOG_AFTER, REVISION
+from .sql_text import ITEMS, REVISION
 
 try:
     import psycopg
@@ -112,12 +112,10 @@ def normalize_url(target: str) -> sa.URL:
     return url
 
 
-# The reads every process runs again and again, prepared on the server by the reader
-# connection that runs them (each follower reads the log at others' commits: parsing
-# and planning it each time cost the server as much again as running it). Only reads
-# whose plan is one index seek or range whatever the statistics say.
-PREPARED_READS: Final = frozenset({GET, LOG_AFTER, REVISION})
-NEVER_BY_COUNT: Final = 2**62  # (None would keep psycopg from preparing any)
+# Reader connections prepare only the reads asked (``_query_often``: each follower reads
+# the log at others' commits, and parsing and planning it each time cost the server as
+# much again as running it). None would keep psycopg from preparing any.
+NEVER_BY_COUNT: Final = 2**62
 
 # Seconds the follower waits after waking for this process's own commits only.
 OWN_NOTES_PAUSE: Final = 0.01
@@ -241,7 +239,7 @@ class PostgresStore(SQLStore):
         assert isinstance(conn, psycopg.Connection)
         conn.autocommit = True  # transactions are begun and committed here
         # No server-side prepared statements but the writer's (``reconnect_writer``) and
-        # the reads prepared on purpose (``PREPARED_READS``): none prepared by count.
+        # the reads prepared on purpose (``_query_often``): none prepared by count.
         conn.prepare_threshold = NEVER_BY_COUNT
         return conn
 
@@ -267,10 +265,11 @@ class PostgresStore(SQLStore):
 
     def _query(self, sql: str, params: tuple[Any, ...]) -> list[Any]:
         statement = pg(sql)
-        prepare = True if sql in PREPARED_READS else None
-        return self._reading(
-            lambda conn: conn.execute(statement, params, prepare=prepare).fetchall()
-        )
+        return self._reading(lambda conn: conn.execute(statement, params).fetchall())
+
+    def _query_often(self, sql: str, params: tuple[Any, ...]) -> list[Any]:
+        statement = pg(sql)
+        return self._reading(lambda conn: conn.execute(statement, params, prepare=True).fetchall())
 
     def _reading(self, read: Callable[[psycopg.Connection[Any]], T], keep: bool = True) -> T:
         """``read`` on an idle reader connection (a new one if none is idle); with
