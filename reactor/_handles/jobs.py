@@ -33,6 +33,7 @@ class Job:
 
     __slots__ = (
         "_before",
+        "_held",
         "_lease",
         "_queue",
         "_token",
@@ -58,6 +59,8 @@ class Job:
         self._token = row.owner
         self._lease = lease
         self._before = before  # as it was before the take, to undo it
+        # The transaction that last found the job held, and the row it read (locked).
+        self._held: tuple[WriteTxn, JobRow] | None = None
         self.id: int = row.id
         """The job's id in its queue."""
         self.item: Any = decode(row.item)
@@ -102,9 +105,14 @@ class Job:
         if token is None:
             raise LockNotOwnedError(f"job {self.id} of queue {self.queue!r} was not taken")
         if ack:
-            _jobs.ack(txn, self._queue, self.id, token)
+            # Found held in this transaction already: its row is locked, and only this
+            # taker writes it (a run's end checks its lease, then acknowledges).
+            held = self._held
+            known = held[1] if held is not None and held[0] is txn else None
+            self._held = None
+            _jobs.ack(txn, self._queue, self.id, token, known)
         else:
-            _jobs.owned(txn, self._queue, self.id, token)
+            self._held = (txn, _jobs.owned(txn, self._queue, self.id, token))
 
     def ack(self) -> None:
         """The job is done: it is removed (and its idempotency key is free).

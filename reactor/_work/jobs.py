@@ -392,9 +392,10 @@ def owned(txn: WriteTxn, queue: str, job_id: int, token: str) -> JobRow:
     return row
 
 
-def ack(txn: WriteTxn, queue: str, job_id: int, token: str) -> None:
-    """The job is done: remove it (its idempotency key is free again)."""
-    row = owned(txn, queue, job_id, token)
+def ack(txn: WriteTxn, queue: str, job_id: int, token: str, held: JobRow | None = None) -> None:
+    """The job is done: remove it (its idempotency key is free again). ``held``: the
+    job's row as ``owned`` found it earlier in this transaction (not read again)."""
+    row = held if held is not None else owned(txn, queue, job_id, token)
     txn.writes.jobs().delete_job(queue, job_id)
     txn.log(lock_name(queue), str(job_id), "deleted", document(row), None)
 
