@@ -28,6 +28,7 @@ from reactor._backup.export import ExportView
 from reactor._base.keys import compile_pattern
 from reactor._handles import registry as _registry
 from reactor._handles.binding import engine_of
+from reactor._storage import postgres_statements as _pg_statements
 from reactor._storage import postgres_text as _postgres
 from reactor._storage import schema as _schema
 from reactor._storage import sql_text as _sql
@@ -1034,6 +1035,7 @@ def test_every_statement_that_looks_up_a_name_can_seek_an_index(
         (_sql.FIRST_DUE_TIMER, (now,)),
         (_postgres.READ_AHEAD, (["s", "s"], ["k", long])),
         (_postgres.RESERVE_IDS, (1, "q", 1, ["i", long])),
+        (_pg_statements._TAKE_VIEW, ("q", "taken", now, 10, "q", now, "q", now)),
     ]
     upserts: list[tuple[str, tuple[Any, ...], str]] = [
         (_sql.UPSERT, ("s", "k", "1", None, 1, 1, 1), "reactor_kv_name"),

@@ -21,16 +21,18 @@ from .postgres_text import (
     ROWS_ONLY,
     pg,
 )
-from .records import ChangeRecord, Key, QueueRow, RefusedError, Row, Upsert
-from .sql_jobs import SQLJobs
+from .records import ChangeRecord, JobRow, Key, QueueRow, RefusedError, Row, Upsert
+from .sql_jobs import SQLJobs, first_to_take
 from .sql_statements import SQLSnapshot, SQLStatements
 from .sql_text import (
     DUE_JOBS,
     FIRST_PRIORITY,
     FIRST_READY,
     JOB,
+    QUEUE,
     QUEUE_TO_PUT,
     STREAMED_ROWS,
+    job_row,
     queue_row,
 )
 
@@ -374,6 +376,20 @@ class PostgresJobs(SQLJobs):
         if rows:
             self._send(ADD_JOBS, tuple(list(column) for column in zip(*rows, strict=True)))
 
+    def take_view(
+        self, queue: str, now: float, limit: int
+    ) -> tuple[QueueRow | None, list[JobRow], JobRow | None]:
+        """See ``SQLJobReads.take_view``: here the jobs in one statement (``_TAKE_VIEW``),
+        with the queue's row in the same round trip."""
+        found, rows = self._all_several(
+            [(QUEUE, (queue,)), (_TAKE_VIEW, (queue, "taken", now, limit, queue, now, queue, now))]
+        )
+        parts: tuple[list[Any], list[Any], list[Any]] = ([], [], [])
+        for part, *row in rows:
+            parts[part].append(row)
+        due = sorted((job_row(row) for row in parts[0]), key=lambda job: (job.ready_at, job.id))
+        return (queue_row(found[0]) if found else None), due, first_to_take(*parts[1:])
+
     def reserve_ids(self, queue: str, count: int, keys: list[str]) -> tuple[QueueRow | None, bool]:
         """See ``statements.JobWrites.reserve_ids``: here one statement (``RESERVE_IDS``)."""
         found = self._all(RESERVE_IDS, (count, queue, count, keys))
@@ -381,6 +397,16 @@ class PostgresJobs(SQLJobs):
             return None, False
         *row, held = found[0]
         return queue_row(row), bool(held)
+
+
+# A take's jobs in one statement: those whose lease ran out (0), the first ready of
+# priority 0 (1) and of the others (2), each locked as found (passed over if another
+# transaction holds it), as the three statements of ``_LOCKED`` did one by one.
+_TAKE_VIEW: Final = pg(
+    f"SELECT 0, d.* FROM ({DUE_JOBS} FOR UPDATE SKIP LOCKED) AS d "
+    f"UNION ALL SELECT 1, z.* FROM ({FIRST_READY} FOR UPDATE SKIP LOCKED) AS z "
+    f"UNION ALL SELECT 2, o.* FROM ({FIRST_PRIORITY} FOR UPDATE SKIP LOCKED) AS o"
+)
 
 
 def _committed(cursor: psycopg.Cursor[Any] | None) -> bool:

@@ -52,7 +52,7 @@ from .sql_text import (
 )
 
 
-def _first(zero: list[Any], other: list[Any]) -> JobRow | None:
+def first_to_take(zero: list[Any], other: list[Any]) -> JobRow | None:
     """The job to take first, of the first ready job of priority 0 and the first of the
     others (highest priority first): above 0 beats 0, which beats below 0."""
     best = job_row(other[0]) if other else None
@@ -163,7 +163,7 @@ class SQLJobReads:
         return (
             queue_row(found[0]) if found else None,
             [job_row(row) for row in due],
-            _first(zero, other),
+            first_to_take(zero, other),
         )
 
     def first_ready(self, queue: str, now: float, group_limit: int | None) -> JobRow | None:
@@ -176,7 +176,7 @@ class SQLJobReads:
             params = (queue, now, queue, now, group_limit)
             statements = [(FIRST_READY_NOT_FULL, params), (FIRST_PRIORITY_NOT_FULL, params)]
         zero, other = self._all_several(statements)
-        return _first(zero, other)
+        return first_to_take(zero, other)
 
     def taken_count(self, queue: str, now: float) -> int:
         """How many jobs are taken under a lease that has not run out by ``now``."""
