@@ -433,14 +433,20 @@ def test_asyncio_derive_awaits_and_iterates(db_path: Any) -> None:
             assert derived.value == 0
             kept_up = await state.sum("c", "n")
             seen: list[int] = []
+            watching_began = asyncio.Event()
 
             async def watching() -> None:
                 async for published in derived.watch():
                     seen.append(published.value)
+                    watching_began.set()
                     if published.value == 6:
                         return
 
             watcher = asyncio.create_task(watching())
+            # The watch begins with the value it finds: 0 only if it began before the
+            # first set (the task runs once this coroutine awaits; a set from the loop
+            # in a thread may have been applied by then).
+            await asyncio.wait_for(watching_began.wait(), PATIENCE)
             for n in (1, 2, 3):
                 await counter.set("n", n)
                 assert await derived.wait_for(lambda v, n=n: v == 2 * n, timeout=PATIENCE) == 2 * n

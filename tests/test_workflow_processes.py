@@ -50,12 +50,32 @@ WORKER = textwrap.dedent(
 ).replace("STEPS", str(STEPS))
 
 
+# A worker of runs that wait for a key of scope "flags" (their input) and return it.
+GATE_WORKER = textwrap.dedent(
+    """
+    import sys, reactor
+
+    state = reactor.open(sys.argv[1])
+
+    @state.workflow("gate")
+    def gate(run, key):
+        return run.wait_for("flags", key)
+
+    workers = state.serve(workflows=["gate"], concurrency=2)
+    print("serving", flush=True)
+    sys.stdin.read()  # until the test closes it, or kills this process
+    workers.stop()
+    state.close()
+    """
+)
+
+
 @contextlib.contextmanager
 def worker(
-    db: Any, lease: float = 1.0, max_attempts: int = 5, pause: float = 0.2
+    db: Any, lease: float = 1.0, max_attempts: int = 5, pause: float = 0.2, script: str = WORKER
 ) -> Iterator[subprocess.Popen[str]]:
     process = subprocess.Popen(
-        [sys.executable, "-c", WORKER, str(db), str(lease), str(max_attempts), str(pause)],
+        [sys.executable, "-c", script, str(db), str(lease), str(max_attempts), str(pause)],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
@@ -107,6 +127,31 @@ def test_a_run_whose_worker_is_killed_resumes_elsewhere_without_repeating_record
         calls = effects[f"r-1:s{i}"]
         # A recorded step never ran again; the one under way at the kill may have.
         assert calls == 1 or (i == recorded_at_kill and calls == 2), (i, effects)
+
+
+def test_runs_waiting_on_keys_are_woken_by_another_serving_process_after_theirs_died(
+    db_path: Any,
+) -> None:
+    """Two processes serve before the runs start: each learns of the others' waits from
+    the runs' changes (not from its look at the suspended runs when it started), and
+    listens to those keys. The first is killed with every run suspended; the keys are
+    set from a third process: the second wakes every run, its own and the dead one's."""
+    count = 6
+    with reactor.open(db_path) as state:
+        with worker(db_path, script=GATE_WORKER) as first, worker(db_path, script=GATE_WORKER):
+            handles = [state.start("gate", f"k{n}", id=f"g{n}") for n in range(count)]
+            wait_for(lambda: all(h.status() == "suspended" for h in handles), timeout=30)
+            first.kill()
+            first.wait(10)
+            flags = state.scope("flags")
+            for n in range(count):
+                flags.set(f"k{n}", n)
+            results = [handle.result(timeout=30) for handle in handles]
+        infos = [state.run_info(f"g{n}") for n in range(count)]
+    assert results == list(range(count))
+    assert all(
+        [(s.name, s.status) for s in info.steps] == [("wait_for", "succeeded")] for info in infos
+    )
 
 
 def test_a_run_dies_after_max_attempts_of_workers_dying(db_path: Any) -> None:
