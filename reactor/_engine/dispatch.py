@@ -47,7 +47,8 @@ IDLE_INTERVAL: Final = 0.1
 # often, each read taking every commit made meanwhile: woken at each commit (PostgreSQL
 # notifies every process of each), every process read the log once per commit of the
 # others, a third of a worker's CPU with four worker processes. A commit after a quiet
-# spell is read at once; in a stream, its event comes up to this much later.
+# spell is read at once; in a stream, its event comes up to twice this later (a commit
+# announced while the follower waits out a gap is read at the next one).
 FOLLOW_GAP: Final = 0.005
 COMPACTED_RECHECK: Final = 1.0  # seconds a read of the log's compaction is kept
 FOLLOW_RETRY: Final = 0.05  # seconds before reading the log again after a failure
