@@ -340,10 +340,6 @@ class SQLiteStore(SQLStore):
             if self._closed:
                 self._close_idle()  # type: ignore[unreachable]
 
-    # No statement is prepared apart here: the reads run often are plain reads (one call
-    # fewer on every get than SQLStore's).
-    _query_often = _query
-
     def _closed_since(self) -> bool:
         """Whether the store is closed now (it may have been closed since a check)."""
         return self._closed
