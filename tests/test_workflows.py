@@ -268,6 +268,69 @@ def test_stopping_the_workers_gives_a_run_back_for_others(open_state: Opener) ->
     assert [s.name for s in info.steps] == ["first", "second"]
 
 
+def _new_threads(before: set[threading.Thread]) -> list[str]:
+    new = set(threading.enumerate()) - before
+    return sorted(thread.name for thread in new if thread.name.startswith("reactor"))
+
+
+def _gate_and_busy(
+    state: reactor.State, entered: threading.Event, release: threading.Event
+) -> None:
+    @state.workflow("gate")
+    def gate(run: reactor.Run, key: str) -> Any:
+        return run.wait_for("flags", key)
+
+    @state.workflow("busy")
+    def busy(run: reactor.Run, _input: Any) -> Any:
+        return run.step("block", lambda: entered.set() or release.wait(10))
+
+
+def test_closing_the_state_under_serving_workers_stops_every_thread_of_theirs(
+    open_state: Opener,
+) -> None:
+    """No ``workers.stop()`` first: the close stops the takers, the lease keeper, the
+    wait watcher and the pool, after the step under way ends; nothing is lost."""
+    before = set(threading.enumerate())
+    state = open_state()
+    entered, release = threading.Event(), threading.Event()
+    _gate_and_busy(state, entered, release)
+    workers = state.serve(concurrency=2)
+    gates = [state.start("gate", f"k{i}", id=f"g{i}") for i in range(3)]
+    wait_for(lambda: all(gate.status() == "suspended" for gate in gates), timeout=10)
+    busy = state.start("busy", None, id="busy")
+    assert entered.wait(10)
+    assert any(name.startswith("reactor-run") for name in _new_threads(before))
+    threading.Timer(0.2, release.set).start()
+    state.close()
+    assert _new_threads(before) == []
+    workers.stop()  # after the close: nothing left to stop, and no error
+    again = open_state()
+    _gate_and_busy(again, threading.Event(), threading.Event())
+    for i in range(3):
+        again.scope("flags").set(f"k{i}", i)
+    with again.serve(concurrency=2):
+        assert [again.run(gate.id).result(timeout=10) for gate in gates] == [0, 1, 2]
+        assert again.run(busy.id).result(timeout=10) is True
+    assert again.run_info(busy.id).attempts == 1
+
+
+def test_closing_the_serving_handle_stops_its_workers_while_another_handle_works_on(
+    open_state: Opener,
+) -> None:
+    before = set(threading.enumerate())
+    serving, other = open_state(), open_state()
+    _gate_and_busy(serving, threading.Event(), threading.Event())
+    _gate_and_busy(other, threading.Event(), threading.Event())
+    serving.serve(concurrency=2)
+    gate = serving.start("gate", "k", id="g")
+    wait_for(lambda: gate.status() == "suspended", timeout=10)
+    serving.close()
+    wait_for(lambda: not any("reactor-run" in name for name in _new_threads(before)), 10)
+    with other.serve(concurrency=1):
+        other.scope("flags").set("k", "open")
+        assert other.run("g").result(timeout=10) == "open"
+
+
 def test_bad_arguments_are_typed_errors_and_change_nothing(state: reactor.State) -> None:
     with pytest.raises(reactor.InvalidKeyError):
         state.workflow("")

@@ -68,6 +68,7 @@ class Waits:
         self._thread = threading.Thread(target=self._run, name="reactor-run-waits", daemon=True)
         self._thread.start()
         engine = binding.engine
+        self._hub = engine.hub  # to leave it after the handle closed too
         self._runs = [_RunListener(self, workflow) for workflow in sorted(self._workflows)]
         try:
             for listener in self._runs:
@@ -83,12 +84,11 @@ class Waits:
 
     def close(self) -> None:
         self._closing.set()  # a wake-up waiting to be tried again gives up
-        engine = self._binding.engine
         with self._lock:
             listeners: list[_RunListener | _KeyListener] = [*self._runs, *self._keys.values()]
             self._keys.clear()
         for listener in listeners:
-            engine.hub.remove(listener)
+            self._hub.remove(listener)
         self.stop_thread()
         self.join_thread(STOP_TIMEOUT)
 
@@ -176,7 +176,7 @@ class Waits:
 
     def _leave(self, listener: _KeyListener | None) -> None:
         if listener is not None:
-            self._binding.engine.hub.remove(listener)
+            self._hub.remove(listener)
 
     # -- the keys ---------------------------------------------------------------------
     def on_key(self, scope: str, key: str) -> None:

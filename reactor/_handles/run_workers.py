@@ -5,13 +5,18 @@ engine's hub, no polling) once a slot of ``concurrency`` is free, and hands the 
 took to a pool of ``concurrency`` threads. A keeper thread renews the leases of the
 runs under way (a third of the lease at a time), so that a run outlives its lease only
 when its process dies or stops answering; then another worker takes it again.
+
+The workers join the engine's hub quietly: closing the engine (the state's last handle)
+stops them as ``stop()`` does, so that no thread of theirs outlives it.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Final
 
@@ -53,6 +58,7 @@ class Workers:
         self._binding = binding
         self._served = served
         self._stopping = threading.Event()
+        self._concurrency = concurrency
         self._slots = threading.BoundedSemaphore(concurrency)
         self._pool = ThreadPoolExecutor(concurrency, thread_name_prefix="reactor-run")
         self._lock = threading.Lock()
@@ -67,6 +73,13 @@ class Workers:
         self._threads.append(
             threading.Thread(target=self._keep, name="reactor-run-leases", daemon=True)
         )
+        engine = binding.engine
+        try:
+            engine.hub.add(self, quiet=True)  # told to finish as the engine closes
+        except BaseException:
+            self._waits.close()
+            raise
+        self._hub = engine.hub
         for thread in self._threads:
             thread.start()
 
@@ -87,12 +100,48 @@ class Workers:
     def stop(self, timeout: float = STOP_TIMEOUT) -> None:
         """Stop taking runs; the runs under way are given back at their next step (or
         end before it), each ready at once for another worker. Waits for them up to
-        ``timeout`` seconds."""
+        ``timeout`` seconds. Idempotent; closing the engine stops the workers too."""
+        self._hub.remove(self)
         self._stopping.set()
         self._waits.close()
+        self.join(timeout)
+
+    # -- the hub's side (a quiet ``Listener``: told when the engine closes) -----------
+    def start(self, published: int) -> None:
+        """Not told: quiet."""
+
+    def offer(self, record: object, event: object) -> None:
+        """Not offered anything: quiet."""
+
+    def finish(self, from_loop: asyncio.AbstractEventLoop | None) -> None:  # noqa: ARG002 - a Listener's call
+        """Stop taking runs; the runs under way unwind at their next step."""
+        self._stopping.set()
+        self._waits.stop_thread()
+
+    def join(self, timeout: float) -> None:
+        """Wait (up to ``timeout``) for the threads to end, the runs under way first."""
+        deadline = time.monotonic() + timeout
         for thread in self._threads:
-            thread.join(timeout)
-        self._pool.shutdown(wait=True, cancel_futures=True)
+            if thread is not threading.current_thread():
+                thread.join(max(0.0, deadline - time.monotonic()))
+        self._waits.join_thread(max(0.0, deadline - time.monotonic()))
+        self._pool.shutdown(wait=False)  # what was handed over still runs, and unwinds
+        freed = 0
+        while freed < self._concurrency and self._slots.acquire(
+            timeout=max(0.0, deadline - time.monotonic())
+        ):
+            freed += 1
+        for _ in range(freed):
+            self._slots.release()
+        if freed == self._concurrency:
+            self._pool.shutdown(wait=True)  # idle threads: they end at once
+        else:
+            logger.warning(
+                "%d runs of %r were still under way after %.1f s; left running",
+                self._concurrency - freed,
+                self,
+                timeout,
+            )
 
     # -- threads ----------------------------------------------------------------------
     def _take(self, name: str) -> None:
@@ -105,8 +154,10 @@ class Workers:
         while not self._stopping.is_set():
             try:
                 job = queue.take(timeout=LOOK, lease=registered.lease)
-            except ClosedError:
-                return
+            except ClosedError:  # the handle closed: the engine's close (or stop) joins us
+                self._stopping.set()
+                self._waits.close()
+                break
             except ReactorError:
                 logger.exception("taking a run of workflow %r failed; trying again", name)
                 self._stopping.wait(LOOK)
@@ -119,7 +170,8 @@ class Workers:
             if self._stopping.is_set() or not self._submit(name, registered, job):
                 _give_back(job)
                 self._slots.release()
-                return
+                break
+        self._pool.shutdown(wait=False)  # the idle threads end; what runs unwinds
 
     def _submit(self, name: str, registered: Registered, job: Job) -> bool:
         try:
@@ -157,7 +209,7 @@ class Workers:
                     runner.job.extend()
                 except LockNotOwnedError:
                     runner.lost = True
-                except ClosedError:
+                except ClosedError:  # the handle closed: its takers stop the workers
                     return
                 except ReactorError:
                     logger.exception("renewing the lease of run %s failed", runner.run_id)
