@@ -952,10 +952,10 @@ def test_100_waiting_takers_and_10_puts(
     looks = Counter[str]()
     look = reactor.Queue._look
 
-    def counted(self: reactor.Queue, engine: Any, lease: float) -> Any:
+    def counted(self: reactor.Queue, engine: Any, lease: float, *then: Any) -> Any:
         with COUNTING:
             looks["look"] += 1
-        return look(self, engine, lease)
+        return look(self, engine, lease, *then)
 
     monkeypatch.setattr(reactor.Queue, "_look", counted)
     before = receivers(engine)
@@ -1281,10 +1281,10 @@ def test_a_ready_job_wakes_only_the_head(
     looks = Counter[str]()
     look = reactor.Queue._look
 
-    def counted(self: reactor.Queue, engine: Any, lease: float) -> Any:
+    def counted(self: reactor.Queue, engine: Any, lease: float, *then: Any) -> Any:
         with COUNTING:
             looks["look"] += 1
-        return look(self, engine, lease)
+        return look(self, engine, lease, *then)
 
     monkeypatch.setattr(reactor.Queue, "_look", counted)
     takers = [Background(lambda: q.take(timeout=PATIENCE)) for _ in range(10)]
@@ -1463,10 +1463,10 @@ def test_a_put_on_another_queue_does_not_wake_a_taker(
     looks = Counter[str]()
     look = reactor.Queue._look
 
-    def counted(self: reactor.Queue, engine: Any, lease: float) -> Any:
+    def counted(self: reactor.Queue, engine: Any, lease: float, *then: Any) -> Any:
         with COUNTING:
             looks[self.name] += 1
-        return look(self, engine, lease)
+        return look(self, engine, lease, *then)
 
     monkeypatch.setattr(reactor.Queue, "_look", counted)
     taker = Background(lambda: q.take(timeout=PATIENCE))

@@ -137,6 +137,7 @@ def starter(
             barrier.wait(_TIMEOUT)
             began = time.time()
             handles = [queue.enqueue(three, n) for n in range(count)]
+            started = time.time() - began
             found = [handle.get_result() for handle in handles]
             ids = [handle.get_workflow_id() for handle in handles]
             statuses = dbos.list_workflows(workflow_ids=ids)
@@ -150,6 +151,7 @@ def starter(
                 "seconds": ended - began,
                 "per_s": count / (ended - began),
                 "commits": None,
+                "started_s": started,
                 "executors": len(executors),
                 "correct": found == [n + 3 for n in range(count)],
             }

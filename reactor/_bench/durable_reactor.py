@@ -119,6 +119,7 @@ def starter(
             barrier.wait(_TIMEOUT)
             commits, began = _commits(state), time.time()
             handles = [state.start("three", n) for n in range(count)]
+            started = time.time() - began
             found = [handle.result(timeout=_TIMEOUT) for handle in handles]
             ended = max(state.run_info(handle.id).updated for handle in handles)
             commits = _commits(state) - commits
@@ -130,6 +131,7 @@ def starter(
                 "seconds": ended - began,
                 "per_s": count / (ended - began),
                 "commits": commits,
+                "started_s": started,
                 "correct": found == [n + 3 for n in range(count)],
             }
         )

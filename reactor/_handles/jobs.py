@@ -53,6 +53,8 @@ class Job:
         row: JobRow,
         lease: float | None = None,
         before: JobRow | None = None,
+        *,
+        taken_in: WriteTxn | None = None,
     ) -> None:
         self._queue = queue
         self._write = write  # its queue's (``Queue._write``)
@@ -60,7 +62,7 @@ class Job:
         self._lease = lease
         self._before = before  # as it was before the take, to undo it
         # The transaction that last found the job held, and the row it read (locked).
-        self._held: tuple[WriteTxn, JobRow] | None = None
+        self._held = None if taken_in is None else (taken_in, row)  # its take's own
         self.id: int = row.id
         """The job's id in its queue."""
         self.item: Any = decode(row.item)
@@ -104,10 +106,12 @@ class Job:
         token = self._token
         if token is None:
             raise LockNotOwnedError(f"job {self.id} of queue {self.queue!r} was not taken")
+        held = self._held
+        if not ack and held is not None and held[0] is txn:
+            return  # found held in this transaction already (or taken by it)
         if ack:
             # Found held in this transaction already: its row is locked, and only this
             # taker writes it (a run's end checks its lease, then acknowledges).
-            held = self._held
             known = held[1] if held is not None and held[0] is txn else None
             self._held = None
             _jobs.ack(txn, self._queue, self.id, token, known)

@@ -1,37 +1,18 @@
-"""``Queue`` and ``Job``: durable work queues with leases (SPEC §13, Queues), and how a
-take waits for a job.
+"""``Queue`` and ``Job``: durable work queues with leases (SPEC §13, Queues); how a take
+waits for a job is ``take_waits``'.
 
 Every operation is one write transaction through the store's one write path
 (``Store.write``), holding the queue's lock (``_jobs.lock_name``); what it does to the
 jobs is ``_jobs``'. Its change records reach subscribers, watches and other processes
 like any write's.
-
-A take that finds no job waits in its queue's line: one per engine and queue, in order
-of arrival, behind one receiver of the engine's dispatcher, which hands it the events of
-scope ``queue:NAME`` (this process's, and other processes' through the follower).
-Nobody polls. Only the first in line (the head) looks again: when a job becomes ready
-(an event), and when the next delayed job is due or the next lease runs out (a time it
-read). A head that leaves, with a job or out of time, hands the turn on to the next,
-which looks at once: a burst of jobs goes to one waiter after another, and a hundred
-waiters cost one look per job, not a hundred.
-
-No event is missed: a waiter joins its line (and the line the dispatcher) before it
-looks, so a job that becomes ready after the look wakes the head, and one that became
-ready before it is seen by it. A look reads first (two seeks of an index: is a job
-ready, or a lease run out?) and writes only then; the write decides, under the queue's
-lock, who gets the job.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import functools
 import logging
-import threading
-import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from time import perf_counter
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
@@ -47,15 +28,12 @@ from reactor._work.periodic import put_every
 from reactor._work.take import QueueLockNeeded
 from reactor._work.take import take as _take
 from reactor.errors import (
-    ClosedError,
     InvalidArgumentError,
-    ReadOnlyError,
     ReentrancyError,
 )
 
-from . import takers as _takers
 from .jobs import Job, JobInfo, job_info
-from .waiting import OnLoop
+from .take_waits import Then, wait_take, writable_engine
 
 if TYPE_CHECKING:
     from reactor._engine.port import EnginePort
@@ -63,7 +41,7 @@ if TYPE_CHECKING:
 
     from .binding import Binding
 
-__all__ = ["Job", "JobInfo", "Queue", "counts", "take_async", "writable_engine"]
+__all__ = ["Job", "JobInfo", "Queue", "counts"]
 
 logger = logging.getLogger("reactor")
 T = TypeVar("T")
@@ -113,15 +91,22 @@ class Queue:
     def _lock(self) -> str:
         return _jobs.lock_name(self.name)
 
-    def _write(self, verb: str | None, work: Callable[[WriteTxn], T], *, shared: bool = False) -> T:
+    def _write(
+        self,
+        verb: str | None,
+        work: Callable[[WriteTxn], T],
+        *,
+        shared: bool = False,
+        also: tuple[str, ...] = (),
+    ) -> T:
         """Run ``work`` in a write transaction holding the queue's lock (in shared mode
-        if ``shared``: ``SharedScope``); timed for ``stats()`` as ``verb`` (None: part
-        of a verb timed already)."""
+        if ``shared``: ``SharedScope``) and the scopes ``also``; timed for ``stats()``
+        as ``verb`` (None: part of a verb timed already)."""
         engine = self._binding.engine
         start = perf_counter()
         lock = self._lock
         try:
-            return engine.commit(work, scopes=(SharedScope(lock) if shared else lock,))
+            return engine.commit(work, scopes=(SharedScope(lock) if shared else lock, *also))
         finally:
             if verb is not None:
                 engine.stats.record(verb, perf_counter() - start)
@@ -219,7 +204,7 @@ class Queue:
                     "a take cannot wait on the thread that delivers changes (in a receiver "
                     "of reactor.signals.changed): use timeout=0, or take in another thread"
                 )
-            return _wait(self, engine, seconds, wait)
+            return wait_take(self, engine, seconds, wait)
         finally:
             engine.stats.record("queue.take", perf_counter() - start)
 
@@ -228,9 +213,11 @@ class Queue:
         job it changes), which go on beside other processes' takes and acks."""
         return self._write(verb, work, shared=True)
 
-    def _look(self, engine: EnginePort, lease: float) -> tuple[Job | None, float | None]:
+    def _look(
+        self, engine: EnginePort, lease: float, then: Then | None = None
+    ) -> tuple[Job | None, float | None]:
         """Take a job if one is ready: the job, or None and when one may be next (None:
-        no job waits).
+        no job waits). ``then``: what the take's transaction does with the job it took.
 
         After a take that found no job, a read comes first, and the write only if a
         job may be ready: takers of an idle queue write nothing. After one that found a
@@ -242,27 +229,29 @@ class Queue:
                 return None, min(times, default=None)
         token = uuid.uuid4().hex
         name, settings, taker = self.name, self._settings, worker()
+
+        def work(txn: WriteTxn, shared: bool) -> tuple[Job | None, float | None]:
+            before, after, later = _take(txn, name, token, lease, settings, taker, shared)
+            if after is None:
+                return None, later
+            job = Job(name, self._write_shared, after, lease, before, taken_in=txn)
+            if then is not None:
+                then.made(txn, job)
+            return job, None
+
         # A queue without flow control is taken in shared mode: takes of several
         # processes go on together, each passing over the jobs the others hold.
         shared = settings is None and not self._flow_controlled
+        also = () if then is None else then.scopes
         try:
-            before, after, later = self._write(
-                None,
-                lambda txn: _take(txn, name, token, lease, settings, taker, shared),
-                shared=shared,
-            )
+            found = self._write(None, lambda txn: work(txn, shared), shared=shared, also=also)
         except QueueLockNeeded:  # the queue has flow control: every take counts alone
             self._flow_controlled = True
-            before, after, later = self._write(
-                None, lambda txn: _take(txn, name, token, lease, settings, taker, False)
-            )
+            found = self._write(None, lambda txn: work(txn, False), also=also)
         if settings is not None:
             self._settings = None
-        self._busy = after is not None
-        if after is None:
-            return None, later
-        assert before is not None
-        return Job(self.name, self._write_shared, after, lease, before), None
+        self._busy = found[0] is not None
+        return found
 
     def _job(self, job_id: int, token: str) -> Job:
         """The job ``job_id`` as its taker holding ``token`` sees it (the command line's
@@ -429,150 +418,3 @@ def counts(jobs: JobReads, name: str, now: float) -> tuple[int, dict[str, Any]]:
         window = jobs.takes_since(name, now - row.rate_seconds)
     found["rate_window"] = window
     return row.max_attempts, found
-
-
-def writable_engine(binding: Binding) -> EnginePort:
-    """The engine, if it may write.
-
-    Raises:
-        ClosedError: the handle is closed.
-        ReadOnlyError: the engine is read-only (a take might otherwise wait on, without
-            ever trying to write).
-    """
-    engine = binding.engine
-    if engine.options.readonly:
-        raise ReadOnlyError(
-            f"cannot write {engine.store.location}: it is open read-only (readonly=True)"
-        )
-    return engine
-
-
-# -- waiting: in the queue's line (``takers``) ---------------------------------------
-def _closed(queue: Queue) -> ClosedError:
-    return ClosedError(f"the engine closed while taking from queue {queue.name!r}")
-
-
-def _after(
-    queue: Queue,
-    engine: EnginePort,
-    line: _takers.Line,
-    waiter: _takers.Waiter,
-    found: tuple[Job | None, float | None],
-    deadline: float | None,
-    now: Callable[[], float],
-) -> tuple[bool, Job | None, float | None]:
-    """What a waiting take does after a look that ``found`` (a job, or when one may be
-    next), for threads and tasks alike: (whether it is over, the job, the pause before
-    it looks again unless woken; None: until woken).
-
-    Raises:
-        ClosedError: the engine is closing.
-    """
-    job, next_at = found
-    if job is not None:
-        return True, job, None
-    if waiter.closing:
-        raise _closed(queue)
-    left = None if deadline is None else deadline - now()
-    if left is not None and left <= 0:
-        return True, None, None
-    return False, None, _takers.pause(engine, line, waiter, next_at, left)
-
-
-def _wait(queue: Queue, engine: EnginePort, lease: float, timeout: float | None) -> Job | None:
-    """``take`` that may wait: in the calling thread, on an event."""
-    deadline = None if timeout is None else time.monotonic() + timeout
-    ready = threading.Event()
-    waiter = _takers.Waiter(_jobs.lock_name(queue.name), ready.set)
-    line = _takers.join(engine, waiter)
-    try:
-        while True:
-            ready.clear()  # before looking: a wake from now on sets it again
-            # A friend of Queue (SLF001): its take's waiting, written once for both kinds.
-            found = queue._look(engine, lease)  # noqa: SLF001
-            done, job, pause = _after(queue, engine, line, waiter, found, deadline, time.monotonic)
-            if done:
-                return job
-            ready.wait(None if pause is None else min(pause, threading.TIMEOUT_MAX))
-    finally:
-        line.remove(waiter)
-
-
-async def take_async(
-    queue: Queue,
-    engine: EnginePort,
-    lease: float,
-    timeout: float | None,
-    on_loop: OnLoop,
-) -> Job | None:
-    """``take`` on the running event loop, holding no thread while it waits (``on_loop``
-    runs a look, or joining the line, in a worker thread). Cancelling the task ends the
-    wait; a job its look took meanwhile is given back as it was."""
-    run = on_loop.run
-    if timeout == 0:
-        return (await _look_async(queue, engine, lease, run))[0]
-    loop = asyncio.get_running_loop()
-    deadline = None if timeout is None else loop.time() + timeout
-    arrived = asyncio.Event()
-    waiter = _takers.Waiter(_jobs.lock_name(queue.name), on_loop.waker(arrived.set))
-    joining: asyncio.Future[_takers.Line] = asyncio.ensure_future(run(_takers.join, engine, waiter))
-    try:
-        line = await asyncio.shield(joining)
-    except asyncio.CancelledError:
-        joining.add_done_callback(functools.partial(_leave_joined, waiter))
-        raise
-    try:
-        while True:
-            arrived.clear()  # before looking: a wake from now on sets it again
-            found = await _look_async(queue, engine, lease, run)
-            done, job, pause = _after(queue, engine, line, waiter, found, deadline, loop.time)
-            if done:
-                return job
-            if pause is None:
-                await arrived.wait()
-                continue
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(pause):
-                    await arrived.wait()
-    finally:
-        line.remove(waiter)
-
-
-def _leave_joined(waiter: _takers.Waiter, joining: asyncio.Future[_takers.Line]) -> None:
-    """Take ``waiter`` out of the line it joined, if the join went through."""
-    if not joining.cancelled() and joining.exception() is None:
-        joining.result().remove(waiter)
-
-
-async def _look_async(
-    queue: Queue, engine: EnginePort, lease: float, run: Callable[..., Awaitable[Any]]
-) -> tuple[Job | None, float | None]:
-    looking = asyncio.ensure_future(run(queue._look, engine, lease))  # noqa: SLF001 - a friend, as _wait
-    try:
-        found: tuple[Job | None, float | None] = await asyncio.shield(looking)
-    except asyncio.CancelledError:
-        # The look goes on in its thread: a job it takes goes back as it was.
-        looking.add_done_callback(functools.partial(_give_back, run))
-        raise
-    return found
-
-
-def _give_back(run: Callable[..., Awaitable[Any]], looking: asyncio.Future[Any]) -> None:
-    if looking.cancelled() or looking.exception() is not None:
-        return
-    job: Job | None = looking.result()[0]
-    if job is None:
-        return
-    giving = asyncio.ensure_future(run(job._untake))  # noqa: SLF001 - a friend: the take's own undo
-    giving.add_done_callback(functools.partial(_log_failure, job))
-
-
-def _log_failure(job: Job, done: asyncio.Future[Any]) -> None:
-    if not done.cancelled() and (error := done.exception()) is not None:
-        logger.warning(
-            "job %d of queue %r, taken by a cancelled take, was not given back (it comes "
-            "back when its lease runs out): %s",
-            job.id,
-            job.queue,
-            error,
-        )

@@ -21,6 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Final
 
 from reactor._base.values import decode
+from reactor._storage.txn import WriteTxn
 from reactor._work import runs as _runs
 from reactor.errors import (
     ClosedError,
@@ -34,8 +35,11 @@ from .queues import Queue
 from .run import Run
 from .run_waits import Waits
 from .runner import Runner, Unwind
+from .take_waits import take_then
 
 if TYPE_CHECKING:
+    from reactor._engine.port import EnginePort
+
     from .binding import Binding
     from .jobs import Job
     from .workflows import Registered
@@ -73,7 +77,7 @@ class Workers:
         self._threads.append(
             threading.Thread(target=self._keep, name="reactor-run-leases", daemon=True)
         )
-        engine = binding.engine
+        engine = self._engine = binding.engine
         try:
             engine.hub.add(self, quiet=True)  # told to finish as the engine closes
         except BaseException:
@@ -145,15 +149,17 @@ class Workers:
 
     # -- threads ----------------------------------------------------------------------
     def _take(self, name: str) -> None:
-        """Take ``name``'s runs, and hand each to the pool once a slot is free. A taker
-        waits for its queue without a slot (each workflow's taker waits on its own, so
-        that one with no runs never keeps a slot from the others); a run taken while
-        every slot stays busy for half its lease goes back, ready, for another worker."""
+        """Take ``name``'s runs, each claimed by its take, and hand each to the pool once
+        a slot is free. A taker waits for its queue without a slot (each workflow's
+        taker waits on its own, so that one with no runs never keeps a slot from the
+        others); a run taken while every slot stays busy for half its lease goes back,
+        ready, for another worker."""
         registered = self._served[name]
         queue = Queue(self._binding, _runs.queue_of(name), QUEUE_ATTEMPTS)
+        claim = _Claim(self._engine, name, registered, self._stopping)
         while not self._stopping.is_set():
             try:
-                job = queue.take(timeout=LOOK, lease=registered.lease)
+                job = take_then(queue, registered.lease, LOOK, claim)
             except ClosedError:  # the handle closed: the engine's close (or stop) joins us
                 self._stopping.set()
                 self._waits.close()
@@ -162,37 +168,36 @@ class Workers:
                 logger.exception("taking a run of workflow %r failed; trying again", name)
                 self._stopping.wait(LOOK)
                 continue
-            if job is None:
-                continue
+            runner, doc = claim.taken()
+            if job is None or runner is None or doc is None:
+                continue  # none, or nothing to run: ended by the claim (recorded)
             if not self._slots.acquire(timeout=registered.lease / 2):
-                _give_back(job)
+                _give_back(runner)
                 continue
-            if self._stopping.is_set() or not self._submit(name, registered, job):
-                _give_back(job)
+            if self._stopping.is_set() or not self._submit(registered, runner, doc):
+                _give_back(runner)
                 self._slots.release()
                 break
         self._pool.shutdown(wait=False)  # the idle threads end; what runs unwinds
 
-    def _submit(self, name: str, registered: Registered, job: Job) -> bool:
+    def _submit(self, registered: Registered, runner: Runner, doc: _runs.Document) -> bool:
         try:
-            self._pool.submit(self._run, name, registered, job)
+            self._pool.submit(self._run, registered, runner, doc)
         except RuntimeError:  # the pool was shut down
             return False
         return True
 
-    def _run(self, name: str, registered: Registered, job: Job) -> None:
-        engine = self._binding.engine
-        runner = Runner(engine, job, name, registered.max_attempts, self._stopping)
+    def _run(self, registered: Registered, runner: Runner, doc: _runs.Document) -> None:
         with self._lock:
             self._running[id(runner)] = runner
         try:
-            doc = runner.claim()
-            if doc is not None:
-                _call(self._binding, runner, registered, doc)
+            _call(self._binding, runner, registered, doc)
         except ClosedError:
             pass
         except Exception:
-            logger.exception("run %s of workflow %r: recording it failed", runner.run_id, name)
+            logger.exception(
+                "run %s of workflow %r: recording it failed", runner.run_id, runner.workflow
+            )
         finally:
             with self._lock:
                 self._running.pop(id(runner), None)
@@ -239,7 +244,33 @@ def _end(
         runner.finish(status, result, error)
 
 
-def _give_back(job: Job) -> None:
-    """A run taken as the workers stop: ready again at once, for another worker."""
-    with contextlib.suppress(ReactorError):
-        job.nack(delay=0)
+def _give_back(runner: Runner) -> None:
+    """A run claimed as the workers stop, or with no slot free: ready again at once, for
+    another worker, without counting an attempt (left to its lease if that fails)."""
+    with contextlib.suppress(ReactorError, Unwind):
+        runner.release()
+
+
+class _Claim:
+    """What a taker's take does with the job it takes (``take_then``): claims its run,
+    in the take's transaction."""
+
+    def __init__(
+        self, engine: EnginePort, name: str, registered: Registered, stopping: threading.Event
+    ) -> None:
+        self.scopes: tuple[str, ...] = _runs.shared_locks(name)
+        self._engine = engine
+        self._name = name
+        self._max_attempts = registered.max_attempts
+        self._stopping = stopping
+        self._found: tuple[Runner | None, _runs.Document | None] = (None, None)
+
+    def made(self, txn: WriteTxn, job: Job) -> None:
+        runner = Runner(self._engine, job, self._name, self._max_attempts, self._stopping)
+        doc = runner.apply(txn, runner.claim)
+        self._found = (runner, None if runner.ended else doc)
+
+    def taken(self) -> tuple[Runner | None, _runs.Document | None]:
+        """The last take's runner and its run's document (None: nothing to run), once."""
+        found, self._found = self._found, (None, None)
+        return found

@@ -129,32 +129,26 @@ class Runner:
         self.acked = True
 
     # -- records ----------------------------------------------------------------------
-    def claim(self) -> _runs.Document | None:
-        """Mark the run running, held by this worker; its document, or None when there
-        is nothing to run (finished, cancelled, or dead now: recorded)."""
-
-        def change(store: _runs.Store, doc: _runs.Document) -> _runs.Document | None:
-            if doc["held"] and doc["attempts"] >= self.max_attempts:
-                # Its last holder's lease ran out, and that was its last attempt.
-                error = RunDeadError(
-                    f"run {self.run_id} was taken {self.max_attempts} times, and each time "
-                    "its worker's lease ran out"
-                )
-                store.finish(doc, "failed", error=_runs.error_of(error))
-                self.job_done(store)
-                return None
-            if doc["held"]:  # its last holder's lease ran out
-                doc["attempts"] += 1
-            doc["attempts"] = max(1, doc["attempts"])
-            doc["held"] = True
-            doc["status"] = "running"
-            store.save(doc)
-            return doc
-
-        try:
-            return self.commit(change, own=True)
-        except Unwind:
+    def claim(self, store: _runs.Store, doc: _runs.Document) -> _runs.Document | None:
+        """A change (``apply``) that marks the run running, held by this worker: its
+        document, or None when there is nothing to run (dead now: recorded). Made by
+        the take that found the run (``take_then``): one transaction for both."""
+        if doc["held"] and doc["attempts"] >= self.max_attempts:
+            # Its last holder's lease ran out, and that was its last attempt.
+            error = RunDeadError(
+                f"run {self.run_id} was taken {self.max_attempts} times, and each time "
+                "its worker's lease ran out"
+            )
+            store.finish(doc, "failed", error=_runs.error_of(error))
+            self.job_done(store)
             return None
+        if doc["held"]:  # its last holder's lease ran out
+            doc["attempts"] += 1
+        doc["attempts"] = max(1, doc["attempts"])
+        doc["held"] = True
+        doc["status"] = "running"
+        store.save(doc)
+        return doc
 
     def record_step(self, position: int, step: dict[str, Any]) -> None:
         """Record ``step`` at ``position`` (over a waiting one there)."""

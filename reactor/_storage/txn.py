@@ -72,7 +72,7 @@ class WriteTxn:
         self._writes = writes  # None: a transaction body's, committed later by another
         self.timer: str | None = None  # the timer firing now: its id goes on the records
         self._count = 0
-        self._fetched: dict[Key, Row | None] = {}  # rows read ahead by prefetch()
+        self._fetched: dict[Key, Row | None] = {}  # rows read (ahead by prefetch())
         self._staged: dict[Key, Row | None] = {}
         self._changes: list[ChangeRecord] = []
         # What each staged write replaced, kept from the first savepoint on (only then
@@ -111,7 +111,10 @@ class WriteTxn:
             fetched = self._fetched.get((scope, key), _ABSENT)
             if fetched is not _ABSENT:
                 return fetched
-        return self.statements.fetch_row(scope, key)
+        found = self.statements.fetch_row(scope, key)
+        if self._writes is not None:  # a commit's: read under its locks, kept likewise
+            self._fetched[(scope, key)] = found
+        return found
 
     def prefetch(self, keys: Collection[Key]) -> None:
         """Read the rows of ``keys`` ahead of the writes that will ask for them one by

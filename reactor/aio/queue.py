@@ -1,7 +1,7 @@
 """``AsyncQueue`` and ``AsyncJob``: a durable work queue's verbs as coroutines.
 
 A take that waits holds no thread: puts and leases running out wake the task through
-the loop's bridge (``_queues.take_async``). The other verbs are short blocking calls,
+the loop's bridge (``take_waits.take_async``). The other verbs are short blocking calls,
 run in the handle's worker threads.
 """
 
@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Unpack
 
 from reactor._base.checks import check_timeout
 from reactor._handles import queues as _queues
+from reactor._handles import take_waits as _take_waits
 from reactor._handles.binding import binding_of
 from reactor._work import jobs as _jobs
 from reactor._work import queue_settings as _settings
@@ -101,10 +102,10 @@ class AsyncQueue:
         seconds = _jobs.check_lease(lease)
         wait = check_timeout(timeout)
         queue = await self._sync()
-        engine = _queues.writable_engine(binding_of(await self._link.sync()))
+        engine = _take_waits.writable_engine(binding_of(await self._link.sync()))
         start = perf_counter()
         try:
-            job = await _queues.take_async(queue, engine, seconds, wait, self._link)
+            job = await _take_waits.take_async(queue, engine, seconds, wait, self._link)
         finally:
             engine.stats.record("queue.take", perf_counter() - start)
         return None if job is None else AsyncJob(self._link, job)
