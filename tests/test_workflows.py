@@ -268,6 +268,37 @@ def test_stopping_the_workers_gives_a_run_back_for_others(open_state: Opener) ->
     assert [s.name for s in info.steps] == ["first", "second"]
 
 
+def test_a_run_taken_while_every_worker_thread_stays_busy_goes_back_for_others(
+    open_state: Opener,
+) -> None:
+    """Its take claimed it; after half its lease with no free thread it is given back
+    (no attempt counted), and another process's workers run it before the lease ends."""
+    busy, other = open_state(), open_state()
+    release = threading.Event()
+    calls: list[str] = []
+
+    def blocking(run: reactor.Run, name: str) -> str:
+        run.step("work", lambda: calls.append(name) or (name != "a" or release.wait(20)))
+        return name
+
+    for handle in (busy, other):
+        handle.workflow("blocking", lease=6)(blocking)
+    a = busy.start("blocking", "a", id="a")
+    with busy.serve(concurrency=1):
+        wait_for(lambda: calls == ["a"], timeout=10)
+        b = busy.start("blocking", "b", id="b")
+        wait_for(lambda: busy.run_info("b").status == "running", timeout=10)  # claimed
+        wait_for(lambda: busy.run_info("b").status == "pending", timeout=10)  # given back
+        assert calls == ["a"]
+        with other.serve(concurrency=1):
+            assert other.run("b").result(timeout=2.5) == "b"  # well before its lease's end
+        release.set()
+        assert a.result(timeout=10) == "a"
+    assert sorted(calls) == ["a", "b"]
+    assert (busy.run_info("b").attempts, busy.run_info("a").attempts) == (1, 1)
+    assert b.status() == "succeeded"
+
+
 def _new_threads(before: set[threading.Thread]) -> list[str]:
     new = set(threading.enumerate()) - before
     return sorted(thread.name for thread in new if thread.name.startswith("reactor"))

@@ -153,7 +153,8 @@ class Workers:
         a slot is free. A taker waits for its queue without a slot (each workflow's
         taker waits on its own, so that one with no runs never keeps a slot from the
         others); a run taken while every slot stays busy for half its lease goes back,
-        ready, for another worker."""
+        ready, for another worker, and the taker takes nothing more until a slot is free
+        (else it would take that run again at once, and keep it from the others)."""
         registered = self._served[name]
         queue = Queue(self._binding, _runs.queue_of(name), QUEUE_ATTEMPTS)
         claim = _Claim(self._engine, name, registered, self._stopping)
@@ -173,12 +174,19 @@ class Workers:
                 continue  # none, or nothing to run: ended by the claim (recorded)
             if not self._slots.acquire(timeout=registered.lease / 2):
                 _give_back(runner)
+                self._until_a_slot_is_free()  # not taking it again meanwhile: others may
                 continue
             if self._stopping.is_set() or not self._submit(registered, runner, doc):
                 _give_back(runner)
                 self._slots.release()
                 break
         self._pool.shutdown(wait=False)  # the idle threads end; what runs unwinds
+
+    def _until_a_slot_is_free(self) -> None:
+        while not self._stopping.is_set():
+            if self._slots.acquire(timeout=LOOK):
+                self._slots.release()
+                return
 
     def _submit(self, registered: Registered, runner: Runner, doc: _runs.Document) -> bool:
         try:
