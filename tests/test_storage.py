@@ -556,9 +556,56 @@ def test_prepared_reads_of_a_write_seek_their_keys_however_the_table_grew(
         ahead = _generic_plan(state, _postgres.READ_AHEAD, (["run:w"], ["some-id"]))
         assert "Hash" not in ahead, ahead
         assert "reactor_name(w.key)" in ahead, ahead
-        reserve = _generic_plan(state, _postgres.RESERVE_IDS, (1, "run:w", 1, ["some-id"]))
+        reserve = _generic_plan(
+            state, _postgres.RESERVE_IDS_UNLESS, (1, "run:w", "run:w", "an-id", 1, ["an-id"])
+        )
         assert "Hash" not in reserve, reserve
         assert "reactor_name(w.key)" in reserve, reserve
+
+
+@pytest.mark.postgresql_only
+def test_a_start_reserves_its_job_s_id_with_its_begin_two_round_trips_in_all(
+    schemas: PostgresSchemas, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The begin (locks, the rows read ahead, the job's id) and the commit: no round
+    trip between them. A start of an id that has a run reserves nothing."""
+    with reactor.open(schemas.create()) as state:
+
+        @state.workflow("w")
+        def w(run: reactor.Run, x: int) -> int:
+            return x
+
+        state.start("w", 0, id="first")  # the queue's row: made by a plain start
+        trips: list[str] = []  # a pipeline, or a statement outside one: a round trip
+        pipeline, execute = psycopg.Connection.pipeline, psycopg.Connection.execute
+
+        def trip(conn: psycopg.Connection[Any]) -> None:
+            if threading.current_thread() is threading.main_thread():
+                trips.append(str(conn.info.parameter_status("application_name")))
+
+        def piped(conn: psycopg.Connection[Any]) -> Any:
+            trip(conn)
+            return pipeline(conn)
+
+        def executed(conn: psycopg.Connection[Any], *args: Any, **kwargs: Any) -> Any:
+            if conn.pgconn.pipeline_status == psycopg.pq.PipelineStatus.OFF:
+                trip(conn)
+            return execute(conn, *args, **kwargs)
+
+        monkeypatch.setattr(psycopg.Connection, "pipeline", piped)
+        monkeypatch.setattr(psycopg.Connection, "execute", executed)
+        for n in range(1, 4):
+            state.start("w", n, id=f"run-{n}")
+        state.start("w", 9, id="run-1")  # has a run: nothing written
+        monkeypatch.undo()
+        assert trips == ["reactor writer"] * 8
+        state.start("w", 4, id="run-4")
+        queue = state.queue("run:w")
+        found = [queue.job(n) for n in range(1, 7)]
+        items = [None if job is None else job.item["id"] for job in found]
+        assert items == ["first", "run-1", "run-2", "run-3", "run-4", None]  # no id unused
+        assert state.run("run-1").status() == "pending"
+        assert state.run_info("run-1").input == 1
 
 
 @pytest.mark.parametrize(("durability", "setting"), [("normal", "on"), ("memory", "off")])

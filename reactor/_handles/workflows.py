@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from reactor._base.keys import compile_pattern
 from reactor._base.results import RunInfo, StepInfo
+from reactor._storage.records import ReadsAhead
 from reactor._work import runs as _runs
 from reactor._work.jobs import QueueLockNeeded
 from reactor.errors import InvalidArgumentError
@@ -96,10 +97,12 @@ class Workflows:
         reads = _runs.start_reads(workflow, identity)
         try:
             # Beside other runs' records and starts; a new queue, or a job that holds
-            # the id already, needs the workflow's locks (QueueLockNeeded).
+            # the id already, needs the workflow's locks (QueueLockNeeded). Its job's id
+            # is reserved as the start begins.
             work = _runs.start(engine.options, workflow, identity, text, shared=True)
             scopes = _runs.start_locks(workflow, identity)
-            known, _created = engine.commit(work, scopes=scopes, reads=reads)
+            ahead = ReadsAhead(reads, _runs.start_reservation(workflow, identity))
+            known, _created = engine.commit(work, scopes=scopes, reads=ahead)
         except QueueLockNeeded:
             work = _runs.start(engine.options, workflow, identity, text)
             known, _created = engine.commit(work, scopes=_runs.locks(workflow), reads=reads)

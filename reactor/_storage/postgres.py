@@ -53,7 +53,7 @@ from reactor._base.turn import Turn
 from reactor.errors import ClosedError, ReactorError, ReadOnlyError, StorageError
 
 from .combine import Combiner
-from .postgres_statements import PostgresReads, PostgresStatements, translate
+from .postgres_statements import PostgresReads, PostgresStatements, reserve_ids, translate
 from .postgres_text import (
     END_FROZEN_WRITERS,
     FLUSH,
@@ -67,7 +67,7 @@ from .postgres_text import (
     WRITER_PREPARE_THRESHOLD,
     pg,
 )
-from .records import Row, SharedScope
+from .records import ReadsAhead, Row, SharedScope
 from .schema import META_TABLE, SCHEMA_VERSION, check_version, migrate
 from .sql import SQLStore
 from .sql_statements import SQLSnapshot
@@ -432,6 +432,7 @@ class PostgresStore(SQLStore):
             if conn is None or conn.closed:
                 conn = self.reconnect_writer()
             try:
+                reserved = None
                 with conn.pipeline():
                     conn.execute("BEGIN")
                     conn.execute(*locks)
@@ -440,10 +441,12 @@ class PostgresStore(SQLStore):
                         ([scope for scope, _ in reads], [key for _, key in reads]),
                         prepare=len(reads) <= PREPARED_ROWS,
                     )
+                    if isinstance(reads, ReadsAhead):  # ids it will reserve: asked now
+                        reserved = (reads.reserve, reserve_ids(conn, reads.reserve))
                 ahead: dict[tuple[str, str], Row | None] = dict.fromkeys(reads)
                 for scope, key, *row in cursor.fetchall():
                     ahead[(scope, key)] = Row(*row)
-                return PostgresStatements(conn, self, ahead)
+                return PostgresStatements(conn, self, ahead, reserved=reserved)
             except psycopg.OperationalError as exc:
                 lost = conn.closed
                 self.drop_writer(conn)

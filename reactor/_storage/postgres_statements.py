@@ -18,10 +18,20 @@ from .postgres_text import (
     ORDER_LOCK,
     PREPARED_ROWS,
     RESERVE_IDS,
+    RESERVE_IDS_UNLESS,
     ROWS_ONLY,
     pg,
 )
-from .records import ChangeRecord, JobRow, Key, QueueRow, RefusedError, Row, Upsert
+from .records import (
+    ChangeRecord,
+    JobRow,
+    Key,
+    QueueRow,
+    RefusedError,
+    Reservation,
+    Row,
+    Upsert,
+)
 from .sql_jobs import SQLJobs, first_to_take
 from .sql_statements import SQLSnapshot, SQLStatements
 from .sql_text import (
@@ -117,6 +127,7 @@ class PostgresStatements(SQLStatements):
         "_flush_rows",
         "_pending",
         "_queued",
+        "_reserved",
         "_store",
         "_unbegun",
     )
@@ -129,10 +140,13 @@ class PostgresStatements(SQLStatements):
         store: WriterHost,
         ahead: dict[tuple[str, str], Row | None],
         begin: list[tuple[str, tuple[Any, ...]]] | None = None,
+        *,
+        reserved: tuple[Reservation, psycopg.Cursor[Any]] | None = None,
     ) -> None:
         self._conn = conn
         self._store = store
         self._ahead = ahead  # rows read with the begin
+        self._reserved = reserved  # job ids reserved with the begin (ReadsAhead)
         self._queued: list[tuple[str, list[tuple[Any, ...]]]] = []
         self._changes: tuple[Any, ...] | None = None  # CHANGES' parameters, if any
         # Sent with the next answered statement: the begin (if not sent yet), writes.
@@ -337,7 +351,15 @@ class PostgresStatements(SQLStatements):
             self._store.abandon(self._conn)
 
     def jobs(self) -> SQLJobs:
-        return PostgresJobs(self._all, self._send, self._all_several)
+        return PostgresJobs(self._all, self._send, self._all_several, self._reserved_with_begin)
+
+    def _reserved_with_begin(self, queue: str, count: int, keys: list[str]) -> list[Any] | None:
+        """The row the begin's reservation answered, if it reserved ``count`` ids in
+        ``queue`` for ``keys`` (once: a later put reserves again)."""
+        reserved, self._reserved = self._reserved, None
+        if reserved is None or reserved[0][:3] != (queue, count, tuple(keys)):
+            return None
+        return reserved[1].fetchall()
 
 
 # A write transaction locks the jobs it reads, so that writes holding their queue in
@@ -358,14 +380,16 @@ class PostgresJobs(SQLJobs):
     reads that lock the jobs they find (``_LOCKED``); their writes go with the next
     statement answered (``PostgresStatements._send``)."""
 
-    __slots__ = ()
+    __slots__ = ("_reserved",)
 
     def __init__(
         self,
         read: Callable[[str, tuple[Any, ...]], list[Any]],
         send: Callable[[str, tuple[Any, ...]], object],
         read_several: Callable[[list[tuple[str, tuple[Any, ...]]]], list[list[Any]]],
+        reserved: Callable[[str, int, list[str]], list[Any] | None],
     ) -> None:
+        self._reserved = reserved  # what the begin reserved, if it did
         super().__init__(
             lambda sql, params: read(_LOCKED.get(sql, sql), params),
             send,
@@ -391,8 +415,11 @@ class PostgresJobs(SQLJobs):
         return (queue_row(found[0]) if found else None), due, first_to_take(*parts[1:])
 
     def reserve_ids(self, queue: str, count: int, keys: list[str]) -> tuple[QueueRow | None, bool]:
-        """See ``statements.JobWrites.reserve_ids``: here one statement (``RESERVE_IDS``)."""
-        found = self._all(RESERVE_IDS, (count, queue, count, keys))
+        """See ``statements.JobWrites.reserve_ids``: here one statement (``RESERVE_IDS``),
+        sent with the begin if the write said so (``ReadsAhead``)."""
+        found = self._reserved(queue, count, keys)
+        if found is None:
+            found = self._all(RESERVE_IDS, (count, queue, count, keys))
         if not found:
             return None, False
         *row, held = found[0]
@@ -407,6 +434,12 @@ _TAKE_VIEW: Final = pg(
     f"UNION ALL SELECT 1, z.* FROM ({FIRST_READY} FOR UPDATE SKIP LOCKED) AS z "
     f"UNION ALL SELECT 2, o.* FROM ({FIRST_PRIORITY} FOR UPDATE SKIP LOCKED) AS o"
 )
+
+
+def reserve_ids(conn: psycopg.Connection[Any], asked: Reservation) -> psycopg.Cursor[Any]:
+    """Send ``RESERVE_IDS_UNLESS`` for ``asked`` (in the begin's pipeline); its cursor."""
+    queue, count, keys, (scope, key) = asked
+    return conn.execute(RESERVE_IDS_UNLESS, (count, queue, scope, key, count, list(keys)))
 
 
 def _committed(cursor: psycopg.Cursor[Any] | None) -> bool:

@@ -18,6 +18,7 @@ __all__ = [
     "PREPARED_ROWS",
     "READ_AHEAD",
     "RESERVE_IDS",
+    "RESERVE_IDS_UNLESS",
     "ROWS_ONLY",
     "SIZE",
     "SYNCHRONOUS_COMMIT",
@@ -111,12 +112,20 @@ ADD_JOBS: Final = (
 # A put of new jobs in one statement (``PostgresJobs.reserve_ids``): the queue's row as
 # it was, its next_id moved on (the row locked until the commit), and whether a job holds
 # one of the keys (a seek of the index reactor_jobs_key for each, as in READ_AHEAD).
-RESERVE_IDS: Final = pg(
-    "UPDATE reactor_queues AS q SET next_id = q.next_id + ? WHERE q.[name] = ? "
+_RESERVED: Final = (
     "RETURNING q.max_attempts, q.next_id - ?, q.concurrency, q.group_concurrency, "
     "q.rate_limit, q.rate_seconds, q.backoff_base, q.backoff_max, EXISTS (SELECT 1 FROM "
     "unnest(?::text[]) AS w(key) CROSS JOIN LATERAL (SELECT 1 FROM reactor_jobs AS j "
     "WHERE j.[queue] = q.[name] AND j.[key] = w.[key] LIMIT 1) AS h)"
+)
+RESERVE_IDS: Final = pg(
+    "UPDATE reactor_queues AS q SET next_id = q.next_id + ? WHERE q.[name] = ? " + _RESERVED
+)
+# The same, asked as a start begins, before it knows whether its run exists: nothing
+# if the run's row does (``Reservation.unless``), so that no id goes unused.
+RESERVE_IDS_UNLESS: Final = pg(
+    "UPDATE reactor_queues AS q SET next_id = q.next_id + ? WHERE q.[name] = ? AND NOT "
+    "EXISTS (SELECT 1 FROM reactor_kv AS k WHERE k.[scope] = ? AND k.[key] = ?) " + _RESERVED
 )
 
 # The rows of some keys, of one scope or several, in one statement: one seek of the

@@ -5,6 +5,7 @@ callers."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from reactor.errors import ReactorError, StorageError
 
@@ -15,7 +16,9 @@ __all__ = [
     "Key",
     "LockRow",
     "QueueRow",
+    "ReadsAhead",
     "RefusedError",
+    "Reservation",
     "Row",
     "SharedScope",
     "TimerRow",
@@ -24,6 +27,29 @@ __all__ = [
 ]
 
 Key = tuple[str, str]
+
+
+class Reservation(NamedTuple):
+    """Job ids a write reserves in a queue (``JobWrites.reserve_ids``): how many
+    (``ids``), and whether a job holds one of ``keys``; none if the row of key
+    ``unless`` exists (a start of an id that has a run puts no job)."""
+
+    queue: str
+    ids: int
+    keys: tuple[str, ...]
+    unless: Key
+
+
+class ReadsAhead(tuple[Key, ...]):
+    """The keys a write reads (its ``reads``), with the job ids it will reserve: where
+    the backend can, both are asked with its begin, in one round trip (a start)."""
+
+    reserve: Reservation
+
+    def __new__(cls, keys: tuple[Key, ...], reserve: Reservation) -> ReadsAhead:
+        made = super().__new__(cls, keys)
+        made.reserve = reserve
+        return made
 
 
 class SharedScope(str):

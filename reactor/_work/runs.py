@@ -19,7 +19,7 @@ from typing import Any, Final
 from reactor._base.keys import RUN_PREFIX, check_key
 from reactor._base.values import decode, encode
 from reactor._engine.options import Options
-from reactor._storage.records import SharedScope
+from reactor._storage.records import Reservation, SharedScope
 from reactor._storage.txn import WriteTxn
 from reactor.errors import InvalidArgumentError
 
@@ -44,6 +44,7 @@ __all__ = [
     "shared_locks",
     "start_locks",
     "start_reads",
+    "start_reservation",
     "step",
     "waiting_on_key",
     "wake",
@@ -108,6 +109,12 @@ def id_lock(run_id: str) -> str:
 def start_reads(workflow: str, run_id: str) -> tuple[tuple[str, str], ...]:
     """The rows a start reads, read ahead with its begin."""
     return ((INDEX, run_id), (scope_of(workflow), run_id))
+
+
+def start_reservation(workflow: str, run_id: str) -> Reservation:
+    """The job id a start in shared mode reserves (``Store.create``): one, its key the
+    run's id; none if the run exists."""
+    return Reservation(queue_of(workflow), 1, (run_id,), (scope_of(workflow), run_id))
 
 
 def job_item(doc: Document) -> dict[str, Any]:
