@@ -234,7 +234,8 @@ class Queue:
             before, after, later = _take(txn, name, token, lease, settings, taker, shared)
             if after is None:
                 return None, later
-            job = Job(name, self._write_shared, after, lease, before, taken_in=txn)
+            held = None if then is None else txn  # what then does holds the job so
+            job = Job(name, self._write_shared, after, lease, before, taken_in=held)
             if then is not None:
                 then.made(txn, job)
             return job, None

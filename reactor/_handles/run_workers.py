@@ -161,15 +161,15 @@ class Workers:
         while not self._stopping.is_set():
             try:
                 job = take_then(queue, registered.lease, LOOK, claim)
+                runner, doc = claim.taken()
             except ClosedError:  # the handle closed: the engine's close (or stop) joins us
                 self._stopping.set()
                 self._waits.close()
                 break
-            except ReactorError:
+            except Exception:  # the database, or a run's claim (its document unreadable)
                 logger.exception("taking a run of workflow %r failed; trying again", name)
                 self._stopping.wait(LOOK)
                 continue
-            runner, doc = claim.taken()
             if job is None or runner is None or doc is None:
                 continue  # none, or nothing to run: ended by the claim (recorded)
             if not self._slots.acquire(timeout=registered.lease / 2):
@@ -275,10 +275,16 @@ class _Claim:
 
     def made(self, txn: WriteTxn, job: Job) -> None:
         runner = Runner(self._engine, job, self._name, self._max_attempts, self._stopping)
+        if runner.child:  # its claim may write its parent's runs: not under these locks
+            self._found = (runner, None)
+            return
         doc = runner.apply(txn, runner.claim)
         self._found = (runner, None if runner.ended else doc)
 
     def taken(self) -> tuple[Runner | None, _runs.Document | None]:
-        """The last take's runner and its run's document (None: nothing to run), once."""
-        found, self._found = self._found, (None, None)
-        return found
+        """The last take's runner and its run's document (None: nothing to run), once;
+        a child run is claimed now, in a transaction of its own."""
+        (runner, doc), self._found = self._found, (None, None)
+        if runner is not None and runner.child:
+            doc = runner.claim_alone()
+        return runner, doc

@@ -57,8 +57,9 @@ class Runner:
         # A record that only writes the run's document and its job (claim, step, end),
         # of a run without a parent, holds its workflow's scopes in shared mode: the
         # job's row lock keeps its records in turn, and other runs' go on beside them.
+        self.child = item.get("parent") is not None  # its end may make its parent ready
         self.shared_locks: tuple[str, ...] = (
-            self.locks if item.get("parent") is not None else _runs.shared_locks(workflow)
+            self.locks if self.child else _runs.shared_locks(workflow)
         )
         self.reads = ((_runs.scope_of(workflow), self.run_id),)
         self.max_attempts = max_attempts
@@ -132,7 +133,8 @@ class Runner:
     def claim(self, store: _runs.Store, doc: _runs.Document) -> _runs.Document | None:
         """A change (``apply``) that marks the run running, held by this worker: its
         document, or None when there is nothing to run (dead now: recorded). Made by
-        the take that found the run (``take_then``): one transaction for both."""
+        the take that found the run (``take_then``): one transaction for both; a child
+        run's alone after its take (``claim_alone``)."""
         if doc["held"] and doc["attempts"] >= self.max_attempts:
             # Its last holder's lease ran out, and that was its last attempt.
             error = RunDeadError(
@@ -149,6 +151,14 @@ class Runner:
         doc["status"] = "running"
         store.save(doc)
         return doc
+
+    def claim_alone(self) -> _runs.Document | None:
+        """``claim`` in a transaction of its own: a child run's, whose end there (dead,
+        or cancelled) makes its parent ready, under its parent's locks too."""
+        try:
+            return self.commit(self.claim, own=True)
+        except Unwind:
+            return None
 
     def record_step(self, position: int, step: dict[str, Any]) -> None:
         """Record ``step`` at ``position`` (over a waiting one there)."""
