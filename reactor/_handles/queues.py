@@ -41,7 +41,7 @@ if TYPE_CHECKING:
 
     from .binding import Binding
 
-__all__ = ["Job", "JobInfo", "Queue", "counts"]
+__all__ = ["Job", "JobInfo", "Queue", "counts", "take_then"]
 
 logger = logging.getLogger("reactor")
 T = TypeVar("T")
@@ -394,6 +394,17 @@ class Queue:
             return revived
         finally:
             engine.stats.record("queue.retry_dead", perf_counter() - start)
+
+
+def take_then(queue: Queue, lease: float, timeout: float, then: Then) -> Job | None:
+    """``queue.take(timeout, lease)`` whose transaction also does ``then.made`` with the
+    job it takes: one transaction where there would be two (a run's claim).
+
+    Raises:
+        ClosedError: the engine closed while it waited.
+    """
+    engine = writable_engine(queue._binding)  # noqa: SLF001 - its own module's friend
+    return wait_take(queue, engine, lease, timeout, then)
 
 
 def _check_id(job_id: object) -> int:

@@ -31,11 +31,10 @@ from reactor.errors import (
 )
 
 from .async_run import call_workflow
-from .queues import Queue
+from .queues import Queue, take_then
 from .run import Run
 from .run_waits import Waits
 from .runner import Runner, Unwind
-from .take_waits import take_then
 
 if TYPE_CHECKING:
     from reactor._engine.port import EnginePort

@@ -1,4 +1,4 @@
-"""How a take waits for a job (``Queue.take``, the asyncio twin, ``take_then``).
+"""How a take waits for a job (``Queue.take``, its asyncio twin, ``queues.take_then``).
 
 A take that finds no job waits in its queue's line: one per engine and queue, in order
 of arrival, behind one receiver of the engine's dispatcher, which hands it the events of
@@ -39,9 +39,8 @@ if TYPE_CHECKING:
     from reactor._engine.port import EnginePort
 
     from .binding import Binding
-    from .queues import Queue
 
-__all__ = ["Then", "take_async", "take_then", "wait_take", "writable_engine"]
+__all__ = ["Looks", "Then", "take_async", "wait_take", "writable_engine"]
 
 logger = logging.getLogger("reactor")
 
@@ -62,12 +61,12 @@ def writable_engine(binding: Binding) -> EnginePort:
     return engine
 
 
-def _closed(queue: Queue) -> ClosedError:
+def _closed(queue: Looks) -> ClosedError:
     return ClosedError(f"the engine closed while taking from queue {queue.name!r}")
 
 
 def _after(
-    queue: Queue,
+    queue: Looks,
     engine: EnginePort,
     line: _takers.Line,
     waiter: _takers.Waiter,
@@ -101,19 +100,18 @@ class Then(Protocol):
     def made(self, txn: WriteTxn, job: Job) -> None: ...
 
 
-def take_then(queue: Queue, lease: float, timeout: float, then: Then) -> Job | None:
-    """``queue.take(timeout, lease)`` whose transaction also does ``then.made`` with the
-    job it takes: one transaction where there would be two (a run's claim).
+class Looks(Protocol):
+    """What a waiting take needs of its queue (a ``Queue``: its look, a friend's call)."""
 
-    Raises:
-        ClosedError: the engine closed while it waited.
-    """
-    engine = writable_engine(queue._binding)  # noqa: SLF001 - a friend of Queue, as wait_take
-    return wait_take(queue, engine, lease, timeout, then)
+    name: str
+
+    def _look(
+        self, engine: EnginePort, lease: float, then: Then | None = None
+    ) -> tuple[Job | None, float | None]: ...
 
 
 def wait_take(
-    queue: Queue, engine: EnginePort, lease: float, timeout: float | None, then: Then | None = None
+    queue: Looks, engine: EnginePort, lease: float, timeout: float | None, then: Then | None = None
 ) -> Job | None:
     """``take`` that may wait: in the calling thread, on an event."""
     deadline = None if timeout is None else time.monotonic() + timeout
@@ -134,7 +132,7 @@ def wait_take(
 
 
 async def take_async(
-    queue: Queue,
+    queue: Looks,
     engine: EnginePort,
     lease: float,
     timeout: float | None,
@@ -180,7 +178,7 @@ def _leave_joined(waiter: _takers.Waiter, joining: asyncio.Future[_takers.Line])
 
 
 async def _look_async(
-    queue: Queue, engine: EnginePort, lease: float, run: Callable[..., Awaitable[Any]]
+    queue: Looks, engine: EnginePort, lease: float, run: Callable[..., Awaitable[Any]]
 ) -> tuple[Job | None, float | None]:
     looking = asyncio.ensure_future(run(queue._look, engine, lease))  # noqa: SLF001 - a friend, as wait_take
     try:

@@ -67,7 +67,7 @@ from .postgres_text import (
     WRITER_PREPARE_THRESHOLD,
     pg,
 )
-from .records import ReadsAhead, Row, SharedScope
+from .records import Row, SharedScope
 from .schema import META_TABLE, SCHEMA_VERSION, check_version, migrate
 from .sql import SQLStore
 from .sql_statements import SQLSnapshot
@@ -408,7 +408,8 @@ class PostgresStore(SQLStore):
     ) -> PostgresStatements:
         """Begin a write transaction holding the locks of ``scopes`` (None: the order
         lock, which keeps out every other writer's commit), and read the rows of
-        ``reads``: one round trip (with no ``reads``, none: the begin goes with the
+        ``reads`` (and reserve a ``ReadsAhead``'s ids): one round trip (with no
+        ``reads``, none: the begin goes with the
         transaction's first statement). A writer connection the server dropped is
         replaced (once: nothing was sent on it yet).
 
@@ -432,7 +433,6 @@ class PostgresStore(SQLStore):
             if conn is None or conn.closed:
                 conn = self.reconnect_writer()
             try:
-                reserved = None
                 with conn.pipeline():
                     conn.execute("BEGIN")
                     conn.execute(*locks)
@@ -441,8 +441,7 @@ class PostgresStore(SQLStore):
                         ([scope for scope, _ in reads], [key for _, key in reads]),
                         prepare=len(reads) <= PREPARED_ROWS,
                     )
-                    if isinstance(reads, ReadsAhead):  # ids it will reserve: asked now
-                        reserved = (reads.reserve, reserve_ids(conn, reads.reserve))
+                    reserved = reserve_ids(conn, reads)  # a start's job id, asked now
                 ahead: dict[tuple[str, str], Row | None] = dict.fromkeys(reads)
                 for scope, key, *row in cursor.fetchall():
                     ahead[(scope, key)] = Row(*row)

@@ -27,6 +27,7 @@ from .records import (
     JobRow,
     Key,
     QueueRow,
+    ReadsAhead,
     RefusedError,
     Reservation,
     Row,
@@ -436,10 +437,15 @@ _TAKE_VIEW: Final = pg(
 )
 
 
-def reserve_ids(conn: psycopg.Connection[Any], asked: Reservation) -> psycopg.Cursor[Any]:
-    """Send ``RESERVE_IDS_UNLESS`` for ``asked`` (in the begin's pipeline); its cursor."""
-    queue, count, keys, (scope, key) = asked
-    return conn.execute(RESERVE_IDS_UNLESS, (count, queue, scope, key, count, list(keys)))
+def reserve_ids(
+    conn: psycopg.Connection[Any], reads: Collection[Key]
+) -> tuple[Reservation, psycopg.Cursor[Any]] | None:
+    """Send ``RESERVE_IDS_UNLESS`` for the ids that ``reads`` reserves, if it is a
+    ``ReadsAhead`` (in the begin's pipeline): what it asked, and its cursor."""
+    if not isinstance(reads, ReadsAhead):
+        return None
+    queue, count, keys, (scope, key) = asked = reads.reserve
+    return asked, conn.execute(RESERVE_IDS_UNLESS, (count, queue, scope, key, count, list(keys)))
 
 
 def _committed(cursor: psycopg.Cursor[Any] | None) -> bool:
