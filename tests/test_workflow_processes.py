@@ -41,6 +41,13 @@ WORKER = textwrap.dedent(
         done = [run.step(f"s{i}", effect, run.id, f"s{i}") for i in range(STEPS)]
         return {"steps": done, "attempts": run.attempts}
 
+    @state.workflow("parent", lease=lease)
+    def parent(run, _input):
+        try:
+            return run.call("five")
+        except reactor.WorkflowFailedError as failed:
+            return {"child": failed.error["type"]}
+
     workers = state.serve(concurrency=2)
     print("serving", flush=True)
     sys.stdin.read()  # until the test closes it, or kills this process
@@ -166,6 +173,24 @@ def test_a_run_dies_after_max_attempts_of_workers_dying(db_path: Any) -> None:
         info = state.run_info("doomed")
     assert dead.value.error["type"] == "RunDeadError"
     assert (info.status, info.attempts) == ("failed", 1)
+
+
+def test_a_child_run_dies_after_max_attempts_and_its_parent_hears_of_it(
+    db_path: Any,
+) -> None:
+    """A child's death is recorded by the worker that takes it next (in a transaction
+    holding its parent's workflow too), which makes the waiting parent ready."""
+    with reactor.open(db_path) as state:
+        handle = state.start("parent", None, id="p")
+        with worker(db_path, max_attempts=1) as first:
+            wait_for(lambda: "p/0" in [info.id for info in state.runs("five")], timeout=30)
+            wait_for(lambda: _recorded(state, "p/0") >= 1, timeout=30)
+            first.kill()
+            first.wait(10)
+        with worker(db_path, max_attempts=1):
+            assert handle.result(timeout=60) == {"child": "RunDeadError"}
+        child = state.run_info("p/0")
+    assert (child.status, child.attempts, child.error["type"]) == ("failed", 1, "RunDeadError")
 
 
 def test_a_worker_frozen_past_its_lease_records_nothing_more(db_path: Any) -> None:
