@@ -5,6 +5,7 @@ sync ones, both kinds served by the same workers."""
 from __future__ import annotations
 
 import asyncio
+import threading
 from typing import Any
 
 import pytest
@@ -73,3 +74,32 @@ async def test_an_async_step_that_raises_is_retried_then_raised(db_path: Any) ->
         assert len(tries) == 3
         with pytest.raises(KeyError):
             await state.run_info("nobody")
+
+
+async def test_closing_the_state_under_serving_workers_stops_their_threads(
+    db_path: Any,
+) -> None:
+    """Many async runs waiting on messages, one inside a step: ``await state.close()``
+    with no ``stop()`` first leaves no thread of reactor's; a new handle finishes them."""
+    before = set(threading.enumerate())
+    state = reactor.aio.open(db_path)
+
+    @state.workflow("inbox")
+    async def inbox(run: reactor.aio.AsyncRun, _input: Any) -> Any:
+        await run.step("slow", asyncio.sleep, 0.3)
+        return await run.receive("go")
+
+    handles = [await state.start("inbox", None, id=f"r{n}") for n in range(20)]
+    await state.serve(concurrency=4)
+    while sum([await handle.status() == "suspended" for handle in handles]) < 10:
+        await asyncio.sleep(0.02)
+    await state.close()
+    left = [t.name for t in set(threading.enumerate()) - before if t.name.startswith("reactor")]
+    assert left == []
+    async with reactor.aio.open(db_path) as again:
+        again.workflow("inbox")(inbox)
+        for n in range(20):
+            await again.send(f"r{n}", "go", n)
+        async with await again.serve(concurrency=4):
+            results = [await (await again.run(f"r{n}")).result(timeout=20) for n in range(20)]
+        assert results == list(range(20))
